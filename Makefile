@@ -1,0 +1,34 @@
+# The two commands: `make train` (the main job) and `make test` (the suite).
+# Both create or reuse .venv and install the pinned stack first (idempotent).
+# PYTHON=/path/to/python3.10 overrides how Python 3.10 is found.
+
+VENV        := .venv
+PY          := $(VENV)/bin/python
+DATA_DIR    := data/synthetic
+DATA_ROWS   := 1000000
+STRATEGY    := single
+RUN_DIR     := runs/$(STRATEGY)-$(shell date +%Y%m%d-%H%M%S)
+export TF_CPP_MIN_LOG_LEVEL := 2
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup train test test-fast bench clean-runs
+
+setup:
+	@PYTHON="$(PYTHON)" bash tools/setup_venv.sh
+
+$(DATA_DIR)/metadata.json: | setup
+	$(PY) -m input_pipeline.synthetic --rows $(DATA_ROWS) --output_dir $(DATA_DIR)
+
+train: setup $(DATA_DIR)/metadata.json
+	$(PY) -m deepfm.train --strategy $(STRATEGY) --train_data $(DATA_DIR) \
+	    --model_dir $(RUN_DIR)/model --export_dir $(RUN_DIR)/export \
+	    --metrics_file $(RUN_DIR)/metrics.json --num_epochs 1 --optimizer lazy_adam
+
+test: setup
+	$(PY) -m pytest -q -p no:warnings tests
+
+test-fast: setup
+	$(PY) -m pytest -q -p no:warnings -m "not slow" tests
+
+bench: setup
+	$(PY) -m benchmarks.run_all

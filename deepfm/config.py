@@ -1,0 +1,116 @@
+"""Typed configuration of a training job.
+
+The entry point (`deepfm.train`) parses its flags once into these dataclasses;
+library code receives them and never reads flags.
+"""
+
+import dataclasses
+from typing import Optional, Tuple
+
+from input_pipeline import schema
+
+OPTIMIZERS = ("adam", "lazy_adam", "adagrad", "momentum", "ftrl", "sgd")
+
+# Defaults of the Amazon SageMaker DeepFM sample's notebook.
+DEFAULT_EMBEDDING_SIZE = 32
+DEFAULT_DEEP_LAYERS = (128, 64, 32)
+DEFAULT_BATCH_SIZE = 1024
+DEFAULT_LEARNING_RATE = 0.0005
+DEFAULT_L2_REG = 0.0001
+DEFAULT_DROPOUT = (0.5, 0.5, 0.5)
+DEFAULT_MOMENTUM = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Hyperparameters of the DeepFM model.
+
+    Attributes:
+      feature_size: number of distinct feature ids; every id must be below it.
+      field_size: ids per example.
+      embedding_size: size k of each feature's FM factor / field embedding.
+      deep_layers: widths of the hidden layers of the deep part.
+      dropout: per hidden layer, the *drop rate* (fraction of units zeroed in
+        training); 0 keeps every unit. (The SageMaker sample's `dropout` flag
+        holds keep-probabilities 0.5,0.5,0.5, which is the same as drop rates
+        0.5,0.5,0.5.)
+      batch_norm: batch normalization after each hidden layer.
+      batch_norm_decay: moving-average decay of batch normalization.
+      l2_reg: L2 weight on the FM first-order weights and factors.
+      learning_rate: the optimizer's learning rate (before any scaling a
+        strategy applies).
+      optimizer: one of `OPTIMIZERS`.
+      momentum: momentum of the `momentum` optimizer.
+      check_ids: check at run time that every id is in [0, feature_size)
+        and fail with the offending id otherwise.
+    """
+
+    feature_size: int
+    field_size: int = schema.FIELD_SIZE
+    embedding_size: int = DEFAULT_EMBEDDING_SIZE
+    deep_layers: Tuple[int, ...] = DEFAULT_DEEP_LAYERS
+    dropout: Tuple[float, ...] = DEFAULT_DROPOUT
+    batch_norm: bool = False
+    batch_norm_decay: float = 0.9
+    l2_reg: float = DEFAULT_L2_REG
+    learning_rate: float = DEFAULT_LEARNING_RATE
+    optimizer: str = "adam"
+    momentum: float = DEFAULT_MOMENTUM
+    check_ids: bool = True
+
+    def __post_init__(self):
+        if self.feature_size < 1:
+            raise ValueError("feature_size must be >= 1, got %r" % self.feature_size)
+        if self.field_size < 1:
+            raise ValueError("field_size must be >= 1, got %r" % self.field_size)
+        if self.embedding_size < 1:
+            raise ValueError("embedding_size must be >= 1, got %r" % self.embedding_size)
+        if any(width < 1 for width in self.deep_layers):
+            raise ValueError("deep_layers must be positive widths, got %r" % (self.deep_layers,))
+        if len(self.dropout) != len(self.deep_layers):
+            raise ValueError(
+                "dropout needs one drop rate per deep layer: %d layers %r, %d rates %r"
+                % (len(self.deep_layers), self.deep_layers, len(self.dropout), self.dropout))
+        if any(not 0.0 <= rate < 1.0 for rate in self.dropout):
+            raise ValueError("dropout rates must be in [0, 1), got %r" % (self.dropout,))
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError("optimizer must be one of %s, got %r" % (", ".join(OPTIMIZERS), self.optimizer))
+        if self.learning_rate <= 0:
+            raise ValueError("learning_rate must be > 0, got %r" % self.learning_rate)
+        if self.l2_reg < 0:
+            raise ValueError("l2_reg must be >= 0, got %r" % self.l2_reg)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """What to train on, for how long, and where results go.
+
+    Attributes:
+      model_dir: checkpoints and event files; an existing one is resumed.
+      export_dir: where the SavedModel goes (a timestamped subdirectory);
+        None for no export.
+      train_files: training files, resolved from the `--train_data` spec.
+      val_files: validation files; empty for no evaluation.
+      data_format: `tfrecord` or `libsvm`.
+      batch_size: examples per replica and step (the global batch is this
+        times the strategy's replicas in sync).
+      num_epochs: passes over the training data.
+      max_steps: if set, stop at this global step instead.
+      metrics_file: where the final evaluation goes as JSON; None for none.
+      log_every_n_steps: how often the throughput hook logs.
+      save_checkpoints_steps: checkpoint interval in steps.
+      seed: graph-level random seed.
+    """
+
+    model_dir: str
+    train_files: Tuple[str, ...]
+    val_files: Tuple[str, ...] = ()
+    export_dir: Optional[str] = None
+    data_format: str = "tfrecord"
+    batch_size: int = DEFAULT_BATCH_SIZE
+    num_epochs: int = 1
+    max_steps: Optional[int] = None
+    metrics_file: Optional[str] = None
+    log_every_n_steps: int = 100
+    save_checkpoints_steps: int = 1000
+    seed: Optional[int] = None

@@ -1,0 +1,153 @@
+"""The on-disk layout of a DeepFM dataset root and its `metadata.json`.
+
+A dataset root, as written by `input_pipeline.criteo` and
+`input_pipeline.synthetic`, looks like::
+
+    DIR/metadata.json
+    DIR/train/part-00000.tfrecord   DIR/train/part-00000.libsvm   ...
+    DIR/validation/part-00000.tfrecord   ...
+
+Both formats hold the same rows in the layout of the classic tf.estimator
+DeepFM and of the Amazon SageMaker DeepFM sample:
+
+* LibSVM: one line per example, `label id:val id:val ...` with exactly
+  `field_size` pairs.
+* TFRecord: one `tf.train.Example` per example with the features `label`
+  (float32 scalar), `ids` (int64 [field_size]) and `values`
+  (float32 [field_size]).
+
+Ids 1..13 are the 13 integer fields; the 26 categorical fields follow, each
+with its own offset, vocabulary and unknown id. Id 0 is never used.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Dict, List, Optional
+
+NUM_DENSE_FIELDS = 13
+NUM_CATEGORICAL_FIELDS = 26
+FIELD_SIZE = NUM_DENSE_FIELDS + NUM_CATEGORICAL_FIELDS
+FIRST_DENSE_ID = 1
+
+# TFRecord feature keys (the SageMaker DeepFM sample's names).
+LABEL_KEY = "label"
+IDS_KEY = "ids"
+VALUES_KEY = "values"
+
+# Keys of the features dict a pipeline yields and the model reads; they are
+# also the names of the serving signature's inputs.
+FEAT_IDS = "feat_ids"
+FEAT_VALS = "feat_vals"
+
+METADATA_FILE = "metadata.json"
+TRAIN_SPLIT = "train"
+VALIDATION_SPLIT = "validation"
+FORMAT_EXTENSIONS = {"tfrecord": ".tfrecord", "libsvm": ".libsvm"}
+DATA_FORMATS = tuple(FORMAT_EXTENSIONS)
+
+
+def shard_name(index: int, data_format: str) -> str:
+    """Returns the file name of shard `index` in `data_format`."""
+    return "part-%05d%s" % (index, FORMAT_EXTENSIONS[data_format])
+
+
+@dataclasses.dataclass
+class SplitInfo:
+    """Rows of one split, in total and per shard (shard paths are relative).
+
+    Attributes:
+      rows: number of examples in the split.
+      shards: shard file stem (e.g. `train/part-00000`) -> rows in that shard.
+        The same stem with either extension of `FORMAT_EXTENSIONS` holds the
+        same rows.
+    """
+
+    rows: int = 0
+    shards: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class DatasetMetadata:
+    """The content of `metadata.json`.
+
+    Attributes:
+      feature_size: number of distinct feature ids (largest id + 1).
+      field_size: ids per example (39 for Criteo).
+      splits: split name -> `SplitInfo`.
+      vocabulary: per categorical field (`C1`..`C26`), the offset of its first
+        id, its unknown id, and its value -> id map. Empty for synthetic data.
+      dense_clip: per integer field, the clip value its raw value is divided by.
+      planted_auc: for synthetic data, the AUC of the planted model on the
+        validation split: the best a trained model can reach.
+      source: free-form description of where the rows came from.
+    """
+
+    feature_size: int
+    field_size: int = FIELD_SIZE
+    splits: Dict[str, SplitInfo] = dataclasses.field(default_factory=dict)
+    vocabulary: Dict[str, dict] = dataclasses.field(default_factory=dict)
+    dense_clip: List[float] = dataclasses.field(default_factory=list)
+    planted_auc: Optional[float] = None
+    source: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
+
+    def write(self, root: str) -> str:
+        """Writes `root/metadata.json` atomically and returns its path."""
+        path = os.path.join(root, METADATA_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(self.to_json())
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def read(cls, path: str) -> "DatasetMetadata":
+        """Reads a metadata file, or `metadata.json` inside a directory.
+
+        Raises:
+          FileNotFoundError: no metadata file at `path`.
+          ValueError: the file is not valid metadata; the message names it.
+        """
+        if os.path.isdir(path):
+            path = os.path.join(path, METADATA_FILE)
+        with open(path) as f:
+            try:
+                raw = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError("%s is not valid JSON: %s" % (path, e)) from e
+        try:
+            raw["splits"] = {
+                name: SplitInfo(**info) for name, info in raw.get("splits", {}).items()
+            }
+            return cls(**raw)
+        except TypeError as e:
+            raise ValueError("%s is not a dataset metadata file: %s" % (path, e)) from e
+
+    def rows_per_file(self, root: str, data_format: str) -> Dict[str, int]:
+        """Maps each shard file's absolute path in `data_format` to its rows."""
+        ext = FORMAT_EXTENSIONS[data_format]
+        return {
+            os.path.abspath(os.path.join(root, stem + ext)): rows
+            for split in self.splits.values()
+            for stem, rows in split.shards.items()
+        }
+
+
+def find_metadata(path: str) -> Optional[str]:
+    """Returns the metadata file of the dataset root holding `path`, if any.
+
+    `path` may be a dataset root, a split directory inside one, or a file
+    inside a split directory.
+    """
+    candidate = os.path.abspath(path)
+    if not os.path.isdir(candidate):
+        candidate = os.path.dirname(candidate)
+    for _ in range(2):
+        meta = os.path.join(candidate, METADATA_FILE)
+        if os.path.isfile(meta):
+            return meta
+        candidate = os.path.dirname(candidate)
+    return None

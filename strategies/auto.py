@@ -1,0 +1,68 @@
+"""The `auto` strategy: picks a strategy from the hardware and the launch.
+
+The order follows the best-practice text: use one device well first, scale
+up on one host before scaling out, and on several hosts use what the job was
+launched for.
+
+* Launched by horovodrun/mpirun (Horovod's rank variables set): `horovod`.
+* A `TF_CONFIG` naming parameter servers: `ps`.
+* Several GPUs: `mirrored` (NCCL all-reduce on GPUs).
+* One GPU: `single`.
+* At least `MIN_CORES_FOR_TOWERS` CPU cores: `tower` (one tower per core
+  but `/cpu:0`, which reduces; the text finds towers faster than
+  MirroredStrategy on CPU).
+* Otherwise `single`.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Mapping, Tuple
+
+import tensorflow as tf
+from absl import logging
+
+from strategies import base
+
+# Towers need one core for the reduction and at least two more to beat one device.
+MIN_CORES_FOR_TOWERS = 3
+HOROVOD_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+def choose(environ: Mapping[str, str], cpu_count: int, num_gpus: int) -> Tuple[str, str]:
+    """Returns the strategy name to use and the reason, for the log.
+
+    Args:
+      environ: the process environment.
+      cpu_count: CPU cores of this host.
+      num_gpus: GPUs visible to this process.
+    """
+    for variable in HOROVOD_SIZE_VARIABLES:
+        if int(environ.get(variable, "1") or 1) > 1:
+            return "horovod", "%s=%s: launched as Horovod ranks" % (variable, environ[variable])
+    tf_config = environ.get("TF_CONFIG")
+    if tf_config:
+        try:
+            cluster = json.loads(tf_config).get("cluster", {})
+        except json.JSONDecodeError as e:
+            raise ValueError("TF_CONFIG is not valid JSON (%s): %r" % (e, tf_config)) from e
+        if cluster.get("ps"):
+            return "ps", "TF_CONFIG names %d parameter server(s)" % len(cluster["ps"])
+    if num_gpus > 1:
+        return "mirrored", "%d GPUs on one host: scale up before scaling out" % num_gpus
+    if num_gpus == 1:
+        return "single", "one GPU"
+    if cpu_count >= MIN_CORES_FOR_TOWERS:
+        return "tower", "%d CPU cores on one host: one tower per core but /cpu:0" % cpu_count
+    return "single", "%d CPU core(s): too few for towers to pay off" % cpu_count
+
+
+@base.register("auto")
+class AutoStrategy(base.Strategy):
+    """Builds the adapter `choose` picks instead of itself."""
+
+    def __new__(cls, config: base.StrategyConfig):
+        name, reason = choose(os.environ, os.cpu_count() or 1,
+                              len(tf.config.list_physical_devices("GPU")))
+        logging.info("--strategy auto picked %r: %s", name, reason)
+        return base.get(dataclasses.replace(config, name=name))

@@ -1,0 +1,54 @@
+"""Tests of the `auto` strategy's choice."""
+
+import json
+
+import tensorflow as tf
+from absl.testing import parameterized
+
+import strategies
+from strategies import auto
+
+
+class ChooseTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("horovodrun", {"HOROVOD_SIZE": "4"}, 16, 0, "horovod"),
+        ("mpirun", {"OMPI_COMM_WORLD_SIZE": "2"}, 2, 0, "horovod"),
+        ("one_rank_is_not_horovod", {"HOROVOD_SIZE": "1"}, 2, 0, "single"),
+        ("parameter_servers", {"TF_CONFIG": json.dumps(
+            {"cluster": {"chief": ["a:1"], "ps": ["b:2", "c:3"]}, "task": {"type": "ps", "index": 0}})},
+         8, 0, "ps"),
+        ("several_gpus", {}, 8, 4, "mirrored"),
+        ("one_gpu", {}, 8, 1, "single"),
+        ("many_cores", {}, 16, 0, "tower"),
+        ("two_cores", {}, 2, 0, "single"),
+    )
+    def test_choice(self, environ, cpu_count, num_gpus, expected):
+        name, reason = auto.choose(environ, cpu_count, num_gpus)
+        self.assertEqual(expected, name)
+        self.assertNotEmpty(reason)
+
+    def test_bad_tf_config_is_named(self):
+        with self.assertRaisesRegex(ValueError, "TF_CONFIG is not valid JSON.*'{oops'"):
+            auto.choose({"TF_CONFIG": "{oops"}, 2, 0)
+
+    def test_auto_builds_a_registered_adapter(self):
+        strategy = strategies.get(strategies.StrategyConfig(name="auto"))
+        self.assertIn(strategy.name, strategies.names())
+        self.assertNotEqual("auto", strategy.name)
+
+
+class RegistryTest(tf.test.TestCase):
+
+    def test_unknown_name_lists_the_valid_ones(self):
+        with self.assertRaisesRegex(ValueError, "--strategy must be one of .*single.* got 'nope'"):
+            strategies.get(strategies.StrategyConfig(name="nope"))
+
+    def test_bad_option_is_named(self):
+        strategy = strategies.get(strategies.StrategyConfig(name="single", lr_scaling="cubic"))
+        with self.assertRaisesRegex(ValueError, "--lr_scaling must be one of none, linear, sqrt, capped, got 'cubic'"):
+            strategy.validate()
+
+
+if __name__ == "__main__":
+    tf.test.main()
