@@ -1,0 +1,466 @@
+"""Fast, sharded writing of DeepFM examples in LibSVM and TFRecord form.
+
+Both data tools (`input_pipeline.criteo`, `input_pipeline.synthetic`) hand
+batches of examples to a `SplitWriter` as numpy arrays::
+
+    labels  float [n]
+    ids     int   [n, field_size]   (non-negative)
+    values  float [n, field_size]
+
+and it writes every row to one shard, in both formats, round-robin over the
+shards of the split. Rows are encoded a batch at a time with numpy, without a
+Python object per value: LibSVM text through digit arithmetic on byte
+matrices, and `tf.train.Example` protos by laying out their wire format
+(field tags, varint lengths, packed int64 varints, little-endian float32)
+directly. The only per-row Python work is handing each serialized record to
+`tf.io.TFRecordWriter`.
+
+Values are rounded to `VALUE_DECIMALS` decimal places before they are
+written, and LibSVM writes that decimal exactly (trailing zeros dropped: `1`,
+`0.5`, `0.016667`). The TFRecord holds the float32 nearest to the same
+decimal, so parsing either format gives bit-identical float32 values.
+"""
+
+import glob
+import os
+from typing import List, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from input_pipeline import schema
+
+VALUE_DECIMALS = 6
+_VALUE_SCALE = 10**VALUE_DECIMALS
+
+# Rows encoded at once: bounds the byte matrices of one encoding step
+# (a few hundred bytes per row, several temporaries) to tens of MB.
+ENCODE_BATCH_ROWS = 16384
+
+# Protocol-buffer wire format.
+_WIRE_LENGTH_DELIMITED = 2
+_VARINT_PAYLOAD_BITS = 7
+_VARINT_PAYLOAD_MASK = 0x7F
+_VARINT_CONTINUE = 0x80
+_MAX_VARINT_BYTES = 10
+# Field numbers in tensorflow/core/example/{example,feature}.proto.
+_EXAMPLE_FEATURES = 1   # Example.features
+_FEATURES_FEATURE = 1   # Features.feature (a map: repeated entries)
+_MAP_KEY = 1            # map entry key
+_MAP_VALUE = 2          # map entry value
+_FEATURE_FLOAT_LIST = 2  # Feature.float_list
+_FEATURE_INT64_LIST = 3  # Feature.int64_list
+_LIST_VALUE = 1         # FloatList.value / Int64List.value (packed)
+_FLOAT32_BYTES = 4
+
+_SPACE, _COLON, _NEWLINE, _DOT, _MINUS, _ZERO = (ord(c) for c in " :\n.-0")
+
+_Segment = Tuple[np.ndarray, np.ndarray]  # (uint8 bytes [n, w], bool mask [n, w])
+
+
+def quantize_values(values: np.ndarray) -> np.ndarray:
+    """Rounds values to `VALUE_DECIMALS` decimals, as the writers store them.
+
+    Args:
+      values: float array of any shape.
+
+    Returns:
+      float32 array of the same shape: the float32 nearest to each rounded
+      decimal, i.e. exactly what either file format yields when parsed.
+    """
+    scaled = np.rint(np.asarray(values, dtype=np.float64) * _VALUE_SCALE)
+    return (scaled / _VALUE_SCALE).astype(np.float32)
+
+
+def _varint_scalar(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & _VARINT_PAYLOAD_MASK
+        value >>= _VARINT_PAYLOAD_BITS
+        if value:
+            out.append(byte | _VARINT_CONTINUE)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _tag(field_number: int) -> bytes:
+    return _varint_scalar(field_number << 3 | _WIRE_LENGTH_DELIMITED)
+
+
+def _length_delimited(field_number: int, payload: bytes) -> bytes:
+    return _tag(field_number) + _varint_scalar(len(payload)) + payload
+
+
+def _float_feature_entry(key: str, count: int) -> Tuple[bytes, int]:
+    """Wire bytes of a `Features.feature` map entry holding `count` floats.
+
+    Returns:
+      (prefix, total): the bytes before the packed floats, and the entry's
+      total encoded size (prefix + 4 * count).
+    """
+    placeholder = bytes(_FLOAT32_BYTES * count)
+    entry = _length_delimited(_FEATURES_FEATURE, _length_delimited(_MAP_KEY, key.encode()) + _length_delimited(
+        _MAP_VALUE, _length_delimited(_FEATURE_FLOAT_LIST, _length_delimited(_LIST_VALUE, placeholder))))
+    return entry[:len(entry) - len(placeholder)], len(entry)
+
+
+def _varint_size(values: np.ndarray) -> np.ndarray:
+    """Bytes of the varint encoding of each non-negative integer."""
+    values = values.astype(np.uint64)
+    size = np.ones(values.shape, dtype=np.int64)
+    for k in range(1, _MAX_VARINT_BYTES):
+        size += values >= np.uint64(1 << (_VARINT_PAYLOAD_BITS * k))
+    return size
+
+
+def _varint_bytes(values: np.ndarray) -> _Segment:
+    """Varint encodings of non-negative integers, as masked byte rows.
+
+    Args:
+      values: int array [n, k] of non-negative values.
+
+    Returns:
+      (bytes uint8 [n, k * w], mask bool [n, k * w]): the encodings, padded
+      to w bytes each; the mask marks the bytes that belong to them.
+    """
+    values = values.astype(np.uint64)
+    num_bytes = _varint_size(values)
+    width = int(num_bytes.max()) if values.size else 1
+    out = np.empty(values.shape + (width,), dtype=np.uint8)
+    mask = np.empty(values.shape + (width,), dtype=bool)
+    for k in range(width):
+        payload = (values >> np.uint64(_VARINT_PAYLOAD_BITS * k)) & np.uint64(_VARINT_PAYLOAD_MASK)
+        out[..., k] = payload.astype(np.uint8) | np.where(k < num_bytes - 1, _VARINT_CONTINUE, 0).astype(np.uint8)
+        mask[..., k] = k < num_bytes
+    n = values.shape[0]
+    return out.reshape(n, -1), mask.reshape(n, -1)
+
+
+def _digit_count(values: np.ndarray, width: int) -> np.ndarray:
+    count = np.ones(values.shape, dtype=np.int64)
+    for k in range(1, width):
+        count += values >= 10**k
+    return count
+
+
+def _integer_chars(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Decimal digits of non-negative integers, most significant first.
+
+    Args:
+      values: int64 array [...] of non-negative values.
+
+    Returns:
+      (chars uint8 [..., w], mask bool [..., w]), right-aligned in w columns.
+    """
+    largest = int(values.max()) if values.size else 0
+    width = len(str(largest))
+    count = _digit_count(values, width)
+    chars = np.empty(values.shape + (width,), dtype=np.uint8)
+    mask = np.empty(values.shape + (width,), dtype=bool)
+    for k in range(width):
+        column = width - 1 - k
+        chars[..., column] = _ZERO + (values // 10**k) % 10
+        mask[..., column] = k < count
+    return chars, mask
+
+
+def _decimal_chars(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Shortest decimal text of values rounded to `VALUE_DECIMALS` places.
+
+    Args:
+      values: float array [...].
+
+    Returns:
+      (chars uint8 [..., w], mask bool [..., w]): `-`, integer digits, and
+      `.` with the fraction digits only when the fraction is not zero.
+    """
+    scaled = np.rint(np.asarray(values, dtype=np.float64) * _VALUE_SCALE).astype(np.int64)
+    negative = scaled < 0
+    magnitude = np.abs(scaled)
+    int_chars, int_mask = _integer_chars(magnitude // _VALUE_SCALE)
+    fraction = magnitude % _VALUE_SCALE
+    trailing_zeros = np.zeros(values.shape, dtype=np.int64)
+    for k in range(1, VALUE_DECIMALS):
+        trailing_zeros += fraction % 10**k == 0
+    fraction_digits = np.where(fraction > 0, VALUE_DECIMALS - trailing_zeros, 0)
+    frac_chars = np.empty(values.shape + (VALUE_DECIMALS,), dtype=np.uint8)
+    frac_mask = np.empty(values.shape + (VALUE_DECIMALS,), dtype=bool)
+    for j in range(VALUE_DECIMALS):
+        frac_chars[..., j] = _ZERO + (fraction // 10**(VALUE_DECIMALS - 1 - j)) % 10
+        frac_mask[..., j] = j < fraction_digits
+    single = values.shape + (1,)
+    chars = np.concatenate(
+        [np.full(single, _MINUS, np.uint8), int_chars, np.full(single, _DOT, np.uint8), frac_chars], axis=-1)
+    mask = np.concatenate(
+        [negative[..., None], int_mask, (fraction_digits > 0)[..., None], frac_mask], axis=-1)
+    return chars, mask
+
+
+def _constant(n: int, data: bytes) -> _Segment:
+    row = np.frombuffer(data, dtype=np.uint8)
+    return np.broadcast_to(row, (n, row.size)), np.ones((n, row.size), dtype=bool)
+
+
+def _dense(data: np.ndarray) -> _Segment:
+    return data, np.ones(data.shape, dtype=bool)
+
+
+def _join(segments: Sequence[_Segment]) -> Tuple[bytes, np.ndarray]:
+    """Concatenates per-row masked segments into one buffer.
+
+    Returns:
+      (buffer, offsets): all rows' bytes back to back, and int64 [n + 1]
+      offsets with row i at buffer[offsets[i]:offsets[i + 1]].
+    """
+    chars = np.concatenate([c for c, _ in segments], axis=1)
+    mask = np.concatenate([m for _, m in segments], axis=1)
+    offsets = np.zeros(chars.shape[0] + 1, dtype=np.int64)
+    np.cumsum(mask.sum(axis=1), out=offsets[1:])
+    return chars[mask].tobytes(), offsets
+
+
+def _check_batch(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    labels = np.asarray(labels)
+    ids = np.asarray(ids)
+    values = np.asarray(values)
+    if ids.ndim != 2 or values.shape != ids.shape or labels.shape != ids.shape[:1]:
+        raise ValueError("expected labels [n], ids [n, f] and values [n, f]; got shapes %s, %s, %s"
+                         % (labels.shape, ids.shape, values.shape))
+    if ids.size and ids.min() < 0:
+        raise ValueError("ids must be non-negative, got %d" % ids.min())
+    return labels, ids.astype(np.int64), values
+
+
+def encode_libsvm(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> bytes:
+    """Encodes rows as LibSVM lines `label id:val id:val ...\\n`.
+
+    Args:
+      labels: float [n].
+      ids: int [n, f], non-negative.
+      values: float [n, f], written with `VALUE_DECIMALS` decimals at most.
+
+    Returns:
+      The text of the n lines, ASCII-encoded.
+
+    Raises:
+      ValueError: shapes disagree or an id is negative.
+    """
+    labels, ids, values = _check_batch(labels, ids, values)
+    n, f = ids.shape
+    id_chars, id_mask = _integer_chars(ids)
+    value_chars, value_mask = _decimal_chars(values)
+    single = (n, f, 1)
+    token_chars = np.concatenate(
+        [np.full(single, _SPACE, np.uint8), id_chars, np.full(single, _COLON, np.uint8), value_chars], axis=-1)
+    token_mask = np.concatenate([np.ones(single, bool), id_mask, np.ones(single, bool), value_mask], axis=-1)
+    buffer, _ = _join([
+        _decimal_chars(labels),
+        (token_chars.reshape(n, -1), token_mask.reshape(n, -1)),
+        _constant(n, b"\n"),
+    ])
+    return buffer
+
+
+def encode_examples(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> List[bytes]:
+    """Serializes rows as `tf.train.Example` protos.
+
+    Each proto has the features `label` (float32 [1]), `ids` (int64 [f]) and
+    `values` (float32 [f]), with values rounded as `quantize_values` does.
+    The bytes equal `tf.train.Example.SerializeToString(deterministic=True)`
+    (map entries in key order, packed lists).
+
+    Args:
+      labels: float [n].
+      ids: int [n, f], non-negative.
+      values: float [n, f].
+
+    Returns:
+      n serialized protos.
+
+    Raises:
+      ValueError: shapes disagree or an id is negative.
+    """
+    labels, ids, values = _check_batch(labels, ids, values)
+    n, f = ids.shape
+    label_prefix, label_total = _float_feature_entry(schema.LABEL_KEY, 1)
+    values_prefix, values_total = _float_feature_entry(schema.VALUES_KEY, f)
+
+    id_bytes = _varint_bytes(ids)
+    payload = id_bytes[1].sum(axis=1)  # packed Int64List payload bytes per row
+    # Nested lengths of the `ids` entry, innermost first: Int64List, Feature,
+    # map entry, and finally the whole Features message.
+    list_size = 1 + _varint_size(payload) + payload
+    feature_size = 1 + _varint_size(list_size) + list_size
+    key = _length_delimited(_MAP_KEY, schema.IDS_KEY.encode())
+    entry_size = len(key) + 1 + _varint_size(feature_size) + feature_size
+    features_size = 1 + _varint_size(entry_size) + entry_size + label_total + values_total
+
+    def tagged_length(field_number, sizes):
+        tag = _constant(n, _tag(field_number))
+        return [tag, _varint_bytes(sizes[:, None])]
+
+    segments = (
+        tagged_length(_EXAMPLE_FEATURES, features_size)
+        + tagged_length(_FEATURES_FEATURE, entry_size)
+        + [_constant(n, key)]
+        + tagged_length(_MAP_VALUE, feature_size)
+        + tagged_length(_FEATURE_INT64_LIST, list_size)
+        + tagged_length(_LIST_VALUE, payload)
+        + [id_bytes,
+           _constant(n, label_prefix),
+           _dense(quantize_values(labels).astype("<f4").reshape(n, 1).view(np.uint8)),
+           _constant(n, values_prefix),
+           _dense(quantize_values(values).astype("<f4").view(np.uint8).reshape(n, _FLOAT32_BYTES * f))])
+    buffer, offsets = _join(segments)
+    return [buffer[offsets[i]:offsets[i + 1]] for i in range(n)]
+
+
+class SplitWriter:
+    """Writes one split of a dataset root as N shards in both formats.
+
+    Row k written to the split (counting from 0 across all `write` calls)
+    goes to shard k % N, so shards differ in size by one row at most. Each
+    shard stem `SPLIT/part-NNNNN` exists as `.libsvm` and `.tfrecord`,
+    holding the same rows in the same order. Use as a context manager, or
+    call `close()`; `split_info()` gives the rows written.
+    """
+
+    def __init__(self, root: str, split: str, num_shards: int):
+        """Creates `root/split/` and opens its 2 * `num_shards` files.
+
+        Raises:
+          ValueError: `num_shards` < 1.
+        """
+        if num_shards < 1:
+            raise ValueError("shards must be >= 1, got %r" % num_shards)
+        directory = os.path.join(root, split)
+        os.makedirs(directory, exist_ok=True)
+        self._stems = ["%s/%s" % (split, os.path.splitext(schema.shard_name(i, "libsvm"))[0])
+                       for i in range(num_shards)]
+        self._libsvm = [open(os.path.join(root, stem + schema.FORMAT_EXTENSIONS["libsvm"]), "wb")
+                        for stem in self._stems]
+        self._tfrecord = [tf.io.TFRecordWriter(os.path.join(root, stem + schema.FORMAT_EXTENSIONS["tfrecord"]))
+                          for stem in self._stems]
+        self._rows = np.zeros(num_shards, dtype=np.int64)
+        self._positives = 0
+        self._closed = False
+
+    @property
+    def rows(self) -> int:
+        """Rows written so far."""
+        return int(self._rows.sum())
+
+    @property
+    def positives(self) -> int:
+        """Rows written so far with a label > 0.5."""
+        return self._positives
+
+    def write(self, labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> None:
+        """Appends rows; see the module docstring for the shapes.
+
+        Raises:
+          ValueError: shapes disagree or an id is negative.
+        """
+        labels, ids, values = _check_batch(labels, ids, values)
+        for start in range(0, len(labels), ENCODE_BATCH_ROWS):
+            part = slice(start, start + ENCODE_BATCH_ROWS)
+            self._write_batch(labels[part], ids[part], values[part])
+
+    def _write_batch(self, labels, ids, values):
+        num_shards = len(self._stems)
+        shard_of_row = (self.rows + np.arange(len(labels))) % num_shards
+        for shard in range(num_shards):
+            rows = np.flatnonzero(shard_of_row == shard)
+            if not rows.size:
+                continue
+            self._libsvm[shard].write(encode_libsvm(labels[rows], ids[rows], values[rows]))
+            writer = self._tfrecord[shard]
+            for record in encode_examples(labels[rows], ids[rows], values[rows]):
+                writer.write(record)
+            self._rows[shard] += rows.size
+        self._positives += int(np.count_nonzero(labels > 0.5))
+
+    def split_info(self) -> schema.SplitInfo:
+        """The rows written, in total and per shard stem."""
+        return schema.SplitInfo(rows=self.rows,
+                                shards={stem: int(rows) for stem, rows in zip(self._stems, self._rows)})
+
+    def close(self) -> None:
+        """Flushes and closes every shard file; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for f in self._libsvm:
+            f.close()
+        for writer in self._tfrecord:
+            writer.close()
+
+    def __enter__(self) -> "SplitWriter":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _existing_outputs(output_dir: str, extra_files: Sequence[str]) -> List[str]:
+    found = []
+    for name in (schema.METADATA_FILE,) + tuple(extra_files):
+        path = os.path.join(output_dir, name)
+        if os.path.lexists(path):
+            found.append(path)
+    for split in (schema.TRAIN_SPLIT, schema.VALIDATION_SPLIT):
+        for ext in schema.FORMAT_EXTENSIONS.values():
+            found.extend(sorted(glob.glob(os.path.join(output_dir, split, "part-*" + ext))))
+    return found
+
+
+def check_output_dir(output_dir: str, overwrite: bool = False, extra_files: Sequence[str] = ()) -> List[str]:
+    """Checks that a dataset may be written to `output_dir`; changes nothing.
+
+    A directory already holding a dataset (its `metadata.json`, shard files
+    under `train/` or `validation/`, or one of `extra_files`) is refused
+    unless `overwrite`. Other files in it do not count.
+
+    Args:
+      output_dir: the dataset root.
+      overwrite: whether an existing dataset may be replaced.
+      extra_files: further file names, relative to `output_dir`, that the
+        tool writes.
+
+    Returns:
+      The existing dataset files that writing would replace.
+
+    Raises:
+      FileExistsError: `output_dir` holds a dataset and not `overwrite`; or
+        it is not a directory.
+    """
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise FileExistsError("output_dir %r exists and is not a directory" % output_dir)
+    existing = _existing_outputs(output_dir, extra_files)
+    if existing and not overwrite:
+        raise FileExistsError(
+            "output_dir %r already holds a dataset (%s%s); pass --overwrite to replace it"
+            % (output_dir, ", ".join(existing[:3]), ", ..." if len(existing) > 3 else ""))
+    return existing
+
+
+def prepare_output_dir(output_dir: str, overwrite: bool = False, extra_files: Sequence[str] = ()) -> None:
+    """Makes `output_dir` ready to receive a dataset root.
+
+    Runs `check_output_dir`; with `overwrite`, deletes the dataset files it
+    finds, `metadata.json` first, so that a stale shard can never be taken
+    for part of the new dataset. Creates `output_dir` if absent.
+
+    Args:
+      output_dir: the dataset root.
+      overwrite: replace an existing dataset.
+      extra_files: further file names, relative to `output_dir`, that the
+        tool writes.
+
+    Raises:
+      FileExistsError: as `check_output_dir`.
+    """
+    for path in check_output_dir(output_dir, overwrite, extra_files):
+        os.remove(path)
+    os.makedirs(output_dir, exist_ok=True)
