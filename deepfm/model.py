@@ -130,6 +130,25 @@ def deepfm_logits(feat_ids: tf.Tensor, feat_vals: tf.Tensor, config: ModelConfig
     return logits, l2
 
 
+def eval_metrics(labels: tf.Tensor, prob: tf.Tensor) -> Dict[str, Tuple[tf.Tensor, tf.Operation]]:
+    """The evaluation metrics of the model, as Estimator `eval_metric_ops`.
+
+    Args:
+      labels: float32 [B] click labels in {0, 1}.
+      prob: float32 [B] predicted click probabilities.
+
+    Returns:
+      {`auc`, `logloss`}: each a (value, update_op) pair of a streaming metric.
+    """
+    clipped = tf.clip_by_value(prob, LOG_LOSS_EPSILON, 1.0 - LOG_LOSS_EPSILON)
+    example_log_loss = -(labels * tf.math.log(clipped) + (1.0 - labels) * tf.math.log(1.0 - clipped))
+    return {
+        "auc": tf.compat.v1.metrics.auc(
+            labels, prob, num_thresholds=AUC_THRESHOLDS, summation_method="careful_interpolation"),
+        "logloss": tf.compat.v1.metrics.mean(example_log_loss),
+    }
+
+
 def model_fn(features: Dict[str, tf.Tensor], labels: Optional[tf.Tensor], mode: str,
              params: Dict) -> tf.estimator.EstimatorSpec:
     """The DeepFM Estimator model_fn.
@@ -165,14 +184,8 @@ def model_fn(features: Dict[str, tf.Tensor], labels: Optional[tf.Tensor], mode: 
     loss = cross_entropy + config.l2_reg * l2
 
     if mode == tf.estimator.ModeKeys.EVAL:
-        clipped = tf.clip_by_value(prob, LOG_LOSS_EPSILON, 1.0 - LOG_LOSS_EPSILON)
-        example_log_loss = -(labels * tf.math.log(clipped) + (1.0 - labels) * tf.math.log(1.0 - clipped))
-        metrics = {
-            "auc": tf.compat.v1.metrics.auc(
-                labels, prob, num_thresholds=AUC_THRESHOLDS, summation_method="careful_interpolation"),
-            "logloss": tf.compat.v1.metrics.mean(example_log_loss),
-        }
-        return tf.estimator.EstimatorSpec(mode, loss=loss, predictions=predictions, eval_metric_ops=metrics)
+        return tf.estimator.EstimatorSpec(
+            mode, loss=loss, predictions=predictions, eval_metric_ops=eval_metrics(labels, prob))
 
     optimizer = make_optimizer(config)
     wrapper = params.get("optimizer_wrapper")

@@ -158,8 +158,11 @@ def find_metadata(spec):
 
 def main(argv):
     del argv
+    import tensorflow as tf
     import strategies
     from deepfm import trainer
+
+    tf.get_logger().handlers = []  # absl's handler already prints TensorFlow's records.
 
     metadata = find_metadata(FLAGS.train_data or [])
     train, model, input_config, strategy_config = parse_flags(FLAGS, metadata)

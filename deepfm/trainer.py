@@ -153,12 +153,12 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     estimator = build_estimator(train, model, strategy)
     throughput = hooks_lib.ExamplesPerSecondHook(batch, every_n_steps=train.log_every_n_steps)
     start = time.time()
-    estimator.train(train_builder.input_fn(context), max_steps=max_steps,
+    estimator.train(lambda: train_builder(context), max_steps=max_steps,
                     hooks=strategy.train_hooks() + [throughput])
     result = TrainResult(
         examples_per_sec=throughput.examples_per_second, model_dir=train.model_dir,
         strategy=strategy.describe(), train_seconds=time.time() - start,
-        global_step=estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP))
+        global_step=int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)))
 
     if strategy.evaluates and train.val_files:
         result.auc, result.logloss, result.global_step = _evaluate(estimator, train, input_config)
@@ -171,9 +171,9 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
 
 
 def _evaluate(estimator, train: TrainConfig, input_config: pipeline.PipelineConfig):
-    eval_config = dataclasses.replace(input_config, input_mode="file", shuffle_buffer=0, cache=None)
-    builder = pipeline.DatasetBuilder(train.val_files, eval_config, batch_size=EVAL_BATCH_SIZE,
-                                      num_epochs=1, drop_remainder=False)
+    eval_config = dataclasses.replace(input_config, input_mode="file", shuffle_buffer=0, cache=None,
+                                      drop_remainder=False)
+    builder = pipeline.DatasetBuilder(train.val_files, eval_config, batch_size=EVAL_BATCH_SIZE, num_epochs=1)
     metrics = estimator.evaluate(builder.input_fn(), name="validation")
     logging.info("validation: %s", metrics)
     return float(metrics["auc"]), float(metrics["logloss"]), int(metrics["global_step"])
@@ -203,15 +203,14 @@ def summary(result: TrainResult, extra: Optional[Dict[str, str]] = None) -> str:
     """A short human-readable summary of a result."""
     def fmt(value, spec):
         return "n/a" if value is None else format(value, spec)
-    lines = [
-        "strategy:          %s" % result.strategy,
-        "validation AUC:    %s" % fmt(result.auc, ".4f"),
-        "validation logloss:%s" % (" " + fmt(result.logloss, ".4f")),
-        "examples/sec:      %s" % fmt(result.examples_per_sec, ",.0f"),
-        "global step:       %d" % result.global_step,
-        "model dir:         %s" % result.model_dir,
-        "SavedModel:        %s" % (result.export_path or "not exported"),
-    ]
-    for key, value in (extra or {}).items():
-        lines.append("%-19s%s" % (key + ":", value))
-    return "\n".join(lines)
+    items = [
+        ("strategy", result.strategy),
+        ("validation AUC", fmt(result.auc, ".4f")),
+        ("validation logloss", fmt(result.logloss, ".4f")),
+        ("examples/sec", fmt(result.examples_per_sec, ",.0f")),
+        ("global step", str(result.global_step)),
+        ("model dir", result.model_dir),
+        ("SavedModel", result.export_path or "not exported"),
+    ] + list((extra or {}).items())
+    width = max(len(key) for key, _ in items) + 2
+    return "\n".join((key + ":").ljust(width) + value for key, value in items)

@@ -1,0 +1,111 @@
+"""Single-device training benchmark at the SageMaker sample's defaults.
+
+    python -m benchmarks.train_single [--rows 1000000] [--runs 5] [--steps 300]
+
+Trains DeepFM (batch 1024, embedding 32, layers 128-64-32, feature_size
+117,581, 39 fields) on synthetic TFRecord data fed by the vectorized
+pipeline, once per optimizer variant and run, each run in a fresh process,
+variants interleaved. Reports examples/sec after warm-up (min/median/max over
+runs) and each process's peak resident memory, and writes
+`benchmarks/results/train_single.{md,json,png}`.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from benchmarks import common
+
+DEFAULT_DATA_DIR = os.path.join("data", "synthetic")
+DEFAULT_ROWS = 1_000_000
+FEATURE_SIZE = 117_581
+FLOOR_EXAMPLES_PER_SEC = 60_000
+FLOOR_RSS_MB = 1024
+WARMUP_STEPS = 50
+VARIANTS = ("adam", "lazy_adam", "adagrad")
+
+
+def ensure_data(data_dir: str, rows: int) -> None:
+    """Generates the synthetic dataset root unless it is already there."""
+    from input_pipeline import schema, synthetic
+    if os.path.isfile(os.path.join(data_dir, schema.METADATA_FILE)):
+        return
+    synthetic.generate(rows, data_dir, feature_size=FEATURE_SIZE, seed=0)
+
+
+def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
+    """Trains `steps` steps in this process; returns throughput and memory."""
+    import logging as std_logging
+
+    from absl import logging
+    from deepfm import config, trainer
+    from input_pipeline import files, pipeline, schema
+    import strategies
+
+    logging.set_verbosity(logging.WARNING)
+    std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
+    metadata = schema.DatasetMetadata.read(data_dir)
+    with tempfile.TemporaryDirectory() as model_dir:
+        train = config.TrainConfig(
+            model_dir=model_dir, train_files=tuple(files.resolve([data_dir], "tfrecord")),
+            max_steps=WARMUP_STEPS + steps, save_checkpoints_steps=10 ** 9, log_every_n_steps=10 ** 9)
+        model = config.ModelConfig(feature_size=metadata.feature_size, optimizer=optimizer)
+        result = trainer.run(train, model, pipeline.PipelineConfig(data_format="tfrecord"),
+                             strategies.get(strategies.StrategyConfig(name="single")))
+    return {"examples_per_sec": result.examples_per_sec, "peak_rss_mb": common.peak_rss_mb()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR)
+    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=300, help="timed steps per run, after warm-up")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(args.data_dir, args.one, args.steps)))
+        return 0
+
+    ensure_data(args.data_dir, args.rows)
+    variants = args.variants.split(",")
+    results = {v: {"examples_per_sec": [], "peak_rss_mb": []} for v in variants}
+    for run in range(args.runs):
+        for variant in variants:
+            out = common.run_json_subprocess(
+                ["-m", "benchmarks.train_single", "--data_dir", args.data_dir, "--steps", str(args.steps),
+                 "--one", variant], timeout=1800)
+            for key in results[variant]:
+                results[variant][key].append(out[key])
+            print("run %d %-10s %8.0f examples/sec  %6.0f MiB" % (
+                run, variant, out["examples_per_sec"], out["peak_rss_mb"]), file=sys.stderr)
+
+    stats = {v: common.Stats(r["examples_per_sec"]) for v, r in results.items()}
+    baseline = stats[variants[0]].median
+    rows = [[v, stats[v].fmt(), "%.2f" % (stats[v].median / baseline),
+             "%.0f" % max(results[v]["peak_rss_mb"]),
+             "yes" if stats[v].median >= FLOOR_EXAMPLES_PER_SEC and max(results[v]["peak_rss_mb"]) < FLOOR_RSS_MB
+             else "no"] for v in variants]
+    body = (
+        "Single-device DeepFM training on %s synthetic rows (TFRecord, vectorized pipeline), batch 1024, "
+        "embedding 32, layers 128-64-32, feature_size %d, 39 fields. %d runs per optimizer, each a fresh "
+        "process, variants interleaved; %d warm-up steps then %d timed steps per run.\n\n"
+        "Floor: %s examples/sec with under %d MiB resident.\n\n" % (
+            format(args.rows, ","), FEATURE_SIZE, args.runs, WARMUP_STEPS, args.steps,
+            format(FLOOR_EXAMPLES_PER_SEC, ","), FLOOR_RSS_MB)
+        + common.markdown_table(
+            ["optimizer", "examples/sec median (min-max)", "ratio to %s" % variants[0],
+             "peak RSS MiB", "meets floor"], rows))
+    info = common.machine_info()
+    common.write_report("train_single", "Single-device training throughput", body, info, results)
+    common.bar_chart("train_single", "Single-device DeepFM training (%s cores)" % info["cores"], variants,
+                     [stats[v] for v in variants], "examples/sec", FLOOR_EXAMPLES_PER_SEC, "floor")
+    print(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

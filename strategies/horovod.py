@@ -1,0 +1,382 @@
+"""The `horovod` strategy: synchronous data parallelism over processes.
+
+Start one process per device with `horovodrun` (or `python -m
+deepfm.launch --strategy horovod`); each process trains a full copy of the
+model on its own part of the data, and `hvd.DistributedOptimizer`
+allreduces (averages) the gradients of every step, so all ranks apply the
+same update. `hvd.BroadcastGlobalVariablesHook(0)` copies rank 0's variables
+to every rank when the session starts, so the copies start equal (also when
+rank 0 resumes from a checkpoint) and stay equal.
+
+What each rank does:
+
+* Data: File mode shards by `(size, rank)`, or by `(workers_per_host,
+  local_rank)` when S3 already split the files by host
+  (`input_pipeline.sharding`). Pipe mode gives each worker of a host its own
+  channel by local rank and shards by `sharding.pipe_mode_shard`, taking
+  the channels to be mapped to different S3 paths unless the config says
+  otherwise (`pipe_multi_path`).
+* Devices: with GPUs, each process sees only the GPU of its local rank.
+* Learning rate: `learning_rate_factor` (`none`, `linear`, `sqrt`, `capped`).
+  The per-rank batch is not scaled.
+* Saving: rank 0 (`is_chief`) writes checkpoints, summaries, the metrics
+  file and the SavedModel to `model_dir`. The other ranks' Estimators work in
+  a private temporary directory, removed when the process exits, and save
+  there only a checkpoint at the start and at the end of training (the end
+  one is what they evaluate).
+
+No rank ever waits in a collective for a rank busy with something else
+(Horovod's "tensors were submitted ... by subset of ranks" stall):
+
+* Every rank runs the same number of steps: the trainer's step budget comes
+  from the smallest shard's rows, and the training input repeats, so no rank
+  runs out of data first.
+* The only collectives are the gradient allreduces of training steps, the
+  broadcast at session start, and one broadcast of rank 0's resume step in
+  `run_config`, which every rank calls once. Evaluation and export run after
+  the last step and contain no collective.
+* Evaluation runs on every rank (`evaluates`), each on the whole validation
+  set: the same work everywhere, and since the variables are equal every
+  rank computes the same metrics. Sharding the validation set would need an
+  allreduce of the metric state, i.e. one more chance to stall.
+* A model directory whose checkpoint already reached the step budget would
+  make rank 0 skip training while the others wait for its broadcast; every
+  rank detects this from the broadcast resume step and stops with an error.
+* Rank 0's periodic checkpoints and summaries are the only work it does
+  alone during training; they are local and short.
+"""
+
+import atexit
+import math
+import shutil
+import tempfile
+from typing import Callable, List, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from input_pipeline import sharding
+from strategies import base, devices
+
+LR_NONE, LR_LINEAR, LR_SQRT, LR_CAPPED = base.LR_SCALINGS
+ROOT_RANK = 0
+MIN_LR_SCALE_CAP = 1.0
+# Non-chief ranks save a checkpoint at the start and the end of training
+# only: their periodic interval is never reached.
+FINAL_CHECKPOINT_ONLY_STEPS = 2**62
+PRIVATE_KEEP_CHECKPOINT_MAX = 1
+NO_SUMMARIES = 0
+NO_RESUME_STEP = 0
+INPUT_MODE_PIPE = "pipe"
+# Pipe mode: a host's channels map to different S3 paths (the layout the
+# best-practice text recommends), unless the config has `pipe_multi_path`.
+DEFAULT_PIPE_MULTI_PATH = True
+INSTALL_HINT = (
+    "install it with TensorFlow and Gloo support, e.g. "
+    "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 pip install 'horovod[tensorflow]==0.28.1' "
+    "(the 'horovod' extra of this package), and start the ranks with horovodrun")
+
+
+def import_horovod():
+    """Imports and returns `horovod.tensorflow`.
+
+    Raises:
+      ImportError: Horovod or its TensorFlow extension is missing; the
+        message says how to install it.
+    """
+    try:
+        import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+        raise ImportError("--strategy horovod needs Horovod (%s): %s" % (e, INSTALL_HINT)) from e
+    return hvd
+
+
+def learning_rate_factor(policy: str, size: int, cap: float = base.DEFAULT_LR_SCALE_CAP) -> float:
+    """The factor on the learning rate for `size` ranks under `policy`.
+
+    Args:
+      policy: one of `base.LR_SCALINGS`: `none` (1), `linear` (size),
+        `sqrt` (sqrt(size)), `capped` (min(size, cap)).
+      size: ranks in the job, >= 1.
+      cap: the largest factor of `capped`; the best-practice value 1.5 turns
+        0.001 into 0.0015 for any number of ranks from 2 up.
+
+    Raises:
+      ValueError: an unknown policy or size < 1.
+    """
+    base.check_choice("lr_scaling", policy, base.LR_SCALINGS)
+    if size < 1:
+        raise ValueError("the number of ranks must be >= 1, got %r" % size)
+    if policy == LR_LINEAR:
+        return float(size)
+    if policy == LR_SQRT:
+        return math.sqrt(size)
+    if policy == LR_CAPPED:
+        return float(min(size, cap))
+    return 1.0
+
+
+def pinned_gpu(device_type: str, num_gpus: int, local_rank: int, local_size: int) -> Optional[int]:
+    """The GPU a rank is pinned to, or None to train on the CPU.
+
+    Args:
+      device_type: `auto` (the local rank's GPU when GPUs are visible),
+        `gpu` or `cpu`.
+      num_gpus: GPUs visible on this host.
+      local_rank: the rank on its host.
+      local_size: ranks on this host.
+
+    Raises:
+      ValueError: `gpu` with no GPU, or fewer GPUs than ranks on the host.
+    """
+    if device_type == devices.CPU or (device_type == devices.AUTO and not num_gpus):
+        return None
+    if not num_gpus:
+        raise ValueError("--device_type gpu: no GPU is visible to TensorFlow on this host")
+    if num_gpus < local_size:
+        raise ValueError(
+            "%d horovod ranks on this host but only %d visible GPU(s): start at most %d process(es) "
+            "per host (horovodrun -np / processes_per_host) or pass --device_type cpu"
+            % (local_size, num_gpus, num_gpus))
+    return local_rank
+
+
+@base.register("horovod")
+class HorovodStrategy(base.Strategy):
+    """One Horovod rank of a synchronous data-parallel job.
+
+    `setup` initializes Horovod; the methods that need a rank run it first
+    when it has not run yet.
+    """
+
+    def __init__(self, config: base.StrategyConfig):
+        super().__init__(config)
+        self._hvd = None
+        self._gpu: Optional[int] = None
+        self._max_steps: Optional[int] = None
+        self._private_dir: Optional[str] = None
+        self._checkpoint_dir: Optional[str] = None
+
+    # --- set-up -----------------------------------------------------------
+    def validate(self) -> None:
+        """Checks the options: those of every strategy, `--lr_scale_cap` >= 1,
+        and `--num_devices` 0 or 1 (Horovod runs one device per process).
+
+        Raises:
+          ValueError: a bad option, named with its value.
+        """
+        super().validate()
+        if self.config.lr_scale_cap < MIN_LR_SCALE_CAP:
+            raise ValueError("--lr_scale_cap must be >= %g, got %r" % (MIN_LR_SCALE_CAP, self.config.lr_scale_cap))
+        if self.config.num_devices > 1:
+            raise ValueError(
+                "--num_devices %d: horovod uses one device per process; start more processes instead "
+                "(horovodrun -np, or processes_per_host on SageMaker)" % self.config.num_devices)
+
+    def setup(self) -> None:
+        """Initializes Horovod, pins the GPU and checks the Pipe channels.
+
+        Raises:
+          ImportError: Horovod is not installed.
+          ValueError: fewer GPUs or Pipe channels than ranks on this host.
+        """
+        if self._hvd is not None:
+            return
+        super().setup()
+        hvd = import_horovod()
+        hvd.init()
+        self._hvd = hvd
+        gpus = tf.config.list_physical_devices(devices.GPU.upper())
+        self._gpu = pinned_gpu(self.config.device_type, len(gpus), hvd.local_rank(), hvd.local_size())
+        if self._gpu is not None:
+            # Eager work must see the same single GPU as the sessions
+            # (`session_config`), or TensorFlow maps GPU:0 to two GPUs.
+            try:
+                tf.config.set_visible_devices(gpus[self._gpu], devices.GPU.upper())
+            except RuntimeError as e:
+                raise RuntimeError(
+                    "horovod rank %d cannot be pinned to GPU %d: TensorFlow initialized its GPUs before "
+                    "the strategy's setup(); run setup() before any TensorFlow op (%s)"
+                    % (hvd.rank(), self._gpu, e)) from e
+        if self.config.input_mode == INPUT_MODE_PIPE:
+            self.pipe_channel()
+        logging.info("%s", self.describe())
+
+    @property
+    def hvd(self):
+        """The initialized `horovod.tensorflow` module (runs `setup` if needed)."""
+        if self._hvd is None:
+            self.setup()
+        return self._hvd
+
+    # --- topology ----------------------------------------------------------
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return self.hvd.size()
+
+    @property
+    def num_workers(self) -> int:
+        return self.hvd.size()
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the job."""
+        return self.hvd.rank()
+
+    @property
+    def is_chief(self) -> bool:
+        """Rank 0 saves checkpoints, writes the metrics file and exports."""
+        return self.rank == ROOT_RANK
+
+    @property
+    def evaluates(self) -> bool:
+        """Every rank evaluates (see the module docstring)."""
+        return True
+
+    def topology(self) -> sharding.Topology:
+        """Where this rank sits: hosts, workers per host, ranks.
+
+        Raises:
+          ValueError: the ranks do not fill every host equally.
+        """
+        hvd = self.hvd
+        return sharding.Topology.from_ranks(
+            rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(), workers_per_host=hvd.local_size())
+
+    def input_context(self) -> tf.distribute.InputContext:
+        """This rank's shard of the input.
+
+        File mode: `(size, rank)`, or `(workers_per_host, local_rank)` with
+        `--s3_sharded`. Pipe mode: `sharding.pipe_mode_shard`.
+        """
+        topology = self.topology()
+        if self.config.input_mode == INPUT_MODE_PIPE:
+            multi_path = getattr(self.config, "pipe_multi_path", DEFAULT_PIPE_MULTI_PATH)
+            num_shards, index = sharding.pipe_mode_shard(topology, multi_path, self.config.s3_sharded)
+        else:
+            num_shards, index = sharding.file_mode_shard(
+                topology, sharding.FRAMEWORK_HOROVOD, self.config.s3_sharded)
+        return tf.distribute.InputContext(
+            num_input_pipelines=num_shards, input_pipeline_id=index,
+            num_replicas_in_sync=self.num_replicas_in_sync)
+
+    def pipe_channel(self) -> str:
+        """The channel of this rank's local rank.
+
+        Raises:
+          ValueError: fewer `--train_channels` than ranks on this host, or a
+            channel listed twice.
+        """
+        hvd = self.hvd
+        try:
+            return sharding.assign_channel(self.config.train_channels, hvd.local_rank(), hvd.local_size())
+        except ValueError as e:
+            raise ValueError("--train_channels %r: %s" % (",".join(self.config.train_channels), e)) from e
+
+    # --- the graph --------------------------------------------------------
+    def session_config(self) -> tf.compat.v1.ConfigProto:
+        """The base configuration, showing only this local rank's GPU.
+
+        With `--device_type cpu` the session sees no GPU.
+        """
+        config = super().session_config()
+        self.setup()  # picks the GPU
+        if self._gpu is not None:
+            config.gpu_options.visible_device_list = str(self._gpu)
+        elif self.config.device_type == devices.CPU:
+            config.device_count[devices.GPU.upper()] = 0
+        return config
+
+    def run_config(self, **kwargs) -> tf.estimator.RunConfig:
+        """The `RunConfig` of this rank.
+
+        A collective: every rank must call it once. Rank 0 keeps `model_dir`
+        and the checkpoint settings given; the other ranks get a private
+        temporary `model_dir`, a final checkpoint only and no summaries. The
+        graph seed, when set, is offset by the rank so the ranks draw
+        different dropout masks (initial values come from rank 0 anyway).
+
+        Raises:
+          ValueError: rank 0's checkpoint already reached the step budget
+            given to `global_max_steps` (every rank raises).
+        """
+        model_dir = kwargs.get("model_dir")
+        if model_dir is not None:
+            self._check_resume_step(model_dir)
+        if kwargs.get("tf_random_seed") is not None:
+            kwargs["tf_random_seed"] += self.rank
+        if not self.is_chief:
+            kwargs.update(
+                model_dir=self._private_model_dir(),
+                save_checkpoints_steps=FINAL_CHECKPOINT_ONLY_STEPS,
+                save_checkpoints_secs=None,
+                save_summary_steps=NO_SUMMARIES,
+                keep_checkpoint_max=PRIVATE_KEEP_CHECKPOINT_MAX)
+        self._checkpoint_dir = kwargs.get("model_dir")
+        return super().run_config(**kwargs)
+
+    @property
+    def checkpoint_dir(self) -> Optional[str]:
+        """Where this rank's Estimator checkpoints (None before `run_config`)."""
+        return self._checkpoint_dir
+
+    def _private_model_dir(self) -> str:
+        if self._private_dir is None:
+            self._private_dir = tempfile.mkdtemp(prefix="horovod-rank%d-" % self.rank)
+            atexit.register(shutil.rmtree, self._private_dir, ignore_errors=True)
+        return self._private_dir
+
+    def _check_resume_step(self, model_dir: str) -> None:
+        step = NO_RESUME_STEP
+        if self.is_chief:
+            checkpoint = tf.train.latest_checkpoint(model_dir)
+            if checkpoint:
+                step = int(tf.train.load_variable(checkpoint, tf.compat.v1.GraphKeys.GLOBAL_STEP))
+        step = self._broadcast_int(step)
+        if self._max_steps is not None and step >= self._max_steps:
+            raise ValueError(
+                "--model_dir %r on rank 0 holds a checkpoint at global step %d, and the step budget is %d: "
+                "rank 0 would skip training while the other ranks wait for it. Raise --max_steps or "
+                "--num_epochs, or use a new --model_dir" % (model_dir, step, self._max_steps))
+
+    def _broadcast_int(self, value: int) -> int:
+        """Rank 0's `value` on every rank (a collective)."""
+        hvd = self.hvd
+        with tf.Graph().as_default():
+            with tf.device(devices.HOST_DEVICE):
+                broadcast = hvd.broadcast(tf.constant(value, tf.int64), ROOT_RANK, name="resume_step")
+            with tf.compat.v1.Session(config=self.session_config()) as session:
+                return int(session.run(broadcast))
+
+    def global_max_steps(self, steps_per_worker: int) -> int:
+        """The same budget on every rank; remembered for `run_config`'s check."""
+        self._max_steps = steps_per_worker
+        return steps_per_worker
+
+    def learning_rate_factor(self) -> float:
+        return learning_rate_factor(self.config.lr_scaling, self.hvd.size(), self.config.lr_scale_cap)
+
+    def optimizer_wrapper(self) -> Optional[Callable]:
+        """Wraps the optimizer in `hvd.DistributedOptimizer`.
+
+        With `--sparse_as_dense` the embedding gradients are made dense and
+        allreduced, instead of allgathering their rows and indices.
+        """
+        hvd = self.hvd
+        sparse_as_dense = self.config.sparse_as_dense
+
+        def wrap(optimizer):
+            return hvd.DistributedOptimizer(optimizer, sparse_as_dense=sparse_as_dense)
+        return wrap
+
+    def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
+        """Broadcasts rank 0's variables when the session starts."""
+        return [self.hvd.BroadcastGlobalVariablesHook(ROOT_RANK)]
+
+    def describe(self) -> str:
+        hvd = self.hvd
+        device = "GPU %d" % self._gpu if self._gpu is not None else "CPU"
+        return "horovod: rank %d of %d (local rank %d of %d), %s, lr x%g (%s)%s" % (
+            hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device,
+            self.learning_rate_factor(), self.config.lr_scaling,
+            ", sparse_as_dense" if self.config.sparse_as_dense else "")
