@@ -85,7 +85,7 @@ def check_model_dir(model_dir: str) -> Optional[int]:
 
 
 def _steps_per_worker(train: TrainConfig, builder: pipeline.DatasetBuilder,
-                      context: tf.distribute.InputContext) -> int:
+                      context: tf.distribute.InputContext, batches_per_step: int) -> int:
     if train.max_steps:
         return train.max_steps
     steps = builder.steps_per_epoch(context)
@@ -97,7 +97,7 @@ def _steps_per_worker(train: TrainConfig, builder: pipeline.DatasetBuilder,
         raise ValueError(
             "the smallest input shard holds fewer rows than one batch of %d: lower --batch_size "
             "or use fewer workers" % builder.batch_size)
-    return steps * train.num_epochs
+    return steps * train.num_epochs // batches_per_step
 
 
 def build_estimator(train: TrainConfig, model: ModelConfig, strategy: strategies_base.Strategy,
@@ -146,12 +146,13 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     batch = strategy.batch_per_input_pipeline(train.batch_size)
     source = strategy.pipe_channel() if input_config.input_mode == "pipe" else train.train_files
     train_builder = pipeline.DatasetBuilder(source, input_config, batch_size=batch, num_epochs=None)
-    max_steps = strategy.global_max_steps(_steps_per_worker(train, train_builder, context))
+    per_step = strategy.batches_per_step()
+    max_steps = strategy.global_max_steps(_steps_per_worker(train, train_builder, context, per_step))
     logging.info("%s; per-replica batch %d; training to global step %d",
                  strategy.describe(), train.batch_size, max_steps)
 
     estimator = build_estimator(train, model, strategy)
-    throughput = hooks_lib.ExamplesPerSecondHook(batch, every_n_steps=train.log_every_n_steps)
+    throughput = hooks_lib.ExamplesPerSecondHook(batch * per_step, every_n_steps=train.log_every_n_steps)
     start = time.time()
     estimator.train(lambda: train_builder(context), max_steps=max_steps,
                     hooks=strategy.train_hooks() + [throughput])

@@ -169,6 +169,13 @@ class Strategy(abc.ABC):
         """
         return per_replica_batch
 
+    def batches_per_step(self) -> int:
+        """Batches of this process's dataset that one global step consumes.
+
+        One by default; MirroredStrategy takes one batch per replica.
+        """
+        return 1
+
     def pipe_channel(self) -> str:
         """The Pipe-mode training channel this process reads.
 

@@ -1,0 +1,155 @@
+"""The local devices that the tower and mirrored strategies replicate over.
+
+On CPU, TensorFlow shows one device, `/cpu:0`, unless the session is told
+to create more: `ConfigProto(device_count={'CPU': N + 1})` makes `/cpu:0` ..
+`/cpu:N`, all sharing the host's cores. The replicas run on `/cpu:1` ..
+`/cpu:N`; `/cpu:0` holds the variables and does the reduction. On GPUs the
+replicas are `/gpu:0` .. `/gpu:N-1`.
+
+`LocalReplicaStrategy` is the common base of the strategies that replicate
+over these devices.
+"""
+
+import dataclasses
+import os
+from typing import Optional, Tuple
+
+import tensorflow as tf
+
+from strategies import base
+
+CPU = "cpu"
+GPU = "gpu"
+AUTO = "auto"
+# The CPU device that holds shared variables and reduces gradients.
+HOST_DEVICE = "/cpu:0"
+# Replica devices on CPU start after HOST_DEVICE.
+FIRST_CPU_REPLICA = 1
+MIN_DEVICES = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceList:
+    """The devices of one host's replicas.
+
+    Attributes:
+      device_type: `cpu` or `gpu`.
+      devices: the replica devices, e.g. ('/cpu:1', '/cpu:2') or
+        ('/gpu:0', '/gpu:1').
+    """
+
+    device_type: str
+    devices: Tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    @property
+    def parameter_device(self) -> str:
+        """Where shared variables live: `/cpu:0`, or the GPU when there is one."""
+        if self.device_type == GPU and len(self.devices) == 1:
+            return self.devices[0]
+        return HOST_DEVICE
+
+    @property
+    def cpu_device_count(self) -> int:
+        """CPU devices the session must create (`device_count['CPU']`)."""
+        if self.device_type == CPU:
+            return len(self.devices) + FIRST_CPU_REPLICA
+        return 1
+
+    def session_config(self, config: tf.compat.v1.ConfigProto) -> tf.compat.v1.ConfigProto:
+        """Returns a copy of `config` that creates these devices.
+
+        Sets `device_count['CPU']` and `allow_soft_placement` (ops without a
+        kernel on a replica's device, e.g. int64 ops on a GPU, fall back to
+        the CPU).
+        """
+        updated = tf.compat.v1.ConfigProto()
+        updated.CopyFrom(config)
+        updated.allow_soft_placement = True
+        updated.device_count["CPU"] = self.cpu_device_count
+        return updated
+
+
+def visible_gpus() -> int:
+    """The number of GPUs TensorFlow can see (without initializing them)."""
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def host_cpus() -> int:
+    """The CPU cores of this host (`os.cpu_count()`)."""
+    return os.cpu_count() or MIN_DEVICES
+
+
+def resolve(num_devices: int, device_type: str, gpus: Optional[int] = None,
+            cpus: Optional[int] = None) -> DeviceList:
+    """Picks the replica devices of this host.
+
+    Args:
+      num_devices: replicas wanted; 0 means every device: every GPU, or on
+        CPU every core but the one `/cpu:0` runs on (at least one).
+      device_type: `cpu`, `gpu`, or `auto` (GPUs when any is visible).
+      gpus: visible GPUs; default: `visible_gpus()`.
+      cpus: CPU cores; default: `host_cpus()`.
+
+    Returns:
+      The `DeviceList`.
+
+    Raises:
+      ValueError: a bad `num_devices` or `device_type`, `gpu` without a
+        visible GPU, or more GPUs asked for than are visible.
+    """
+    if num_devices < 0:
+        raise ValueError("--num_devices must be >= 0, got %r" % num_devices)
+    if device_type not in (AUTO, CPU, GPU):
+        raise ValueError("--device_type must be one of %s, got %r" % (", ".join((AUTO, CPU, GPU)), device_type))
+    gpus = visible_gpus() if gpus is None else gpus
+    cpus = host_cpus() if cpus is None else cpus
+    if device_type == AUTO:
+        device_type = GPU if gpus else CPU
+    if device_type == GPU:
+        if not gpus:
+            raise ValueError("--device_type gpu: no GPU is visible to TensorFlow")
+        count = num_devices or gpus
+        if count > gpus:
+            raise ValueError("--num_devices %d asks for more GPUs than the %d visible" % (count, gpus))
+        return DeviceList(GPU, tuple("/gpu:%d" % i for i in range(count)))
+    count = num_devices or max(MIN_DEVICES, cpus - FIRST_CPU_REPLICA)
+    return DeviceList(CPU, tuple("/cpu:%d" % i for i in range(FIRST_CPU_REPLICA, FIRST_CPU_REPLICA + count)))
+
+
+class LocalReplicaStrategy(base.Strategy):
+    """A strategy with one replica per local device (not registered itself).
+
+    Reads `num_devices` and `device_type` from the `StrategyConfig`; the
+    session creates the virtual CPU devices.
+    """
+
+    def __init__(self, config: base.StrategyConfig):
+        super().__init__(config)
+        self._device_list: Optional[DeviceList] = None
+
+    def validate(self) -> None:
+        """Also resolves the devices.
+
+        Raises:
+          ValueError: a bad option, or GPUs asked for that are not visible.
+        """
+        super().validate()
+        self._device_list = resolve(self.config.num_devices, self.config.device_type)
+
+    @property
+    def device_list(self) -> DeviceList:
+        """The replica devices (resolved on first use)."""
+        if self._device_list is None:
+            self._device_list = resolve(self.config.num_devices, self.config.device_type)
+        return self._device_list
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return len(self.device_list)
+
+    def session_config(self) -> tf.compat.v1.ConfigProto:
+        """The base configuration, creating the virtual CPU devices."""
+        return self.device_list.session_config(super().session_config())

@@ -1,0 +1,110 @@
+"""The `mirrored` strategy: `tf.distribute.MirroredStrategy` under tf.estimator.
+
+Synchronous training over the replicas of one host, through
+`RunConfig(train_distribute=..., eval_distribute=...)`. The Estimator calls
+the model_fn once per replica and gives each replica its own batch of the
+dataset, so a dataset batch is one replica's batch and one global step
+consumes `replicas` dataset batches (global batch = per-replica batch x
+replicas). The V1 optimizers divide each replica's loss by the replica count
+under the Estimator, so the summed gradients are the mean.
+
+On CPU the replicas are the virtual devices `/cpu:1` .. `/cpu:N`, leaving
+out `/cpu:0`, which does the reduction (see `strategies.devices`); on GPUs,
+`/gpu:0` .. `/gpu:N-1`. `--cross_device_ops` picks the reduction:
+
+* `reduction_to_one_device`: `tf.distribute.ReductionToOneDevice` onto
+  `/cpu:0`;
+* `hierarchical_copy`: `tf.distribute.HierarchicalCopyAllReduce`;
+* `nccl`: `tf.distribute.NcclAllReduce` (GPUs only).
+"""
+
+from typing import Callable, Dict
+
+import tensorflow as tf
+
+from strategies import base
+from strategies import devices as devices_lib
+
+REDUCTION_TO_ONE_DEVICE = "reduction_to_one_device"
+HIERARCHICAL_COPY = "hierarchical_copy"
+NCCL = "nccl"
+GPU_ONLY_CROSS_DEVICE_OPS = (NCCL,)
+
+
+def make_cross_device_ops(name: str) -> tf.distribute.CrossDeviceOps:
+    """The `tf.distribute.CrossDeviceOps` named by `--cross_device_ops`.
+
+    Raises:
+      ValueError: an unknown name; the message lists the valid ones.
+    """
+    factories: Dict[str, Callable[[], tf.distribute.CrossDeviceOps]] = {
+        REDUCTION_TO_ONE_DEVICE: lambda: tf.distribute.ReductionToOneDevice(
+            reduce_to_device=devices_lib.HOST_DEVICE),
+        HIERARCHICAL_COPY: tf.distribute.HierarchicalCopyAllReduce,
+        NCCL: tf.distribute.NcclAllReduce,
+    }
+    base.check_choice("cross_device_ops", name, tuple(factories))
+    return factories[name]()
+
+
+def check_cross_device_ops(name: str, device_list: devices_lib.DeviceList) -> None:
+    """Checks that the reduction `name` can run on `device_list`.
+
+    Raises:
+      ValueError: a GPU-only reduction (NCCL) on CPU replicas.
+    """
+    if name in GPU_ONLY_CROSS_DEVICE_OPS and device_list.device_type != devices_lib.GPU:
+        raise ValueError(
+            "--cross_device_ops %s needs GPU replicas, but the mirrored replicas are on CPU (%s); "
+            "use --cross_device_ops %s or %s on CPU" % (
+                name, ",".join(device_list.devices), REDUCTION_TO_ONE_DEVICE, HIERARCHICAL_COPY))
+
+
+@base.register("mirrored")
+class MirroredStrategy(devices_lib.LocalReplicaStrategy):
+    """One process, one `tf.distribute.MirroredStrategy` replica per device.
+
+    Reads `num_devices`, `device_type` and `cross_device_ops` from the
+    `StrategyConfig`.
+    """
+
+    def validate(self) -> None:
+        """Also checks the reduction against the devices.
+
+        Raises:
+          ValueError: a bad option, GPUs asked for that are not visible, or
+            NCCL on CPU replicas.
+        """
+        super().validate()
+        check_cross_device_ops(self.config.cross_device_ops, self.device_list)
+
+    def batches_per_step(self) -> int:
+        """Dataset batches one global step consumes: one per replica."""
+        return len(self.device_list)
+
+    def distribution(self) -> tf.distribute.MirroredStrategy:
+        """A new `tf.distribute.MirroredStrategy` over the replica devices.
+
+        Raises:
+          ValueError: NCCL on CPU replicas, or an unknown reduction.
+        """
+        check_cross_device_ops(self.config.cross_device_ops, self.device_list)
+        # Built in graph mode, as the Estimator uses it. Built eagerly, it
+        # would create a variable on each replica device in the eager
+        # context, which has no virtual CPU devices: those exist only in the
+        # Estimator's sessions (`device_count`).
+        with tf.Graph().as_default():
+            return tf.distribute.MirroredStrategy(
+                devices=list(self.device_list.devices),
+                cross_device_ops=make_cross_device_ops(self.config.cross_device_ops))
+
+    def run_config(self, **kwargs) -> tf.estimator.RunConfig:
+        """A `RunConfig` training and evaluating through the MirroredStrategy."""
+        distribution = self.distribution()
+        return tf.estimator.RunConfig(
+            session_config=self.session_config(), train_distribute=distribution,
+            eval_distribute=distribution, **kwargs)
+
+    def describe(self) -> str:
+        return "mirrored: %d replica(s) on %s, %s" % (
+            len(self.device_list), ",".join(self.device_list.devices), self.config.cross_device_ops)
