@@ -95,7 +95,9 @@ class TrainConfig:
       batch_size: examples per replica and step (the global batch is this
         times the strategy's replicas in sync).
       num_epochs: passes over the training data.
-      max_steps: if set, stop at this global step instead.
+      max_steps: if set, each worker stops after this many steps instead
+        (the global step where updates are synchronous; asynchronous
+        parameter-server workers add up to max_steps x workers).
       metrics_file: where the final evaluation goes as JSON; None for none.
       log_every_n_steps: how often the throughput hook logs.
       save_checkpoints_steps: checkpoint interval in steps.

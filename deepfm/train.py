@@ -37,7 +37,7 @@ def define_flags() -> None:
     flags.DEFINE_string("metrics_file", None, "Write the final evaluation here as JSON.")
     flags.DEFINE_integer("batch_size", config_lib.DEFAULT_BATCH_SIZE, "Examples per replica and step.")
     flags.DEFINE_integer("num_epochs", 1, "Passes over the training data.")
-    flags.DEFINE_integer("max_steps", None, "Stop at this global step instead of after num_epochs.")
+    flags.DEFINE_integer("max_steps", None, "Steps per worker instead of num_epochs (for async ps the global step reaches this x workers).")
     flags.DEFINE_integer("embedding_size", config_lib.DEFAULT_EMBEDDING_SIZE, "Embedding (FM factor) size.")
     flags.DEFINE_list("deep_layers", [str(w) for w in config_lib.DEFAULT_DEEP_LAYERS], "Deep part layer widths.")
     flags.DEFINE_list("dropout", [str(r) for r in config_lib.DEFAULT_DROPOUT],

@@ -1,0 +1,343 @@
+"""Supervision of the processes of a job on one machine.
+
+A `ProcessGroup` starts tasks (a parameter server, a worker, `horovodrun`),
+each in its own process group with its output in its own log file, and
+watches them:
+
+* the job succeeds when every task exits with code 0; *service* tasks (the
+  parameter servers) are expected to exit by themselves once the other
+  tasks are done, within `service_grace_seconds`;
+* as soon as one task fails, every other task is stopped and
+  `TaskFailedError` names the failed task, its exit code and the tail of
+  its log;
+* leaving the group (`with ProcessGroup(...) as group:`), for whatever
+  reason (an exception, Ctrl-C, a SIGTERM turned into `Terminated` by
+  `signals_raise`), stops every task and every process they started:
+  SIGTERM to each process group and to every known descendant, then SIGKILL
+  after `stop_grace_seconds`. No process outlives the group;
+* on Linux a task is also killed by the kernel if the supervising process
+  itself dies without cleaning up (SIGKILL).
+"""
+
+import contextlib
+import ctypes
+import ctypes.util
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence
+
+import psutil
+
+DEFAULT_POLL_SECONDS = 0.2
+DEFAULT_STOP_GRACE_SECONDS = 5.0
+DEFAULT_SERVICE_GRACE_SECONDS = 60.0
+LOG_TAIL_LINES = 20
+LOG_TAIL_MAX_BYTES = 64 * 1024
+# Exit status of a process ended by signal N, as shells report it.
+SIGNAL_EXIT_BASE = 128
+# prctl(2) option: the signal a process gets when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
+
+
+class TaskFailedError(RuntimeError):
+    """A task of the group failed.
+
+    Attributes:
+      task: the failed task's name.
+      returncode: its exit code (negative: killed by that signal).
+      log_path: its log file.
+      log_tail: the last lines of its log.
+    """
+
+    def __init__(self, task: str, returncode: int, log_path: str, log_tail: str, reason: str = ""):
+        self.task = task
+        self.returncode = returncode
+        self.log_path = log_path
+        self.log_tail = log_tail
+        what = reason or "failed with %s" % describe_returncode(returncode)
+        super().__init__("task %s %s; last lines of %s:\n%s" % (task, what, log_path, _indent(log_tail)))
+
+
+class Terminated(Exception):
+    """This process received a termination signal (see `signals_raise`).
+
+    Attributes:
+      signum: the signal number.
+    """
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__("received %s" % signal.Signals(signum).name)
+
+
+@dataclasses.dataclass
+class Task:
+    """A started task.
+
+    Attributes:
+      name: its name, unique in the group (e.g. `worker_0`).
+      argv: the command line.
+      log_path: the file receiving its stdout and stderr.
+      pid_path: the file holding its process id.
+      process: the running process; it leads its own process group.
+      service: whether it is expected to exit by itself once every
+        non-service task has finished.
+    """
+
+    name: str
+    argv: Sequence[str]
+    log_path: str
+    pid_path: str
+    process: subprocess.Popen
+    service: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def poll(self) -> Optional[int]:
+        """The exit code, or None while it runs."""
+        return self.process.poll()
+
+
+def describe_returncode(returncode: int) -> str:
+    """`exit code 3`, or `exit code -9 (killed by SIGKILL)`."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "signal %d" % -returncode
+        return "exit code %d (killed by %s)" % (returncode, name)
+    return "exit code %d" % returncode
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a text file ("" when it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOG_TAIL_MAX_BYTES))
+            data = f.read()
+    except FileNotFoundError:
+        return ""
+    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
+
+
+def free_ports(count: int, host: str = "localhost") -> List[int]:
+    """`count` distinct TCP ports free on `host` right now.
+
+    The sockets stay bound until all ports are chosen, so the ports differ;
+    another program may still take one before it is used.
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@contextlib.contextmanager
+def signals_raise(signums: Sequence[int] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """Within the block, the given signals raise `Terminated` (Ctrl-C already raises KeyboardInterrupt)."""
+    def handle(signum, frame):
+        del frame
+        raise Terminated(signum)
+    previous = {signum: signal.signal(signum, handle) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class ProcessGroup:
+    """Starts, watches and stops the tasks of a job; see the module docstring.
+
+    Args:
+      log_dir: where `<name>.log` and `<name>.pid` of each task go (created
+        if missing).
+      poll_seconds: how often `wait` looks at the tasks.
+      stop_grace_seconds: how long `stop` waits after SIGTERM before SIGKILL.
+      service_grace_seconds: how long service tasks may run on after every
+        other task has exited successfully.
+    """
+
+    def __init__(self, log_dir: str, poll_seconds: float = DEFAULT_POLL_SECONDS,
+                 stop_grace_seconds: float = DEFAULT_STOP_GRACE_SECONDS,
+                 service_grace_seconds: float = DEFAULT_SERVICE_GRACE_SECONDS):
+        self.log_dir = log_dir
+        self._poll_seconds = poll_seconds
+        self._stop_grace_seconds = stop_grace_seconds
+        self._service_grace_seconds = service_grace_seconds
+        self._tasks: Dict[str, Task] = {}
+        self._descendants: Dict[int, psutil.Process] = {}
+        os.makedirs(log_dir, exist_ok=True)
+
+    @property
+    def tasks(self) -> List[Task]:
+        """The started tasks, in start order."""
+        return list(self._tasks.values())
+
+    def __enter__(self) -> "ProcessGroup":
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self.stop()
+
+    def start(self, name: str, argv: Sequence[str], env: Optional[Mapping[str, str]] = None,
+              service: bool = False) -> Task:
+        """Starts a task in its own process group.
+
+        Args:
+          name: a unique name, used for its log (`<log_dir>/<name>.log`) and
+            in messages.
+          argv: the command line.
+          env: its whole environment (default: this process's).
+          service: whether it exits by itself once the other tasks are done.
+
+        Returns:
+          The started task.
+
+        Raises:
+          ValueError: the name is taken.
+          OSError: the command cannot be started.
+        """
+        if name in self._tasks:
+            raise ValueError("task %r is already started" % name)
+        log_path = os.path.join(self.log_dir, name + ".log")
+        pid_path = os.path.join(self.log_dir, name + ".pid")
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=None if env is None else dict(env), start_new_session=True,
+                                       preexec_fn=_die_with_parent())
+        with open(pid_path + ".tmp", "w") as f:
+            f.write("%d\n" % process.pid)
+        os.replace(pid_path + ".tmp", pid_path)
+        task = Task(name=name, argv=list(argv), log_path=log_path, pid_path=pid_path, process=process,
+                    service=service)
+        self._tasks[name] = task
+        return task
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Returns once every task has exited with code 0.
+
+        Stops every task before raising.
+
+        Args:
+          timeout: seconds to wait at most; None waits as long as the tasks run.
+
+        Raises:
+          TaskFailedError: a task exited with a non-zero code, or a service
+            task outlived the others by more than `service_grace_seconds`.
+          TimeoutError: the tasks ran longer than `timeout`.
+        """
+        start = time.monotonic()
+        others_done_at = None
+        while True:
+            self._remember_descendants()
+            running = []
+            for task in self._tasks.values():
+                code = task.poll()
+                if code is None:
+                    running.append(task)
+                elif code != 0:
+                    self.stop()
+                    raise TaskFailedError(task.name, code, task.log_path, log_tail(task.log_path))
+            if not running:
+                return
+            now = time.monotonic()
+            if all(task.service for task in running):
+                others_done_at = others_done_at or now
+                if now - others_done_at > self._service_grace_seconds:
+                    self.stop()
+                    task = running[0]
+                    raise TaskFailedError(
+                        task.name, task.poll() or 0, task.log_path, log_tail(task.log_path),
+                        reason="was still running %.0f s after every other task finished"
+                        % self._service_grace_seconds)
+            if timeout is not None and now - start > timeout:
+                self.stop()
+                raise TimeoutError("tasks %s still running after %.0f s; stopped them all (logs in %s)"
+                                   % (", ".join(task.name for task in running), timeout, self.log_dir))
+            time.sleep(self._poll_seconds)
+
+    def stop(self) -> None:
+        """Stops every task and every process they started; waits until all are gone.
+
+        Running tasks get SIGTERM (their whole process group), as do the
+        processes they started; whatever still runs `stop_grace_seconds`
+        later gets SIGKILL. Safe to call more than once.
+        """
+        self._remember_descendants()
+        running = [task for task in self._tasks.values() if task.poll() is None]
+        for task in running:
+            _signal_group(task.pid, signal.SIGTERM)
+        descendants = [p for p in self._descendants.values() if _send(p, signal.SIGTERM)]
+        deadline = time.monotonic() + self._stop_grace_seconds
+        for task in running:
+            try:
+                task.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(task.pid, signal.SIGKILL)
+                task.process.wait()
+        _, alive = psutil.wait_procs(descendants, timeout=max(0.0, deadline - time.monotonic()))
+        for process in alive:
+            _send(process, signal.SIGKILL)
+        psutil.wait_procs(alive)
+        for task in running:
+            # Whatever is left in its process group.
+            _signal_group(task.pid, signal.SIGKILL)
+
+    def _remember_descendants(self) -> None:
+        """Records the processes the tasks started (they may leave the tasks' process groups)."""
+        for task in self._tasks.values():
+            try:
+                children = psutil.Process(task.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                continue
+            for child in children:
+                self._descendants.setdefault(child.pid, child)
+
+
+def _die_with_parent():
+    """A `preexec_fn` that has the kernel kill the child if this process dies (Linux; else None).
+
+    Covers what no handler can: this process killed by SIGKILL.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+    def preexec():
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    return preexec
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _send(process: psutil.Process, signum: int) -> bool:
+    """Signals a process unless it is gone (psutil checks the pid was not reused)."""
+    try:
+        process.send_signal(signum)
+        return True
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines()) or "    (empty)"

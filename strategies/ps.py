@@ -1,0 +1,400 @@
+"""The `ps` strategy: between-graph replication with parameter servers.
+
+Every task runs its own copy of this process, told apart by `TF_CONFIG`
+(see `strategies.cluster`): the chief (or SageMaker's `master`) and the
+workers train, the `ps` tasks hold the variables.
+
+* Placement: every variable goes to a parameter server, each to the one
+  holding the fewest bytes so far; the two embedding tables are split into
+  one partition per ps (`fixed_size_partitioner`), so each ps holds a
+  near-equal share and writes one near-equal checkpoint shard. All other ops
+  run on the worker itself.
+* Updates are asynchronous: each worker applies its gradients on its own, so
+  the learning rate is multiplied by `--ps_lr_factor` (< 1 lowers it), and
+  the global step advances once per step of every worker (training stops at
+  the sum of all workers' steps).
+* A worker's session talks only to the parameter servers and itself
+  (`device_filters`); the chief saves checkpoints to the shared `model_dir`,
+  then evaluates and exports.
+* Each worker reads its own shard of the input: one worker per host, so the
+  files are sharded by host unless S3 already did it (`--s3_sharded`).
+* With `--ps_towers N`, each worker trains N towers (the `tower` adapter,
+  used as is) and sends their averaged gradients to the parameter servers.
+* The other workers start training as soon as the chief has initialized
+  the variables (a token in a queue on ps 0), not after TensorFlow's
+  30-second readiness poll.
+* A parameter server serves until every worker has finished training, then
+  returns: each worker, as its training ends, puts a token in a queue on
+  every ps, and each ps waits for one token per worker.
+"""
+
+import dataclasses
+import time
+from typing import Dict, List, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from input_pipeline import sharding
+from strategies import base
+from strategies import cluster as cluster_lib
+
+# Variable-holding op types placed on the parameter servers.
+PS_OPS = frozenset((
+    "Variable", "VariableV2", "AutoReloadVariable", "VarHandleOp",
+    "MutableHashTable", "MutableHashTableV2", "MutableHashTableOfTensors",
+    "MutableHashTableOfTensorsV2", "MutableDenseHashTable", "MutableDenseHashTableV2"))
+TOWER_STRATEGY = "tower"
+SINGLE_STRATEGY = "single"
+DONE_QUEUE_NAME = "deepfm_training_done_ps_%d"
+READY_QUEUE_NAME = "deepfm_chief_ready"
+# A worker polls this often for the chief's "variables initialized" token,
+# and gives up after CHIEF_READY_TIMEOUT_SECONDS (TensorFlow's own 30-second
+# readiness polling then takes over).
+CHIEF_READY_POLL_SECONDS = 0.2
+CHIEF_READY_TIMEOUT_SECONDS = 600.0
+# A parameter server lingers this long after the last worker's token, so the
+# workers' sessions close cleanly before it goes away.
+PS_EXIT_GRACE_SECONDS = 1.0
+
+
+@base.register("ps")
+class ParameterServerStrategy(base.Strategy):
+    """One task of a parameter-server job described by `TF_CONFIG`.
+
+    `TF_CONFIG` is read from the environment when the adapter is built, as
+    Estimator's `RunConfig` reads it; `validate` reports a missing or bad
+    one, a cluster without ps tasks, and a `--ps_lr_factor` that is not
+    positive.
+
+    Raises:
+      ValueError: (at construction) `--ps_towers` without the `tower`
+        strategy registered.
+    """
+
+    def __init__(self, config: base.StrategyConfig):
+        super().__init__(config)
+        self._cluster: Optional[cluster_lib.ClusterInfo] = None
+        self._cluster_error: Optional[ValueError] = None
+        try:
+            self._cluster = cluster_lib.from_environment()
+        except ValueError as e:
+            self._cluster_error = e
+        # What one task does on its own devices: towers on a training task
+        # with --ps_towers, else one device (a parameter server computes nothing).
+        self._towers = config.ps_towers > 0 and self._cluster is not None and not self._cluster.is_ps
+        if self._towers and TOWER_STRATEGY not in base.names():
+            raise ValueError("--ps_towers needs the %r strategy, which is not registered" % TOWER_STRATEGY)
+        self._local = base.get(dataclasses.replace(config, name=TOWER_STRATEGY, num_devices=config.ps_towers)
+                               if self._towers else dataclasses.replace(config, name=SINGLE_STRATEGY))
+        self._server: Optional[tf.distribute.Server] = None
+
+    @property
+    def cluster(self) -> cluster_lib.ClusterInfo:
+        """The cluster and this task.
+
+        Raises:
+          ValueError: `TF_CONFIG` is missing or invalid.
+        """
+        if self._cluster is None:
+            raise ValueError("--strategy ps: %s" % self._cluster_error)
+        return self._cluster
+
+    # --- set-up -----------------------------------------------------------
+    def validate(self) -> None:
+        super().validate()
+        cluster = self.cluster
+        if cluster.num_ps < 1:
+            raise ValueError("--strategy ps needs at least one ps task in TF_CONFIG's cluster, got jobs %s"
+                             % sorted(cluster.jobs))
+        if not self.config.ps_lr_factor > 0:
+            raise ValueError("--ps_lr_factor must be > 0, got %r" % self.config.ps_lr_factor)
+        self._local.validate()
+
+    def setup(self) -> None:
+        """Sets the environment and starts this training task's gRPC server."""
+        self._local.setup()
+        if self.role == "worker" and self._server is None:
+            self._server = self._start_server()
+
+    @property
+    def role(self) -> str:
+        return "ps" if self.cluster.is_ps else "worker"
+
+    def serve(self) -> None:
+        """Serves this parameter server's variables until every worker is done.
+
+        Blocks until each of the job's `num_workers` training tasks has put
+        its token in this server's done queue, then returns.
+        """
+        cluster = self.cluster
+        server = self._start_server()
+        logging.info("parameter server %d of %d serving at %s until %d worker(s) finish",
+                     cluster.task_index, cluster.num_ps, cluster.task_address, cluster.num_workers)
+        with tf.Graph().as_default():
+            dequeue = done_queue(cluster.task_index, cluster.num_workers).dequeue()
+            with tf.compat.v1.Session(server.target, config=self.session_config()) as session:
+                for done in range(1, cluster.num_workers + 1):
+                    worker = session.run(dequeue)
+                    logging.info("parameter server %d: worker %d finished training (%d of %d)",
+                                 cluster.task_index, worker, done, cluster.num_workers)
+        time.sleep(PS_EXIT_GRACE_SECONDS)
+        logging.info("parameter server %d: every worker finished; exiting", cluster.task_index)
+
+    def _start_server(self) -> tf.distribute.Server:
+        cluster = self.cluster
+        return tf.distribute.Server(cluster.cluster_spec(), job_name=cluster.task_type,
+                                    task_index=cluster.task_index, config=self.session_config(), start=True)
+
+    # --- topology ----------------------------------------------------------
+    @property
+    def num_replicas_in_sync(self) -> int:
+        """Towers of one worker; workers themselves update asynchronously."""
+        return self._local.num_replicas_in_sync
+
+    @property
+    def num_workers(self) -> int:
+        return self.cluster.num_workers
+
+    @property
+    def is_chief(self) -> bool:
+        return self.cluster.is_chief
+
+    def input_context(self) -> tf.distribute.InputContext:
+        """This worker's shard of the input.
+
+        One worker per host: the files are sharded by host unless S3 already
+        split them (`sharding.file_mode_shard`); for one worker per host the
+        Pipe-mode rule gives the same shard.
+        """
+        num_pipelines, pipeline_id = sharding.file_mode_shard(
+            self._topology(), sharding.FRAMEWORK_PS, self.config.s3_sharded)
+        return tf.distribute.InputContext(num_input_pipelines=num_pipelines, input_pipeline_id=pipeline_id,
+                                          num_replicas_in_sync=self.num_replicas_in_sync)
+
+    def pipe_channel(self) -> str:
+        """The first training channel: the only worker of its host reads it.
+
+        Raises:
+          ValueError: no channel is configured.
+        """
+        if not self.config.train_channels:
+            return super().pipe_channel()
+        return sharding.assign_channel(self.config.train_channels, local_rank=0, workers_per_host=1)
+
+    def _topology(self) -> sharding.Topology:
+        cluster = self.cluster
+        return sharding.Topology(num_hosts=cluster.num_workers, host_index=cluster.worker_index,
+                                 rank=cluster.worker_index, size=cluster.num_workers)
+
+    def batch_per_input_pipeline(self, per_replica_batch: int) -> int:
+        return self._local.batch_per_input_pipeline(per_replica_batch)
+
+    # --- the graph --------------------------------------------------------
+    def session_config(self) -> tf.compat.v1.ConfigProto:
+        """The local (or tower) configuration, talking only to the ps tasks and this task."""
+        config = self._local.session_config()
+        del config.device_filters[:]
+        if self.cluster.is_ps:
+            config.device_filters.append(self.cluster.task_device)
+        else:
+            config.device_filters.extend(["/job:%s" % cluster_lib.PS, self.cluster.task_device])
+        return config
+
+    def run_config(self, **kwargs) -> tf.estimator.RunConfig:
+        """A `RunConfig` from `TF_CONFIG`, with this adapter's placement and session."""
+        return tf.estimator.RunConfig(session_config=self.session_config(),
+                                      device_fn=VariablePlacer(self.cluster), **kwargs)
+
+    def global_max_steps(self, steps_per_worker: int) -> int:
+        """Every worker advances the shared global step: the sum of their steps."""
+        return steps_per_worker * self.cluster.num_workers
+
+    def learning_rate_factor(self) -> float:
+        return self.config.ps_lr_factor
+
+    def model_params(self, params: Dict) -> Dict:
+        """Adds the embedding partitioner (one partition per ps) to the (tower) params."""
+        params = self._local.model_params(params)
+        params["embedding_partitioner"] = tf.compat.v1.fixed_size_partitioner(num_shards=self.cluster.num_ps)
+        return params
+
+    def wrap_model_fn(self, model_fn: base.ModelFn) -> base.ModelFn:
+        return self._local.wrap_model_fn(model_fn)
+
+    def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
+        """The tower hooks, the chief-ready barrier and the end-of-training report."""
+        hooks = self._local.train_hooks()
+        target = self._server.target if self._server is not None else "grpc://" + self.cluster.task_address
+        return hooks + [ChiefReadyHook(self.cluster, target, self.session_config()),
+                        TrainingDoneHook(self.cluster)]
+
+    def describe(self) -> str:
+        cluster = self.cluster
+        towers = ", %d tower(s) per worker" % self.num_replicas_in_sync if self._towers else ""
+        return "ps: %d parameter server(s), %d worker(s) updating asynchronously%s, learning rate x%g; this is %s" % (
+            cluster.num_ps, cluster.num_workers, towers, self.config.ps_lr_factor, cluster.task_name)
+
+
+def done_queue(ps_index: int, num_workers: int) -> tf.queue.FIFOQueue:
+    """The queue on parameter server `ps_index` where workers report the end of training.
+
+    Workers and the ps build the same queue (the same `shared_name` and
+    attributes), so they share one queue resource on that ps.
+
+    Args:
+      ps_index: the parameter server's task index.
+      num_workers: training tasks of the job (the queue's capacity, so that
+        no worker ever waits to report).
+
+    Returns:
+      A queue of int32 scalars: the reporting workers' indices.
+    """
+    with tf.device("/job:%s/task:%d" % (cluster_lib.PS, ps_index)):
+        return tf.queue.FIFOQueue(num_workers, tf.int32, shapes=[[]], shared_name=DONE_QUEUE_NAME % ps_index,
+                                  name="training_done_ps_%d" % ps_index)
+
+
+def chief_ready_queue() -> tf.queue.FIFOQueue:
+    """The queue on parameter server 0 that holds a token once the chief initialized the variables."""
+    with tf.device("/job:%s/task:0" % cluster_lib.PS):
+        return tf.queue.FIFOQueue(1, tf.int32, shapes=[[]], shared_name=READY_QUEUE_NAME, name="chief_ready")
+
+
+class ChiefReadyHook(tf.estimator.SessionRunHook):
+    """Starts the workers as soon as the chief has initialized the variables.
+
+    A non-chief worker's session otherwise checks the variables once and,
+    finding them uninitialized, sleeps 30 seconds before checking again
+    (TensorFlow's `SessionManager`), while the chief trains alone. The chief
+    puts a token in `chief_ready_queue` once its session exists (its
+    variables are then initialized); each other worker waits for the token,
+    in a session of its own, before its training session is created.
+
+    Args:
+      cluster: the cluster and this (training) task.
+      target: this task's gRPC session target.
+      config: this task's session configuration.
+      timeout_seconds: how long a worker waits for the token before leaving
+        the wait to TensorFlow.
+    """
+
+    def __init__(self, cluster: cluster_lib.ClusterInfo, target: str, config: tf.compat.v1.ConfigProto,
+                 timeout_seconds: float = CHIEF_READY_TIMEOUT_SECONDS):
+        self._cluster = cluster
+        self._target = target
+        self._config = config
+        self._timeout_seconds = timeout_seconds
+        self._size = None
+        self._enqueue = None
+
+    def begin(self):
+        if self._cluster.is_chief:
+            queue = chief_ready_queue()
+            self._size = queue.size()
+            self._enqueue = queue.enqueue(0)
+        else:
+            self.wait_for_chief()
+
+    def after_create_session(self, session, coord):
+        del coord
+        if self._cluster.is_chief and session.run(self._size) == 0:
+            session.run(self._enqueue)
+
+    def wait_for_chief(self) -> bool:
+        """Blocks until the chief's token is there; False after the timeout."""
+        start = time.monotonic()
+        with tf.Graph().as_default():
+            size = chief_ready_queue().size()
+            with tf.compat.v1.Session(self._target, config=self._config) as session:
+                while session.run(size) == 0:
+                    if time.monotonic() - start > self._timeout_seconds:
+                        logging.warning("%s: the chief has not initialized the variables after %.0f s; "
+                                        "leaving the wait to TensorFlow", self._cluster.task_name,
+                                        self._timeout_seconds)
+                        return False
+                    time.sleep(CHIEF_READY_POLL_SECONDS)
+        logging.info("%s: the chief initialized the variables (waited %.1f s)", self._cluster.task_name,
+                     time.monotonic() - start)
+        return True
+
+
+class TrainingDoneHook(tf.estimator.SessionRunHook):
+    """Tells every parameter server that this worker finished training.
+
+    Its `end` runs after the chief's final checkpoint is saved (Estimator
+    runs the chief-only hooks, the checkpoint saver among them, first).
+
+    Args:
+      cluster: the cluster and this (training) task.
+    """
+
+    def __init__(self, cluster: cluster_lib.ClusterInfo):
+        self._cluster = cluster
+        self._enqueue_ops = []
+
+    def begin(self):
+        worker = tf.constant(self._cluster.worker_index, tf.int32)
+        self._enqueue_ops = [done_queue(ps, self._cluster.num_workers).enqueue(worker)
+                             for ps in range(self._cluster.num_ps)]
+
+    def end(self, session):
+        session.run(self._enqueue_ops)
+        logging.info("%s finished training; told %d parameter server(s)",
+                     self._cluster.task_name, self._cluster.num_ps)
+
+
+class VariablePlacer:
+    """Estimator `device_fn`: variables to the ps tasks, everything else to this task.
+
+    Each variable goes to the parameter server holding the fewest bytes so
+    far (optimizer slots follow their variable by colocation); other ops keep
+    their device type and index (a tower's `/cpu:N`) on this task. An op
+    with an explicit job keeps it; one on a ps task runs on that task's
+    default device.
+
+    Args:
+      cluster: the cluster and this task.
+    """
+
+    def __init__(self, cluster: cluster_lib.ClusterInfo):
+        self._cluster = cluster
+        self._task = tf.DeviceSpec.from_string(cluster.task_device)
+        self._graph = None
+        self._bytes: List[int] = []
+
+    @property
+    def ps_bytes(self) -> List[int]:
+        """Bytes of variables placed on each ps in the current graph."""
+        return list(self._bytes)
+
+    def __deepcopy__(self, memo):
+        # Estimator deep-copies its RunConfig; like a plain function, the
+        # device function is shared, not copied.
+        return self
+
+    def __call__(self, op) -> str:
+        current = tf.DeviceSpec.from_string(op.device or "")
+        if current.job == cluster_lib.PS:
+            # On its ps task's own device: a tower's `/cpu:N` merged into a
+            # variable read must not split one ps's checkpoint shard in two.
+            return current.replace(device_type=None, device_index=None).to_string()
+        if current.job or op.type not in PS_OPS:
+            return self._task.make_merged_spec(current).to_string()
+        if op.graph is not self._graph:
+            self._graph = op.graph
+            self._bytes = [0] * self._cluster.num_ps
+        ps = min(range(len(self._bytes)), key=self._bytes.__getitem__)
+        self._bytes[ps] += _variable_bytes(op)
+        return self._cluster.ps_device(ps)
+
+
+def _variable_bytes(op) -> int:
+    """Bytes of the variable an op creates (at least 1, so that ties still rotate)."""
+    try:
+        shape = tf.TensorShape(op.get_attr("shape"))
+        dtype = tf.as_dtype(op.get_attr("dtype"))
+    except ValueError:
+        return 1
+    elements = shape.num_elements() if shape.is_fully_defined() else 1
+    return max(1, elements * dtype.size)

@@ -1,0 +1,128 @@
+"""Runs `python -m deepfm.launch` in tests and makes sure nothing outlives them."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+LAUNCH_TIMEOUT_S = 240
+POLL_S = 0.2
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class LaunchedJob:
+    """A launcher process started by a test, with every process it starts tracked.
+
+    The launcher runs in its own process group; a cleanup registered on the
+    test case kills it and every process it was seen to start, whatever the
+    test's outcome.
+
+    Args:
+      test_case: the test; its cleanup stops everything.
+      launch_args: the launcher's flags (before `--`).
+      log_dir: the launcher's `--log_dir`.
+      train_args: the flags after `--`.
+    """
+
+    def __init__(self, test_case, launch_args, log_dir, train_args):
+        self.log_dir = log_dir
+        self.output_path = os.path.join(os.path.dirname(log_dir) or ".", "launcher_output.txt")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        argv = [sys.executable, "-m", "deepfm.launch", *launch_args, "--log_dir", log_dir, "--", *train_args]
+        with open(self.output_path, "wb") as output:
+            self.process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
+                                            start_new_session=True)
+        self._seen = {}
+        test_case.addCleanup(self.kill)
+
+    def _track(self):
+        """Records the launcher's descendants and tasks (psutil guards against pid reuse)."""
+        try:
+            children = psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        for child in children:
+            self._seen.setdefault(child.pid, child)
+        for pid in self.task_pids().values():
+            if pid not in self._seen:
+                try:
+                    self._seen[pid] = psutil.Process(pid)
+                except psutil.NoSuchProcess:
+                    pass
+
+    def task_pids(self):
+        """Task name -> pid, from the launcher's pid files."""
+        pids = {}
+        for path in glob.glob(os.path.join(self.log_dir, "*.pid")):
+            with open(path) as f:
+                text = f.read().strip()
+            if text:
+                pids[os.path.basename(path)[:-len(".pid")]] = int(text)
+        return pids
+
+    def log(self, task):
+        """The log of `task` (e.g. `worker_0`)."""
+        with open(os.path.join(self.log_dir, task + ".log"), errors="replace") as f:
+            return f.read()
+
+    def output(self):
+        with open(self.output_path, errors="replace") as f:
+            return f.read()
+
+    def wait_for_log(self, task, pattern, timeout=LAUNCH_TIMEOUT_S):
+        """Waits until the log of `task` contains `pattern`; False if the launcher ended first."""
+        deadline = time.monotonic() + timeout
+        path = os.path.join(self.log_dir, task + ".log")
+        while time.monotonic() < deadline and self.process.poll() is None:
+            self._track()
+            if os.path.exists(path) and pattern in self.log(task):
+                return True
+            time.sleep(POLL_S)
+        return False
+
+    def wait(self, timeout=LAUNCH_TIMEOUT_S):
+        """Waits for the launcher; returns (exit code, its output)."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None and time.monotonic() < deadline:
+            self._track()
+            time.sleep(POLL_S)
+        if self.process.poll() is None:
+            self.kill()
+            raise AssertionError("the launcher ran past %d s; output:\n%s" % (timeout, self.output()))
+        return self.process.returncode, self.output()
+
+    def live_processes(self):
+        """Processes the launcher started (tasks, their children) that still run."""
+        self._track()
+        alive = []
+        for process in self._seen.values():
+            try:
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    def assert_no_process_left(self):
+        alive = self.live_processes()
+        if alive:
+            raise AssertionError("processes left behind: %s" % ["%d %s" % (p.pid, p.cmdline()) for p in alive])
+
+    def kill(self):
+        """Kills the launcher and everything it started (a no-op when all are gone)."""
+        self._track()
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+        for process in self.live_processes():
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass

@@ -1,0 +1,374 @@
+"""Tests of the `ps` strategy: TF_CONFIG roles, placement, the end of the job, training.
+
+The end-to-end test starts a real gRPC cluster on localhost through
+`deepfm.launch` (2 parameter servers, a chief and a worker) on synthetic data.
+"""
+
+import collections
+import glob
+import json
+import os
+import re
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl.testing import parameterized
+
+import strategies
+from deepfm import model as model_lib
+from deepfm import processes
+from deepfm.config import ModelConfig
+from input_pipeline import schema, synthetic
+from strategies import cluster as cluster_lib
+from strategies import ps
+from tests.deepfm import launch_testing
+
+CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3", "localhost:4"]}
+FEATURE_SIZE = 2000
+FIELD_SIZE = 39
+MODEL = ModelConfig(feature_size=FEATURE_SIZE, field_size=FIELD_SIZE, embedding_size=8, deep_layers=(16, 8),
+                    dropout=(0.0, 0.0))
+# Largest / smallest bytes a parameter server may hold.
+MAX_PS_IMBALANCE = 2.0
+SAMPLE_MAX_PS_IMBALANCE = 1.1
+SERVE_TIMEOUT_S = 30
+# 18000 training rows in 4 files: each of the 2 workers reads 2 files, 70 batches of 128.
+DATASET_ROWS = 20000
+BATCH_SIZE = 128
+STEPS_PER_WORKER = 70
+MIN_AUC = 0.65
+
+
+def set_tf_config(test_case, task_type, index=0, jobs=None):
+    """Sets TF_CONFIG for the rest of the test (restored afterwards)."""
+    previous = os.environ.get(cluster_lib.TF_CONFIG_VARIABLE)
+
+    def restore():
+        if previous is None:
+            os.environ.pop(cluster_lib.TF_CONFIG_VARIABLE, None)
+        else:
+            os.environ[cluster_lib.TF_CONFIG_VARIABLE] = previous
+    test_case.addCleanup(restore)
+    os.environ[cluster_lib.TF_CONFIG_VARIABLE] = json.dumps(
+        {"cluster": jobs or CLUSTER, "task": {"type": task_type, "index": index}})
+
+
+def make_strategy(test_case, task_type, index=0, jobs=None, **options):
+    set_tf_config(test_case, task_type, index, jobs)
+    return strategies.get(strategies.StrategyConfig(name="ps", **options))
+
+
+class RolesTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("chief", "chief", 0, "worker", True, 0),
+        ("worker", "worker", 0, "worker", False, 1),
+        ("ps", "ps", 1, "ps", False, None),
+    )
+    def test_roles(self, task_type, index, role, is_chief, pipeline_id):
+        strategy = make_strategy(self, task_type, index, ps_lr_factor=0.5)
+        strategy.validate()
+        self.assertEqual(strategy.role, role)
+        self.assertEqual(strategy.is_chief, is_chief)
+        self.assertEqual(strategy.evaluates, is_chief)
+        self.assertEqual(strategy.num_workers, 2)
+        self.assertEqual(strategy.num_replicas_in_sync, 1)
+        self.assertEqual(strategy.global_max_steps(30), 60)
+        self.assertEqual(strategy.learning_rate_factor(), 0.5)
+        self.assertIn("2 parameter server(s), 2 worker(s)", strategy.describe())
+        if pipeline_id is not None:
+            context = strategy.input_context()
+            self.assertEqual((context.num_input_pipelines, context.input_pipeline_id), (2, pipeline_id))
+
+    def test_s3_sharded_input_is_not_sharded_again(self):
+        context = make_strategy(self, "worker", s3_sharded=True).input_context()
+        self.assertEqual((context.num_input_pipelines, context.input_pipeline_id), (1, 0))
+
+    def test_pipe_channel(self):
+        self.assertEqual(make_strategy(self, "worker", train_channels=("a", "b")).pipe_channel(), "a")
+        with self.assertRaisesRegex(ValueError, "--train_channels"):
+            make_strategy(self, "worker").pipe_channel()
+
+    @parameterized.named_parameters(
+        ("chief", "chief", 0, ["/job:ps", "/job:chief/task:0"]),
+        ("worker", "worker", 0, ["/job:ps", "/job:worker/task:0"]),
+        ("ps", "ps", 1, ["/job:ps/task:1"]),
+    )
+    def test_device_filters(self, task_type, index, filters):
+        strategy = make_strategy(self, task_type, index, intra_op_threads=2)
+        config = strategy.session_config()
+        self.assertEqual(list(config.device_filters), filters)
+        self.assertEqual(config.intra_op_parallelism_threads, 2)
+
+    def test_run_config_comes_from_tf_config(self):
+        run_config = make_strategy(self, "worker").run_config(model_dir=self.get_temp_dir())
+        self.assertEqual(run_config.task_type, "worker")
+        self.assertFalse(run_config.is_chief)
+        self.assertEqual(run_config.num_ps_replicas, 2)
+        self.assertEqual(run_config.master, "grpc://localhost:2")
+        self.assertIsInstance(run_config.device_fn, ps.VariablePlacer)
+        self.assertEqual(list(run_config.session_config.device_filters), ["/job:ps", "/job:worker/task:0"])
+
+    def test_sagemaker_master(self):
+        jobs = {"master": ["algo-1:2222"], "ps": ["algo-1:2223"]}
+        strategy = make_strategy(self, "master", jobs=jobs)
+        strategy.validate()
+        self.assertTrue(strategy.is_chief)
+        self.assertTrue(strategy.run_config(model_dir=self.get_temp_dir()).is_chief)
+
+    @parameterized.named_parameters(
+        ("no_ps", {"chief": ["a:1"], "worker": ["b:1"]}, {}, r"at least one ps task.*\['chief', 'worker'\]"),
+        ("lr_factor", CLUSTER, {"ps_lr_factor": 0.0}, "--ps_lr_factor must be > 0, got 0.0"),
+        ("negative_towers", CLUSTER, {"ps_towers": -1}, "--ps_towers must be >= 0, got -1"),
+    )
+    def test_bad_configuration(self, jobs, options, message):
+        strategy = make_strategy(self, "chief", jobs=jobs, **options)
+        with self.assertRaisesRegex(ValueError, message):
+            strategy.validate()
+
+    def test_missing_tf_config(self):
+        set_tf_config(self, "chief")
+        del os.environ[cluster_lib.TF_CONFIG_VARIABLE]
+        strategy = strategies.get(strategies.StrategyConfig(name="ps"))
+        with self.assertRaisesRegex(ValueError, "--strategy ps: TF_CONFIG is not set"):
+            strategy.validate()
+
+
+def build_training_graph(strategy, model=MODEL):
+    """The TRAIN graph of `model` as `strategy` places it; returns the graph."""
+    graph = tf.Graph()
+    with graph.as_default(), graph.device(strategy.run_config().device_fn):
+        tf.compat.v1.train.get_or_create_global_step()
+        features = {schema.FEAT_IDS: tf.zeros([8, model.field_size], tf.int64),
+                    schema.FEAT_VALS: tf.ones([8, model.field_size])}
+        model_fn = strategy.wrap_model_fn(model_lib.model_fn)
+        model_fn(features, tf.zeros([8]), tf.estimator.ModeKeys.TRAIN, strategy.model_params({"model": model}))
+    return graph
+
+
+def variable_bytes_per_ps(graph):
+    per_ps = collections.Counter()
+    with graph.as_default():
+        for variable in tf.compat.v1.global_variables():
+            per_ps[tf.DeviceSpec.from_string(variable.device).task] += (
+                variable.shape.num_elements() * variable.dtype.size)
+    return per_ps
+
+
+class PlacementTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.named_parameters(("no_towers", 0), ("two_towers", 2))
+    def test_variables_on_ps_balanced_and_ops_on_the_worker(self, towers):
+        graph = build_training_graph(make_strategy(self, "worker", ps_towers=towers))
+        with graph.as_default():
+            variables = tf.compat.v1.global_variables()
+        for variable in variables:
+            self.assertRegex(variable.device, r"^/job:ps/task:[01]$", variable.name)
+        for table in ("fm_w", "fm_v"):
+            parts = [v for v in variables if re.match(r"%s/%s/part_\d+:0$" % (model_lib.SCOPE, table), v.name)]
+            self.assertLen(parts, 2, [v.name for v in parts])
+            self.assertEqual({v.device for v in parts}, {"/job:ps/task:0", "/job:ps/task:1"})
+            self.assertEqual(sum(v.shape[0] for v in parts), FEATURE_SIZE)
+        with graph.as_default():
+            tf.compat.v1.train.Saver(sharded=True)
+        save_devices = sorted(op.device for op in graph.get_operations() if op.type == "SaveV2")
+        self.assertEqual(save_devices, ["/job:ps/task:0/device:CPU:0", "/job:ps/task:1/device:CPU:0"])
+        per_ps = variable_bytes_per_ps(graph)
+        self.assertLen(per_ps, 2)
+        self.assertLessEqual(max(per_ps.values()), MAX_PS_IMBALANCE * min(per_ps.values()), per_ps)
+        compute_devices = {op.device for op in graph.get_operations()
+                           if op.type == "MatMul" and not op.device.startswith("/job:ps")}
+        self.assertNotEmpty(compute_devices)
+        for device in compute_devices:
+            self.assertTrue(device.startswith("/job:worker/task:0"), device)
+        if towers:
+            self.assertEqual({tf.DeviceSpec.from_string(d).device_index for d in compute_devices}, {1, 2})
+
+    def test_sample_sized_model_is_balanced_closely(self):
+        # The SageMaker sample's sizes (117581 ids, embedding 32): the tables dominate.
+        graph = build_training_graph(make_strategy(self, "worker"),
+                                     ModelConfig(feature_size=synthetic.DEFAULT_FEATURE_SIZE))
+        per_ps = variable_bytes_per_ps(graph)
+        self.assertLen(per_ps, 2)
+        self.assertLessEqual(max(per_ps.values()), SAMPLE_MAX_PS_IMBALANCE * min(per_ps.values()), per_ps)
+
+    def test_towers_scale_the_batch_and_create_devices(self):
+        strategy = make_strategy(self, "chief", ps_towers=2)
+        strategy.validate()
+        self.assertEqual(strategy.num_replicas_in_sync, 2)
+        self.assertEqual(strategy.batch_per_input_pipeline(64), 128)
+        self.assertEqual(strategy.session_config().device_count["CPU"], 3)
+        self.assertEqual(list(strategy.session_config().device_filters), ["/job:ps", "/job:chief/task:0"])
+        self.assertIn("2 tower(s) per worker", strategy.describe())
+
+    def test_parameter_servers_build_no_towers(self):
+        # A ps sees no GPU (the launcher hides them): towers on GPUs must not fail it.
+        strategy = make_strategy(self, "ps", ps_towers=2, device_type="gpu")
+        strategy.validate()
+        self.assertEqual(strategy.session_config().device_count["CPU"], 0)
+
+    def test_placer_honours_an_explicit_job(self):
+        graph = tf.Graph()
+        with graph.as_default(), graph.device(make_strategy(self, "worker").run_config().device_fn):
+            queue = ps.done_queue(1, num_workers=2)
+        self.assertStartsWith(queue.queue_ref.device, "/job:ps/task:1")
+
+
+def hook_of(strategy, hook_type):
+    (hook,) = [h for h in strategy.train_hooks() if isinstance(h, hook_type)]
+    return hook
+
+
+class InProcessClusterTest(tf.test.TestCase):
+    """A real gRPC cluster in this process: one parameter server, a chief and a worker."""
+
+    def setUp(self):
+        super().setUp()
+        self.jobs = cluster_lib.local_cluster(num_ps=1, num_workers=2, ports=processes.free_ports(3))
+        parameter_server = make_strategy(self, "ps", jobs=self.jobs)
+        parameter_server.validate()
+        self.served = threading.Event()
+        self.ps_thread = threading.Thread(target=lambda: (parameter_server.serve(), self.served.set()),
+                                          daemon=True)
+        self.ps_thread.start()
+        self.tasks = {}
+        for task_type in ("chief", "worker"):
+            strategy = make_strategy(self, task_type, jobs=self.jobs)
+            strategy.validate()
+            strategy.setup()  # starts the task's server
+            self.tasks[task_type] = strategy
+
+    def tearDown(self):
+        # Lets the parameter server return: every worker reports the end of training.
+        if not self.served.is_set():
+            for strategy in self.tasks.values():
+                self.finish(strategy)
+        self.ps_thread.join(SERVE_TIMEOUT_S)
+        super().tearDown()
+
+    def session(self, strategy):
+        target = "grpc://" + strategy.cluster.task_address
+        return tf.compat.v1.Session(target, config=strategy.session_config())
+
+    def finish(self, strategy):
+        hook = hook_of(strategy, ps.TrainingDoneHook)
+        with tf.Graph().as_default():
+            hook.begin()
+            with self.session(strategy) as session:
+                hook.end(session)
+
+    def test_serve_returns_after_every_worker_finished(self):
+        for task_type in ("chief", "worker"):
+            self.assertFalse(self.served.is_set(), "the ps returned before %s finished" % task_type)
+            self.finish(self.tasks[task_type])
+        self.assertTrue(self.served.wait(SERVE_TIMEOUT_S), "the ps did not return after both workers finished")
+
+    def test_worker_waits_for_the_chief(self):
+        worker_ready = threading.Event()
+
+        def start_worker():
+            with tf.Graph().as_default():
+                hook_of(self.tasks["worker"], ps.ChiefReadyHook).begin()
+            worker_ready.set()
+        thread = threading.Thread(target=start_worker, daemon=True)
+        thread.start()
+        self.assertFalse(worker_ready.wait(1.0), "the worker did not wait for the chief")
+        chief_hook = hook_of(self.tasks["chief"], ps.ChiefReadyHook)
+        with tf.Graph().as_default():
+            chief_hook.begin()
+            with self.session(self.tasks["chief"]) as session:
+                chief_hook.after_create_session(session, None)
+                chief_hook.after_create_session(session, None)  # a second chief session adds nothing
+                self.assertEqual(session.run(ps.chief_ready_queue().size()), 1)
+        self.assertTrue(worker_ready.wait(SERVE_TIMEOUT_S), "the worker did not see the chief's token")
+        thread.join(SERVE_TIMEOUT_S)
+
+    def test_worker_gives_up_waiting_after_the_timeout(self):
+        worker = self.tasks["worker"]
+        hook = ps.ChiefReadyHook(worker.cluster, "grpc://" + worker.cluster.task_address, worker.session_config(),
+                                 timeout_seconds=0.5)
+        self.assertFalse(hook.wait_for_chief())
+
+
+def event_scalars(directory, tag):
+    """(step, value) of a scalar summary in the event files of `directory`, by step."""
+    values = []
+    for path in glob.glob(os.path.join(directory, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            values.extend((event.step, value.simple_value) for value in event.summary.value if value.tag == tag)
+    return sorted(values)
+
+
+def write_dataset(root):
+    """A small synthetic dataset; returns its metadata."""
+    return synthetic.generate(DATASET_ROWS, root, feature_size=FEATURE_SIZE, seed=1)
+
+
+def base_rate_logloss(root):
+    """The log loss of always predicting the validation split's positive rate."""
+    labels = []
+    for path in sorted(glob.glob(os.path.join(root, "validation", "*.libsvm"))):
+        with open(path) as f:
+            labels.extend(float(line.split(" ", 1)[0]) for line in f if line.strip())
+    rate = np.mean(labels)
+    return -(rate * np.log(rate) + (1 - rate) * np.log(1 - rate))
+
+
+@pytest.mark.slow
+class EndToEndTest(tf.test.TestCase, parameterized.TestCase):
+    """2 ps + a chief + a worker, started by deepfm.launch, train on synthetic data."""
+
+    # Each worker step reads BATCH_SIZE examples: one batch, or two towers' halves.
+    @parameterized.named_parameters(("plain", 0, BATCH_SIZE), ("two_towers", 2, BATCH_SIZE // 2))
+    def test_train_through_the_launcher(self, towers, per_replica_batch):
+        root = self.create_tempdir("data").full_path
+        write_dataset(root)
+        work = self.create_tempdir("run").full_path
+        model_dir = os.path.join(work, "model")
+        metrics_file = os.path.join(work, "metrics.json")
+        export_dir = os.path.join(work, "export")
+        job = launch_testing.LaunchedJob(
+            self, ["--strategy", "ps", "--num_ps", "2", "--num_workers", "2"], os.path.join(work, "logs"),
+            ["--train_data", root, "--model_dir", model_dir, "--metrics_file", metrics_file,
+             "--export_dir", export_dir, "--batch_size", str(per_replica_batch), "--ps_towers", str(towers),
+             "--embedding_size", "8",
+             "--deep_layers", "16,8", "--dropout", "0,0", "--learning_rate", "0.005", "--num_epochs", "1",
+             "--ps_lr_factor", "0.8", "--seed", "1", "--save_checkpoints_steps", "50"])
+        returncode, output = job.wait()
+        self.assertEqual(returncode, 0, output)
+        self.assertEqual(sorted(job.task_pids()), ["chief_0", "ps_0", "ps_1", "worker_0"])
+        job.assert_no_process_left()
+
+        with open(metrics_file) as f:
+            metrics = json.load(f)
+        losses = event_scalars(model_dir, "loss")
+        self.assertGreaterEqual(len(losses), 2, losses)
+        self.assertLess(losses[-1][1], losses[0][1], losses)
+        self.assertGreater(metrics["auc"], MIN_AUC, metrics)
+        self.assertLess(metrics["logloss"], base_rate_logloss(root), metrics)
+        # Both workers advance the global step; the last steps may overlap by one.
+        self.assertBetween(metrics["global_step"], 2 * STEPS_PER_WORKER, 2 * STEPS_PER_WORKER + 1)
+        for task in ("chief_0", "worker_0"):
+            self.assertIn("%s finished training" % task, job.log(task))
+        # The worker trained alongside the chief: it did not wait for TensorFlow's 30-second poll.
+        self.assertIn("the chief initialized the variables", job.log("worker_0"))
+        if towers:
+            self.assertIn("%d tower(s) per worker" % towers, metrics["strategy"])
+        self.assertNotIn("Waiting for model to be ready", job.log("worker_0"))
+        self.assertNotEmpty(glob.glob(os.path.join(export_dir, "*", "saved_model.pb")))
+
+        checkpoint = tf.train.latest_checkpoint(model_dir)
+        shards = sorted(glob.glob(checkpoint + ".data-*"))
+        self.assertEqual([os.path.basename(s)[-len("00000-of-00002"):] for s in shards],
+                         ["00000-of-00002", "00001-of-00002"])
+        sizes = [os.path.getsize(s) for s in shards]
+        self.assertLessEqual(max(sizes), MAX_PS_IMBALANCE * min(sizes), sizes)
+        for ps_index in range(2):
+            log = job.log("ps_%d" % ps_index)
+            self.assertIn("every worker finished; exiting", log)
+
+
+if __name__ == "__main__":
+    tf.test.main()
