@@ -1,0 +1,311 @@
+"""Reading Amazon SageMaker Pipe-mode channels with `PipeModeDataset`.
+
+In Pipe mode SageMaker streams each input channel through named pipes
+(FIFOs) instead of copying files. Under the base directory (`$SAGEMAKER_BASE_DIR`,
+default `/opt/ml`)::
+
+    input/config/inputdataconfig.json   {"train_0": {"TrainingInputMode": "Pipe", ...}, ...}
+    input/data/<channel>_<epoch>        one FIFO per channel and pass (epoch 0, 1, ...)
+
+The FIFO of epoch `e + 1` appears once epoch `e` has been written and closed.
+The first process to open a FIFO takes its data, so the workers of one host
+must read different channels (`check_channels`).
+
+`sagemaker_tensorflow.PipeModeDataset` keeps, per channel, the index of the
+next FIFO to open in a state file under `<base_dir>/pipe_state`; every
+iterator created over it opens that FIFO and advances the index. A job that
+builds its input pipeline again (e.g. `Estimator.train` called twice) thus
+goes on with the next epoch.
+
+Several epochs. `open_channel(..., epochs=N)` reads exactly the FIFOs
+`<channel>_<k>` .. `<channel>_<k+N-1>` (`k` the index in the state file). It
+does not call `PipeModeDataset.repeat(N)`: TensorFlow's finite repeat creates
+one more iterator of its input after the last pass, which opens the FIFO of
+epoch N and throws its data away (or waits for a FIFO that never comes).
+Instead one `PipeModeDataset` per epoch is created lazily inside
+`Dataset.flat_map`, so a FIFO is only opened when its records are wanted.
+For the same reason a `.repeat(M)` applied on top of the returned dataset
+reads exactly M more passes. `epochs=None` reads pass after pass without end,
+as SageMaker supplies them; training then ends on its step count.
+
+Waiting for FIFOs. `open_channel` checks the configuration and waits (polls)
+up to `timeout_s` for the first FIFO before it returns, so a missing channel
+fails at start. Before each later epoch the dataset waits again, up to
+`timeout_s`, for that epoch's FIFO, and fails with an error naming the FIFO
+when it does not appear (the reader's own wait, about 120 s, is never
+reached). Once a FIFO exists, opening it blocks until its writer opens it,
+as it does on SageMaker.
+
+TensorFlow logs `UNIMPLEMENTED: Cannot compute input sources for dataset of
+type PipeModeDataset` when an iterator is created: `PipeModeDataset` does not
+implement `InputDatasets`; the message is harmless.
+"""
+
+import json
+import os
+import re
+import time
+from typing import Dict, List, Optional, Sequence
+
+import tensorflow as tf
+
+from input_pipeline import sharding
+
+BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
+DEFAULT_BASE_DIR = "/opt/ml"
+INPUT_CONFIG_SUBDIR = os.path.join("input", "config")
+INPUT_DATA_SUBDIR = os.path.join("input", "data")
+INPUT_DATA_CONFIG_FILE = "inputdataconfig.json"
+PIPE_STATE_SUBDIR = "pipe_state"
+
+TRAINING_INPUT_MODE_KEY = "TrainingInputMode"
+PIPE_MODE = "Pipe"
+RECORD_FORMAT = "TFRecord"
+
+DEFAULT_FIFO_TIMEOUT_S = 120.0
+FIFO_POLL_INTERVAL_S = 0.05
+# Repeat count of `tf.data.Dataset.repeat` meaning "without end".
+REPEAT_FOREVER = -1
+
+_TRAILING_NUMBER = re.compile(r"(\d+)$")
+
+
+def default_base_dir() -> str:
+    """Returns `$SAGEMAKER_BASE_DIR`, or `/opt/ml` when it is unset."""
+    return os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR
+
+
+def _resolve(base_dir: Optional[str]) -> str:
+    return base_dir if base_dir is not None else default_base_dir()
+
+
+def input_config_dir(base_dir: Optional[str] = None) -> str:
+    """Returns `<base_dir>/input/config`."""
+    return os.path.join(_resolve(base_dir), INPUT_CONFIG_SUBDIR)
+
+
+def input_data_config_path(base_dir: Optional[str] = None) -> str:
+    """Returns the path of `inputdataconfig.json` under `base_dir`."""
+    return os.path.join(input_config_dir(base_dir), INPUT_DATA_CONFIG_FILE)
+
+
+def pipe_dir(base_dir: Optional[str] = None) -> str:
+    """Returns `<base_dir>/input/data`, where the channel FIFOs appear."""
+    return os.path.join(_resolve(base_dir), INPUT_DATA_SUBDIR)
+
+
+def state_dir(base_dir: Optional[str] = None) -> str:
+    """Returns `<base_dir>/pipe_state`, where the next FIFO index is kept."""
+    return os.path.join(_resolve(base_dir), PIPE_STATE_SUBDIR)
+
+
+def fifo_path(base_dir: Optional[str], channel: str, epoch: int) -> str:
+    """Returns the path of the FIFO of `channel` for pass `epoch`."""
+    return os.path.join(pipe_dir(base_dir), "%s_%d" % (channel, epoch))
+
+
+def state_file_path(state_directory: str, channel: str) -> str:
+    """Returns the file in which `PipeModeDataset` keeps `channel`'s next FIFO index."""
+    return os.path.join(state_directory, ".%s-pipe_mode-state" % channel)
+
+
+def read_input_data_config(base_dir: Optional[str] = None) -> Dict[str, dict]:
+    """Reads `inputdataconfig.json`: channel name -> channel configuration.
+
+    Raises:
+      FileNotFoundError: the file is missing; the message names its path.
+      ValueError: the file is not a JSON object of objects.
+    """
+    path = input_data_config_path(base_dir)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            "Pipe mode needs the SageMaker input data config %s, which does not exist "
+            "(base dir %r: set $%s, or emulate a job with `python -m input_pipeline.pipe_feeder`)"
+            % (path, _resolve(base_dir), BASE_DIR_ENV))
+    with open(path) as f:
+        try:
+            config = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError("%s is not valid JSON: %s" % (path, e)) from e
+    if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
+        raise ValueError("%s must map channel names to objects, got %r" % (path, config))
+    return config
+
+
+def _channel_sort_key(channel: str):
+    match = _TRAILING_NUMBER.search(channel)
+    if match is None:
+        return channel, -1
+    return channel[:match.start()], int(match.group(1))
+
+
+def pipe_channels(base_dir: Optional[str] = None, prefix: str = "") -> List[str]:
+    """Lists the Pipe-mode channels whose names start with `prefix`.
+
+    Channels are ordered by name and then by trailing number, so `train_2`
+    comes before `train_10`.
+
+    Raises:
+      FileNotFoundError, ValueError: as `read_input_data_config`.
+    """
+    config = read_input_data_config(base_dir)
+    return sorted((name for name, channel in config.items()
+                   if name.startswith(prefix) and _is_pipe(channel)), key=_channel_sort_key)
+
+
+def _is_pipe(channel_config: dict) -> bool:
+    return str(channel_config.get(TRAINING_INPUT_MODE_KEY, "")).lower() == PIPE_MODE.lower()
+
+
+def check_channel(channel: str, base_dir: Optional[str] = None) -> None:
+    """Checks that `inputdataconfig.json` has `channel` in Pipe mode.
+
+    Raises:
+      FileNotFoundError: no `inputdataconfig.json`.
+      ValueError: the channel is not configured, or not in Pipe mode; the
+        message lists the configured channels and their modes.
+    """
+    config = read_input_data_config(base_dir)
+    modes = ", ".join("%s (%s)" % (name, c.get(TRAINING_INPUT_MODE_KEY, "no mode"))
+                      for name, c in sorted(config.items())) or "none"
+    if channel not in config:
+        raise ValueError("channel %r is not in %s; configured channels: %s"
+                         % (channel, input_data_config_path(base_dir), modes))
+    if not _is_pipe(config[channel]):
+        raise ValueError("channel %r of %s has %s=%r, not %r; configured channels: %s"
+                         % (channel, input_data_config_path(base_dir), TRAINING_INPUT_MODE_KEY,
+                            config[channel].get(TRAINING_INPUT_MODE_KEY), PIPE_MODE, modes))
+
+
+def check_channels(channels: Sequence[str], workers_per_host: int,
+                   base_dir: Optional[str] = None) -> List[str]:
+    """Checks at start that the workers of a host can each read their own channel.
+
+    The first process to open a FIFO takes it and the others block, so a host
+    with `workers_per_host` workers needs that many different channels.
+
+    Args:
+      channels: the channels, in the order they are assigned to local ranks.
+      workers_per_host: training processes on each host.
+      base_dir: SageMaker base directory (default: `default_base_dir()`).
+
+    Returns:
+      The channels the workers of a host read, `channels[:workers_per_host]`.
+
+    Raises:
+      ValueError: fewer channels than workers per host, a channel used twice,
+        or a channel not configured in Pipe mode.
+      FileNotFoundError: no `inputdataconfig.json`.
+    """
+    channels = list(channels)
+    used = [sharding.assign_channel(channels, local_rank, workers_per_host)
+            for local_rank in range(workers_per_host)]
+    for channel in used:
+        check_channel(channel, base_dir)
+    return used
+
+
+def next_epoch(channel: str, state_directory: str) -> Optional[int]:
+    """Returns the index of the FIFO `PipeModeDataset` opens next for `channel`.
+
+    Returns 0 when the state file does not exist yet, and None when it is
+    being rewritten (empty or partial); ask again later.
+    """
+    path = state_file_path(state_directory, channel)
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return 0
+    return int(text) if text.isdigit() else None
+
+
+def wait_for_fifo(channel: str, base_dir: Optional[str], timeout_s: float,
+                  state_directory: Optional[str] = None) -> str:
+    """Waits until the FIFO `channel` reads next exists, and returns its path.
+
+    Args:
+      channel: channel name.
+      base_dir: SageMaker base directory (default: `default_base_dir()`).
+      timeout_s: seconds to wait at most.
+      state_directory: the `PipeModeDataset` state directory (default:
+        `state_dir(base_dir)`).
+
+    Raises:
+      TimeoutError: the FIFO did not appear within `timeout_s`; the message
+        names it.
+    """
+    state_directory = state_directory or state_dir(base_dir)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        epoch = next_epoch(channel, state_directory)
+        if epoch is None:
+            what = "the next FIFO (state file %s unreadable)" % state_file_path(state_directory, channel)
+        else:
+            what = fifo_path(base_dir, channel, epoch)
+            if os.path.exists(what):
+                return what
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                "Pipe-mode FIFO %s of channel %r did not appear within %g s (is the data source "
+                "running and feeding this channel?)" % (what, channel, timeout_s))
+        time.sleep(FIFO_POLL_INTERVAL_S)
+
+
+def open_channel(channel: str, base_dir: Optional[str] = None,
+                 timeout_s: float = DEFAULT_FIFO_TIMEOUT_S, epochs: Optional[int] = 1,
+                 state_directory: Optional[str] = None) -> tf.data.Dataset:
+    """Returns the serialized TFRecord records of a Pipe-mode channel.
+
+    Works in eager mode and in graph mode (`tf.compat.v1` sessions and
+    `tf.estimator`). Checks the input data config and waits for the first
+    FIFO before returning (see the module docstring for how epochs and later
+    FIFOs are handled).
+
+    Args:
+      channel: channel name, configured in Pipe mode.
+      base_dir: SageMaker base directory (default: `default_base_dir()`).
+      timeout_s: seconds to wait for each epoch's FIFO to appear.
+      epochs: passes to read (each one FIFO), or None to read without end.
+      state_directory: where `PipeModeDataset` keeps the next FIFO index
+        (default: `<base_dir>/pipe_state`).
+
+    Returns:
+      A `tf.data.Dataset` of scalar `tf.string` elements (shape []), each one
+      serialized record. Iterating it raises `tf.errors.UnknownError` naming
+      the FIFO when a later epoch's FIFO does not appear within `timeout_s`.
+
+    Raises:
+      FileNotFoundError: no `inputdataconfig.json`.
+      ValueError: the channel is not configured in Pipe mode, or `epochs` or
+        `timeout_s` is not positive.
+      TimeoutError: the first FIFO did not appear within `timeout_s`.
+    """
+    # Imported here: the `pipe` extra is optional, and importing it loads its op library.
+    try:
+        from sagemaker_tensorflow import PipeModeDataset  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+        raise ImportError("Pipe mode needs sagemaker-tensorflow (pip install '.[pipe]'): %s" % e) from e
+
+    if epochs is not None and epochs < 1:
+        raise ValueError("epochs must be >= 1 or None (without end), got %r" % (epochs,))
+    if timeout_s <= 0:
+        raise ValueError("timeout_s must be > 0, got %r" % (timeout_s,))
+    base_dir = _resolve(base_dir)
+    state_directory = state_directory or state_dir(base_dir)
+    check_channel(channel, base_dir)
+    wait_for_fifo(channel, base_dir, timeout_s, state_directory)
+
+    def wait() -> bool:
+        wait_for_fifo(channel, base_dir, timeout_s, state_directory)
+        return True
+
+    def one_epoch(_):
+        waited = tf.numpy_function(wait, [], tf.bool, stateful=True)
+        with tf.control_dependencies([waited]):
+            return PipeModeDataset(channel, record_format=RECORD_FORMAT,
+                                   state_dir=state_directory, pipe_dir=pipe_dir(base_dir),
+                                   config_dir=input_config_dir(base_dir))
+
+    count = REPEAT_FOREVER if epochs is None else epochs
+    return tf.data.Dataset.from_tensors(0).repeat(count).flat_map(one_epoch)
