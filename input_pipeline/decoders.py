@@ -1,0 +1,191 @@
+"""Vectorized decoders: one call turns a whole batch of records into tensors.
+
+Both decoders return `(features, labels)`:
+`features = {schema.FEAT_IDS: int64 [B, field_size],
+schema.FEAT_VALS: float32 [B, field_size]}`, `labels` float32 [B].
+
+* TFRecord: `tf.io.parse_example` over the batch of serialized
+  `tf.train.Example`s (fixed-length `label`, `ids`, `values`).
+* LibSVM: the whole batch of lines is checked against the line grammar with
+  one `tf.strings.regex_full_match`, split with `tf.strings.split` and
+  converted with `tf.strings.to_number`: no Python and no per-line op.
+
+Bad LibSVM lines: a line that does not follow the grammar or has a number of
+pairs other than `field_size` stops the pipeline with
+`tf.errors.InvalidArgumentError` naming the first bad line of the batch as
+`file:line` (when the caller passes the lines' file indices and line
+numbers), the reason, and the line's text. With `skip_bad_records` the bad
+lines are dropped instead (the batch comes out shorter) and each batch that
+drops lines prints one warning to stderr: how many it dropped and the first
+one's `file:line` and reason.
+
+`check_first_record` checks one record in plain Python, so that a wrong
+`field_size` or format is reported before a graph is built.
+"""
+
+import re
+import sys
+from typing import Dict, Optional, Sequence, Tuple
+
+import tensorflow as tf
+from google.protobuf import message
+
+from input_pipeline import files, schema
+
+# The LibSVM line grammar, read alike by RE2 (TensorFlow) and Python's `re`:
+# a label, then `id:value` pairs, separated by whitespace.
+NUMBER_PATTERN = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+ID_PATTERN = r"\d{1,18}"
+LIBSVM_LINE_PATTERN = r"\s*%s(?:\s+%s:%s)*\s*" % (NUMBER_PATTERN, ID_PATTERN, NUMBER_PATTERN)
+PAIR_SEPARATOR = ":"
+# Characters of a bad line quoted in error messages.
+QUOTED_LINE_CHARS = 200
+
+Features = Dict[str, tf.Tensor]
+
+
+def tfrecord_feature_spec(field_size: int) -> Dict[str, tf.io.FixedLenFeature]:
+    """The `tf.io.parse_example` spec of the dataset layout (`input_pipeline.schema`)."""
+    return {
+        schema.LABEL_KEY: tf.io.FixedLenFeature([], tf.float32),
+        schema.IDS_KEY: tf.io.FixedLenFeature([field_size], tf.int64),
+        schema.VALUES_KEY: tf.io.FixedLenFeature([field_size], tf.float32),
+    }
+
+
+def decode_tfrecord(serialized: tf.Tensor, field_size: int) -> Tuple[Features, tf.Tensor]:
+    """Decodes a batch of serialized `tf.train.Example`s.
+
+    Args:
+      serialized: string [B].
+      field_size: ids per example.
+
+    Returns:
+      `(features, labels)` as described in the module docstring.
+    """
+    parsed = tf.io.parse_example(serialized, tfrecord_feature_spec(field_size))
+    features = {schema.FEAT_IDS: parsed[schema.IDS_KEY], schema.FEAT_VALS: parsed[schema.VALUES_KEY]}
+    return features, parsed[schema.LABEL_KEY]
+
+
+def decode_libsvm(lines: tf.Tensor, field_size: int,
+                  file_index: Optional[tf.Tensor] = None,
+                  line_number: Optional[tf.Tensor] = None,
+                  file_names: Optional[Sequence[str]] = None,
+                  skip_bad_records: bool = False) -> Tuple[Features, tf.Tensor]:
+    """Decodes a batch of LibSVM lines `label id:value ...`.
+
+    Args:
+      lines: string [B], without line ends.
+      field_size: `id:value` pairs every line must have.
+      file_index: int32 [B], each line's index into `file_names`; with
+        `line_number` and `file_names`, lets errors name `file:line`.
+      line_number: int64 [B], each line's 1-based number in its file.
+      file_names: the files `file_index` refers to.
+      skip_bad_records: drop bad lines (with a warning) instead of failing.
+
+    Returns:
+      `(features, labels)` as described in the module docstring; with
+      `skip_bad_records` the batch dimension is the number of good lines.
+
+    Raises:
+      tf.errors.InvalidArgumentError: (when the graph runs) a bad line and
+        not `skip_bad_records`; the message names the file and line.
+    """
+    lines = tf.convert_to_tensor(lines, tf.string)
+    well_formed = tf.strings.regex_full_match(lines, LIBSVM_LINE_PATTERN)
+    tokens = tf.strings.split(tf.strings.regex_replace(lines, PAIR_SEPARATOR, " "))
+    num_pairs = (tokens.row_lengths() - 1) // 2
+    good = tf.logical_and(well_formed, tf.equal(num_pairs, field_size))
+    all_good = tf.reduce_all(good)
+
+    def report() -> tf.Tensor:
+        """`file:line: bad LibSVM line (reason): text` of the first bad line."""
+        first_bad = tf.argmin(tf.cast(good, tf.int32), output_type=tf.int32)
+        reason = tf.where(
+            well_formed[first_bad],
+            tf.strings.join(["it has ", tf.strings.as_string(num_pairs[first_bad]),
+                             " id:value pairs, field_size is %d" % field_size]),
+            "it is not `label id:value ...` with a numeric label, integer ids and numeric values")
+        where = _line_location(first_bad, file_index, line_number, file_names)
+        return tf.strings.join([where, ": bad LibSVM line (", reason, "): ",
+                                tf.strings.substr(lines[first_bad], 0, QUOTED_LINE_CHARS)])
+
+    if skip_bad_records:
+        num_bad = tf.reduce_sum(tf.cast(tf.logical_not(good), tf.int32))
+        check = tf.cond(all_good, tf.no_op, lambda: _warn_skipped(num_bad, report()))
+        tokens = tf.ragged.boolean_mask(tokens, good)
+        batch = None
+    else:
+        check = tf.cond(all_good, tf.no_op, lambda: raise_error(tf.strings.join([
+            report(), " (skip_bad_records drops such lines)"])))
+        batch = lines.shape[0]
+    with tf.control_dependencies([check]):
+        dense = tokens.to_tensor(default_value="0", shape=[batch, 1 + 2 * field_size])
+        labels = tf.strings.to_number(dense[:, 0], tf.float32)
+        ids = tf.strings.to_number(dense[:, 1::2], tf.int64)
+        values = tf.strings.to_number(dense[:, 2::2], tf.float32)
+    return {schema.FEAT_IDS: ids, schema.FEAT_VALS: values}, labels
+
+
+def check_first_record(path: str, data_format: str, field_size: int) -> None:
+    """Checks the first record of a file in plain Python (no graph needed).
+
+    Raises:
+      ValueError: the record does not follow the layout of
+        `input_pipeline.schema` with `field_size` ids; the message names the
+        file and what is wrong.
+    """
+    record = files.read_first_record(path, data_format)
+    if data_format == "libsvm":
+        if not re.fullmatch(LIBSVM_LINE_PATTERN, record):
+            raise ValueError("%s:1: bad LibSVM line (not `label id:value ...` with numbers): %s"
+                             % (path, record[:QUOTED_LINE_CHARS]))
+        pairs = len(record.split()) - 1
+        if pairs != field_size:
+            raise ValueError("%s:1: the line has %d id:value pairs, field_size is %d"
+                             % (path, pairs, field_size))
+        return
+    try:
+        example = tf.train.Example.FromString(record)
+    except message.DecodeError as e:
+        raise ValueError("%s: the first record is not a tf.train.Example: %s" % (path, e)) from e
+    feature = example.features.feature
+    for key, kind, length in ((schema.LABEL_KEY, "float_list", 1),
+                              (schema.IDS_KEY, "int64_list", field_size),
+                              (schema.VALUES_KEY, "float_list", field_size)):
+        if key not in feature:
+            raise ValueError("%s: the first record has no feature %r (it has %s)"
+                             % (path, key, sorted(feature)))
+        values = getattr(feature[key], kind).value
+        if len(values) != length:
+            raise ValueError("%s: feature %r of the first record holds %d %s values, expected %d "
+                             "(field_size is %d)" % (path, key, len(values), kind, length, field_size))
+
+
+def raise_error(message: tf.Tensor) -> tf.Operation:
+    """An op that, when run, fails with `tf.errors.InvalidArgumentError` carrying `message`.
+
+    Args:
+      message: scalar string, built in the graph (it may name files and
+        lines).
+    """
+    failed = tf.debugging.Assert(False, [message])
+    with tf.control_dependencies([failed]):
+        return tf.no_op()
+
+
+def _line_location(row, file_index, line_number, file_names) -> tf.Tensor:
+    if file_index is None or line_number is None or not file_names:
+        return tf.strings.join(["row ", tf.strings.as_string(row), " of the batch"])
+    name = tf.gather(tf.constant(list(file_names)), file_index[row])
+    return tf.strings.join([name, ":", tf.strings.as_string(line_number[row])])
+
+
+def _warn_skipped(num_bad: tf.Tensor, report: tf.Tensor) -> tf.Operation:
+    # A single string tensor prints without quotes.
+    printed = tf.print(tf.strings.join([
+        "WARNING: skipped ", tf.strings.as_string(num_bad), " bad LibSVM line(s) of a batch; the first: ",
+        report]), output_stream=sys.stderr)
+    with tf.control_dependencies([printed]):
+        return tf.no_op()

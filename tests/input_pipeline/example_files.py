@@ -1,0 +1,107 @@
+"""Writes tiny TFRecord / LibSVM files and dataset roots for the input-pipeline tests.
+
+Independent of the library's writers: records are built with the
+`tf.train.Example` protobuf API and lines with Python string formatting.
+Values are multiples of 1/16, so their decimal text and their float32 are
+the same number and both formats decode to identical arrays.
+"""
+
+import contextlib
+import os
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from input_pipeline import schema
+
+Rows = Tuple[np.ndarray, np.ndarray, np.ndarray]  # labels [n], ids [n, f], values [n, f]
+
+SMALL_FIELD_SIZE = 4
+MAX_ID = 1000
+VALUE_STEPS = 16
+MAX_VALUE_STEPS = 64
+
+
+def make_rows(num_rows: int, field_size: int = SMALL_FIELD_SIZE, seed: int = 0,
+              first_label: float = 0.0) -> Rows:
+    """Random rows; the label of row i is `first_label + i` so rows can be told apart."""
+    rng = np.random.default_rng(seed)
+    labels = (first_label + np.arange(num_rows)).astype(np.float32)
+    ids = rng.integers(1, MAX_ID, size=[num_rows, field_size]).astype(np.int64)
+    values = (rng.integers(-MAX_VALUE_STEPS, MAX_VALUE_STEPS, size=[num_rows, field_size])
+              / float(VALUE_STEPS)).astype(np.float32)
+    return labels, ids, values
+
+
+def serialize(label: float, ids: Sequence[int], values: Sequence[float]) -> bytes:
+    """One `tf.train.Example` in the layout of `input_pipeline.schema`."""
+    feature = {
+        schema.LABEL_KEY: tf.train.Feature(float_list=tf.train.FloatList(value=[label])),
+        schema.IDS_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=list(ids))),
+        schema.VALUES_KEY: tf.train.Feature(float_list=tf.train.FloatList(value=list(values))),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def libsvm_line(label: float, ids: Sequence[int], values: Sequence[float]) -> str:
+    """One `label id:value ...` line, without its newline."""
+    return " ".join(["%g" % label] + ["%d:%r" % (i, float(v)) for i, v in zip(ids, values)])
+
+
+def write_tfrecord(path: str, rows: Rows) -> str:
+    """Writes `rows` as a TFRecord file and returns its path."""
+    with tf.io.TFRecordWriter(path) as writer:
+        for label, ids, values in zip(*rows):
+            writer.write(serialize(float(label), ids, values))
+    return path
+
+
+def write_libsvm(path: str, rows: Rows, extra_lines: Optional[Dict[int, str]] = None) -> str:
+    """Writes `rows` as LibSVM lines; `extra_lines` {0-based position: text} are inserted."""
+    lines = [libsvm_line(float(label), ids, values) for label, ids, values in zip(*rows)]
+    for position in sorted(extra_lines or {}):
+        lines.insert(position, extra_lines[position])
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def write_rows(path_stem: str, rows: Rows, data_format: str) -> str:
+    """Writes `rows` to `path_stem` + the format's extension; returns the path."""
+    path = path_stem + schema.FORMAT_EXTENSIONS[data_format]
+    writer = write_tfrecord if data_format == "tfrecord" else write_libsvm
+    return writer(path, rows)
+
+
+def write_dataset_root(root: str, split_shards: Dict[str, List[Rows]],
+                       field_size: int = SMALL_FIELD_SIZE) -> schema.DatasetMetadata:
+    """Writes a dataset root: every shard in both formats, and `metadata.json`."""
+    metadata = schema.DatasetMetadata(feature_size=MAX_ID, field_size=field_size, source="test rows")
+    for split, shards in split_shards.items():
+        os.makedirs(os.path.join(root, split), exist_ok=True)
+        info = schema.SplitInfo()
+        for index, rows in enumerate(shards):
+            stem = os.path.join(split, os.path.splitext(schema.shard_name(index, "tfrecord"))[0])
+            for data_format in schema.DATA_FORMATS:
+                write_rows(os.path.join(root, stem), rows, data_format)
+            info.shards[stem] = len(rows[0])
+            info.rows += len(rows[0])
+        metadata.splits[split] = info
+    metadata.write(root)
+    return metadata
+
+
+@contextlib.contextmanager
+def captured_stderr(path):
+    """Sends file descriptor 2 (where tf.print writes) to `path` while active."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "w") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

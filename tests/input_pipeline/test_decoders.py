@@ -1,0 +1,190 @@
+"""Tests for input_pipeline.decoders: vectorized TFRecord and LibSVM decoding."""
+
+import os
+import tempfile
+
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+
+from input_pipeline import decoders, schema
+from tests.input_pipeline import example_files
+
+FIELDS = example_files.SMALL_FIELD_SIZE
+CRITEO_ENV = "CRITEO_DATA_DIR"
+CRITEO_DEFAULT_DIR = "/work/shared/data/criteo"
+CRITEO_LIBSVM = "criteo_lambdaji_va.libsvm"
+CRITEO_ROWS = 64
+
+
+def parse_lines_in_python(lines):
+    """Plain-Python parse of LibSVM lines, independent of the decoder."""
+    labels, ids, values = [], [], []
+    for line in lines:
+        label, *pairs = line.split()
+        labels.append(float(label))
+        ids.append([int(pair.split(":")[0]) for pair in pairs])
+        values.append([float(pair.split(":")[1]) for pair in pairs])
+    return np.array(labels, np.float32), np.array(ids, np.int64), np.array(values, np.float32)
+
+
+class DecoderTestCase(tf.test.TestCase, parameterized.TestCase):
+
+    def assertDecoded(self, decoded, rows):
+        features, labels = decoded
+        self.assertAllEqual(labels, rows[0])
+        self.assertAllEqual(features[schema.FEAT_IDS], rows[1])
+        self.assertAllEqual(features[schema.FEAT_VALS], rows[2])
+        self.assertEqual(features[schema.FEAT_IDS].dtype, tf.int64)
+        self.assertEqual(features[schema.FEAT_VALS].dtype, tf.float32)
+        self.assertEqual(labels.dtype, tf.float32)
+
+
+class DecodeTest(DecoderTestCase):
+
+    def test_tfrecord(self):
+        rows = example_files.make_rows(5)
+        records = [example_files.serialize(float(l), i, v) for l, i, v in zip(*rows)]
+        self.assertDecoded(decoders.decode_tfrecord(tf.constant(records), FIELDS), rows)
+
+    def test_libsvm_equals_tfrecord_of_same_rows(self):
+        rows = example_files.make_rows(7, seed=3)
+        records = [example_files.serialize(float(l), i, v) for l, i, v in zip(*rows)]
+        lines = [example_files.libsvm_line(float(l), i, v) for l, i, v in zip(*rows)]
+        from_tfrecord = decoders.decode_tfrecord(tf.constant(records), FIELDS)
+        from_libsvm = tf.function(lambda x: decoders.decode_libsvm(x, FIELDS))(tf.constant(lines))
+        self.assertDecoded(from_libsvm, rows)
+        self.assertDecoded(from_tfrecord, [from_libsvm[1], from_libsvm[0][schema.FEAT_IDS],
+                                           from_libsvm[0][schema.FEAT_VALS]])
+
+    def test_real_criteo_lines_equal_tfrecord_decode(self):
+        path = os.path.join(os.environ.get(CRITEO_ENV, CRITEO_DEFAULT_DIR), CRITEO_LIBSVM)
+        if not os.path.isfile(path):
+            self.skipTest("real Criteo LibSVM rows not found at %s (set %s)" % (path, CRITEO_ENV))
+        with open(path) as f:
+            lines = [next(f).rstrip("\n") for _ in range(CRITEO_ROWS)]
+        rows = parse_lines_in_python(lines)
+        records = [example_files.serialize(float(l), i, v) for l, i, v in zip(*rows)]
+        from_libsvm = decoders.decode_libsvm(tf.constant(lines), schema.FIELD_SIZE)
+        from_tfrecord = decoders.decode_tfrecord(tf.constant(records), schema.FIELD_SIZE)
+        self.assertDecoded(from_libsvm, rows)
+        self.assertDecoded(from_tfrecord, rows)
+
+    def test_libsvm_number_forms_and_whitespace(self):
+        lines = ["+1 3:1e-2 7:-0.5\r", "0\t4:.25   9:2E1 ", "  1 5:3. 6:-4"]
+        features, labels = decoders.decode_libsvm(tf.constant(lines), 2)
+        self.assertAllEqual(labels, [1, 0, 1])
+        self.assertAllEqual(features[schema.FEAT_IDS], [[3, 7], [4, 9], [5, 6]])
+        self.assertAllClose(features[schema.FEAT_VALS], [[0.01, -0.5], [0.25, 20.0], [3.0, -4.0]])
+
+    @parameterized.parameters(False, True)
+    def test_empty_batch(self, skip_bad_records):
+        features, labels = decoders.decode_libsvm(tf.constant([], tf.string), FIELDS,
+                                                  skip_bad_records=skip_bad_records)
+        self.assertEqual(features[schema.FEAT_IDS].shape, (0, FIELDS))
+        self.assertEqual(labels.shape, (0,))
+
+    def test_static_batch_dimension(self):
+        decoded = tf.function(lambda x: decoders.decode_libsvm(x, FIELDS)).get_concrete_function(
+            tf.TensorSpec([8], tf.string)).structured_outputs
+        self.assertEqual(decoded[0][schema.FEAT_IDS].shape.as_list(), [8, FIELDS])
+        self.assertEqual(decoded[1].shape.as_list(), [8])
+
+
+class BadLineTest(DecoderTestCase):
+
+    GOOD = "1 1:0.5 2:1 3:1 4:2"
+
+    @parameterized.named_parameters(
+        ("too_few_pairs", "1 1:0.5 2:1 3:1", "it has 3 id:value pairs, field_size is 4"),
+        ("too_many_pairs", GOOD + " 5:1", "it has 5 id:value pairs, field_size is 4"),
+        ("non_numeric_value", "1 1:0.5 2:abc 3:1 4:2", "it is not `label id:value ...`"),
+        ("non_numeric_label", "yes 1:0.5 2:1 3:1 4:2", "it is not `label id:value ...`"),
+        ("missing_colon", "1 1:0.5 2 3:1 4:2", "it is not `label id:value ...`"),
+        ("float_id", "1 1.5:0.5 2:1 3:1 4:2", "it is not `label id:value ...`"),
+        ("empty", "", "it is not `label id:value ...`"),
+    )
+    def test_error_names_file_and_line(self, bad, reason):
+        lines = tf.constant([self.GOOD, self.GOOD, bad, bad])
+        decode = tf.function(lambda x: decoders.decode_libsvm(
+            x, FIELDS, file_index=tf.constant([1, 1, 1, 0]),
+            line_number=tf.constant([5, 6, 7, 3], tf.int64), file_names=["a.libsvm", "b.libsvm"]))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "b.libsvm:7: bad LibSVM line \\(%s" % reason):
+            decode(lines)
+
+    def test_error_without_file_context_names_the_row(self):
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "row 1 of the batch: bad LibSVM line .*: 1 1:x"):
+            decoders.decode_libsvm(tf.constant([self.GOOD, "1 1:x"]), FIELDS)
+
+    def test_skip_bad_records_drops_and_warns(self):
+        lines = tf.constant([self.GOOD, "0 1:2", "1 1:x 2:1 3:1 4:2", "0 4:1 3:1 2:1 1:1"])
+        log = os.path.join(tempfile.mkdtemp(dir=self.get_temp_dir()), "stderr")
+        decode = tf.function(lambda x: decoders.decode_libsvm(
+            x, FIELDS, file_index=tf.zeros([4], tf.int32), line_number=tf.constant([1, 2, 3, 4], tf.int64),
+            file_names=["data.libsvm"], skip_bad_records=True))
+        with example_files.captured_stderr(log):
+            features, labels = decode(lines)
+        self.assertAllEqual(labels, [1, 0])
+        self.assertAllEqual(features[schema.FEAT_IDS], [[1, 2, 3, 4], [4, 3, 2, 1]])
+        with open(log) as f:
+            warning = f.read()
+        self.assertIn("WARNING: skipped 2 bad LibSVM line(s) of a batch; the first: data.libsvm:2: "
+                      "bad LibSVM line (it has 1 id:value pairs", warning)
+
+    def test_skip_without_bad_lines_is_silent(self):
+        log = os.path.join(tempfile.mkdtemp(dir=self.get_temp_dir()), "stderr")
+        with example_files.captured_stderr(log):
+            _, labels = decoders.decode_libsvm(tf.constant([self.GOOD]), FIELDS, skip_bad_records=True)
+        self.assertAllEqual(labels, [1])
+        with open(log) as f:
+            self.assertNotIn("WARNING", f.read())
+
+
+class CheckFirstRecordTest(DecoderTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp(dir=self.get_temp_dir())
+        self.rows = example_files.make_rows(2)
+
+    def test_good_files_pass(self):
+        for data_format in schema.DATA_FORMATS:
+            path = example_files.write_rows(os.path.join(self.dir, "ok"), self.rows, data_format)
+            decoders.check_first_record(path, data_format, FIELDS)
+
+    @parameterized.parameters("tfrecord", "libsvm")
+    def test_wrong_field_size(self, data_format):
+        path = example_files.write_rows(os.path.join(self.dir, "wide"), self.rows, data_format)
+        with self.assertRaisesRegex(ValueError, "wide.%s.*(4 int64_list values, expected 39|"
+                                                "has 4 id:value pairs, field_size is 39)" % data_format):
+            decoders.check_first_record(path, data_format, schema.FIELD_SIZE)
+
+    def test_libsvm_garbage(self):
+        path = os.path.join(self.dir, "bad.libsvm")
+        with open(path, "w") as f:
+            f.write("label,I1,I2\n")
+        with self.assertRaisesRegex(ValueError, "bad.libsvm:1: bad LibSVM line .*: label,I1,I2"):
+            decoders.check_first_record(path, "libsvm", FIELDS)
+
+    def test_tfrecord_missing_feature(self):
+        path = os.path.join(self.dir, "other.tfrecord")
+        example = tf.train.Example(features=tf.train.Features(feature={
+            "y": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0]))}))
+        with tf.io.TFRecordWriter(path) as writer:
+            writer.write(example.SerializeToString())
+        with self.assertRaisesRegex(ValueError, "other.tfrecord: the first record has no feature 'label' "
+                                                "\\(it has \\['y'\\]\\)"):
+            decoders.check_first_record(path, "tfrecord", FIELDS)
+
+    def test_tfrecord_not_an_example(self):
+        path = os.path.join(self.dir, "text.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            writer.write(b"\xff\xff not a protobuf")
+        with self.assertRaisesRegex(ValueError, "text.tfrecord: the first record is not a tf.train.Example"):
+            decoders.check_first_record(path, "tfrecord", FIELDS)
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -1,0 +1,150 @@
+"""Tests for input_pipeline.files: spec resolution and row counts."""
+
+import os
+import tempfile
+
+from absl.testing import parameterized
+import tensorflow as tf
+
+from input_pipeline import files
+from tests.input_pipeline import example_files
+
+
+class FilesTestCase(tf.test.TestCase, parameterized.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp(dir=self.get_temp_dir())
+        self.root = os.path.join(self.dir, "root")
+        rows = [example_files.make_rows(n, seed=n) for n in (3, 5)]
+        self.metadata = example_files.write_dataset_root(
+            self.root, {"train": rows, "validation": [example_files.make_rows(2)]})
+        self.loose = os.path.join(self.dir, "loose")
+        os.makedirs(self.loose)
+        for name in ("b.tfrecord", "a.tfrecord"):
+            example_files.write_tfrecord(os.path.join(self.loose, name), example_files.make_rows(4))
+        example_files.write_libsvm(os.path.join(self.loose, "c.libsvm"), example_files.make_rows(4))
+        example_files.write_tfrecord(os.path.join(self.loose, ".partial.tfrecord"), example_files.make_rows(1))
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+
+class ResolveTest(FilesTestCase):
+
+    def test_dataset_root_means_its_split(self):
+        for split, count in (("train", 2), ("validation", 1)):
+            resolved = files.resolve([self.root], "libsvm", split)
+            self.assertLen(resolved, count)
+            for path in resolved:
+                self.assertEqual(os.path.dirname(path), self.path("root", split))
+                self.assertTrue(path.endswith(".libsvm"))
+
+    def test_directory_means_files_with_the_extension(self):
+        self.assertEqual(files.resolve([self.loose], "tfrecord"),
+                         [self.path("loose", "a.tfrecord"), self.path("loose", "b.tfrecord")])
+        self.assertEqual(files.resolve(self.loose, "libsvm"), [self.path("loose", "c.libsvm")])
+
+    def test_glob_file_and_dedup_sorted(self):
+        spec = [self.path("loose", "b.tfrecord"), self.path("loose", "*.tfrecord"),
+                os.path.relpath(self.path("loose", "a.tfrecord"))]
+        self.assertEqual(files.resolve(spec, "tfrecord"),
+                         [self.path("loose", "a.tfrecord"), self.path("loose", "b.tfrecord")])
+
+    def test_explicit_file_of_any_extension(self):
+        self.assertEqual(files.resolve([self.path("loose", "c.libsvm")], "tfrecord"),
+                         [self.path("loose", "c.libsvm")])
+
+    def test_glob_matching_directories_expands_them(self):
+        resolved = files.resolve([self.path("ro*")], "tfrecord")
+        self.assertLen(resolved, 2)
+        self.assertTrue(all("/root/train/" in path for path in resolved))
+
+    @parameterized.named_parameters(
+        ("missing", ["nope.tfrecord"], "'.*nope.tfrecord' matches no tfrecord file \\(no such file"),
+        ("glob", ["loose/*.parquet"], "'.*loose/\\*.parquet' matches no tfrecord file \\(the glob"),
+        ("split", ["root"], "'.*root' matches no tfrecord file \\(it is a dataset root; its test/"),
+    )
+    def test_nothing_matched_names_the_item(self, spec, message):
+        with self.assertRaisesRegex(ValueError, message):
+            files.resolve([self.path(item) for item in spec], "tfrecord", split="test")
+
+    def test_directory_without_matches(self):
+        empty = tempfile.mkdtemp(dir=self.get_temp_dir())
+        with self.assertRaisesRegex(ValueError, "matches no libsvm file \\(a directory without"):
+            files.resolve([empty], "libsvm")
+
+    def test_empty_file_is_refused(self):
+        empty = self.path("loose", "zero.tfrecord")
+        open(empty, "w").close()
+        with self.assertRaisesRegex(ValueError, "zero.tfrecord \\(from spec item .*loose'\\) is empty \\(0 bytes\\)"):
+            files.resolve([self.loose], "tfrecord")
+
+    def test_empty_spec_and_bad_format(self):
+        with self.assertRaisesRegex(ValueError, "names no files"):
+            files.resolve([], "tfrecord")
+        with self.assertRaisesRegex(ValueError, "data_format must be one of tfrecord, libsvm, got 'csv'"):
+            files.resolve([self.loose], "csv")
+
+
+class ValidationTest(FilesTestCase):
+
+    def test_root_gives_its_validation_files(self):
+        self.assertEqual(files.default_validation([self.root], "tfrecord"),
+                         [self.path("root", "validation", "part-00000.tfrecord")])
+
+    def test_other_specs_give_none(self):
+        self.assertEqual(files.default_validation([self.loose], "tfrecord"), [])
+        self.assertEqual(files.default_validation([self.root, self.loose], "tfrecord"), [])
+
+
+class RowCountsTest(FilesTestCase):
+
+    def test_from_metadata(self):
+        paths = files.resolve([self.root], "tfrecord")
+        self.assertEqual(files.row_counts(paths, "tfrecord"), dict(zip(paths, [3, 5])))
+
+    def test_unknown_without_metadata(self):
+        paths = files.resolve([self.root], "tfrecord") + [self.path("loose", "a.tfrecord")]
+        self.assertIsNone(files.row_counts(paths, "tfrecord"))
+
+    @parameterized.parameters("tfrecord", "libsvm")
+    def test_count_rows_reads_the_files(self, data_format):
+        paths = files.resolve([self.root], data_format)
+        self.assertEqual(files.count_rows(paths, data_format), dict(zip(paths, [3, 5])))
+
+    def test_count_lines_without_final_newline(self):
+        path = self.path("loose", "d.libsvm")
+        with open(path, "w") as f:
+            f.write("1 1:1\n0 1:2")
+        self.assertEqual(files.count_rows([path], "libsvm"), {path: 2})
+
+    def test_count_truncated_tfrecord_names_file(self):
+        path = self.path("loose", "a.tfrecord")
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(data[:-3])
+        with self.assertRaisesRegex(ValueError, "TFRecord file .*a.tfrecord is truncated or corrupt: record 3"):
+            files.count_rows([path], "tfrecord")
+
+
+class FirstRecordTest(FilesTestCase):
+
+    def test_reads_first_record(self):
+        rows = example_files.make_rows(4)
+        self.assertEqual(files.read_first_record(self.path("loose", "a.tfrecord"), "tfrecord"),
+                         example_files.serialize(float(rows[0][0]), rows[1][0], rows[2][0]))
+        self.assertEqual(files.read_first_record(self.path("loose", "c.libsvm"), "libsvm"),
+                         example_files.libsvm_line(float(rows[0][0]), rows[1][0], rows[2][0]))
+
+    def test_truncated_first_record(self):
+        path = self.path("loose", "short.tfrecord")
+        with open(path, "wb") as f:
+            f.write(b"\x05\x00")
+        with self.assertRaisesRegex(ValueError, "short.tfrecord is not a TFRecord file: it ends after 2 bytes"):
+            files.read_first_record(path, "tfrecord")
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -1,0 +1,401 @@
+"""Tests for input_pipeline.pipeline: order, refusals, sharding, bad records."""
+
+import glob
+import os
+import tempfile
+
+from absl.testing import parameterized
+import tensorflow as tf
+
+from input_pipeline import files, pipe_feeder, pipeline, schema
+from tests.input_pipeline import example_files
+
+FIELDS = example_files.SMALL_FIELD_SIZE
+BATCH = 4
+# Dataset op types of the stages applied after create, by stage name.
+STAGE_OPS = (("ShardDataset", "shard"), ("CacheDataset", "cache"), ("ShuffleDataset", "shuffle"),
+             ("BatchDataset", "batch"), ("ParallelMapDataset", "map"), ("RepeatDataset", "repeat"),
+             ("PrefetchDataset", "prefetch"))
+
+
+def config(**kwargs) -> pipeline.PipelineConfig:
+    kwargs.setdefault("field_size", FIELDS)
+    return pipeline.PipelineConfig(**kwargs)
+
+
+def labels_of(dataset) -> list:
+    """Every label the dataset yields, in order."""
+    return [float(label) for _, labels in dataset for label in labels.numpy()]
+
+
+def batches_of(dataset) -> int:
+    return sum(1 for _ in dataset)
+
+
+def applied_stages(builder, input_context=None) -> list:
+    """Stage names in the order their ops were added to a fresh graph."""
+    with tf.Graph().as_default() as graph:
+        builder(input_context)
+    types = [op.type for op in graph.get_operations()]
+    after_create = types[types.index("UnbatchDataset") + 1:]
+    return [stage for op_type in after_create for prefix, stage in STAGE_OPS if op_type.startswith(prefix)]
+
+
+class PipelineTestCase(tf.test.TestCase, parameterized.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp(dir=self.get_temp_dir())
+
+    def write_root(self, shard_rows, name="root"):
+        """A dataset root whose train shards hold `shard_rows` rows, labels 0, 1, 2, ..."""
+        shards, first = [], 0
+        for rows in shard_rows:
+            shards.append(example_files.make_rows(rows, seed=first, first_label=first))
+            first += rows
+        root = os.path.join(self.dir, name)
+        example_files.write_dataset_root(root, {"train": shards})
+        return root
+
+    def train_files(self, root, data_format="tfrecord"):
+        return files.resolve([root], data_format)
+
+
+class OrderTest(PipelineTestCase):
+
+    def test_default_order(self):
+        builder = pipeline.DatasetBuilder(self.train_files(self.write_root([8])),
+                                          config(cache="memory", shuffle_buffer=8), BATCH, 2)
+        self.assertEqual(applied_stages(builder, tf.distribute.InputContext(2, 0)),
+                         ["shard", "cache", "shuffle", "batch", "map", "repeat", "prefetch"])
+
+    def test_optional_stages_left_out(self):
+        builder = pipeline.DatasetBuilder(self.train_files(self.write_root([8])), config(), BATCH, 2)
+        self.assertEqual(applied_stages(builder), ["batch", "map", "repeat", "prefetch"])
+
+    def test_element_spec(self):
+        builder = pipeline.DatasetBuilder(self.train_files(self.write_root([8])), config(), BATCH)
+        features, labels = builder().element_spec
+        self.assertEqual(features[schema.FEAT_IDS], tf.TensorSpec([BATCH, FIELDS], tf.int64))
+        self.assertEqual(features[schema.FEAT_VALS], tf.TensorSpec([BATCH, FIELDS], tf.float32))
+        self.assertEqual(labels, tf.TensorSpec([BATCH], tf.float32))
+
+    @parameterized.named_parameters(
+        ("scalar_map", dict(variant="scalar_map"), ["map", "batch", "repeat", "prefetch"]),
+        ("no_prefetch", dict(variant="no_prefetch", prefetch=False), ["batch", "map", "repeat"]),
+        ("cache_after_repeat", dict(variant="cache_after_repeat", cache="memory"),
+         ["repeat", "cache", "batch", "map", "prefetch"]),
+    )
+    def test_benchmark_variants_yield_the_same_rows(self, variant, stages):
+        train = self.train_files(self.write_root([6, 6]))
+        default = pipeline.DatasetBuilder(train, config(), BATCH, 2)
+        slow = pipeline.DatasetBuilder(train, config(**variant), BATCH, 2)
+        self.assertEqual(applied_stages(slow), stages)
+        self.assertEqual(sorted(labels_of(slow())), sorted(labels_of(default())))
+        self.assertLen(labels_of(default()), 24)
+
+    def test_cache_before_repeat_does_not_read_files_again(self):
+        train = self.train_files(self.write_root([8]))
+        dataset = pipeline.DatasetBuilder(train, config(cache="memory"), BATCH, 2)()
+        iterator = iter(dataset)
+        first_epoch = [float(l) for _ in range(2) for l in next(iterator)[1].numpy()]
+        os.remove(train[0])
+        second_epoch = [float(l) for _, labels in iterator for l in labels.numpy()]
+        self.assertEqual(second_epoch, first_epoch)
+        self.assertEqual(first_epoch, list(range(8)))
+
+    def test_without_cache_the_second_epoch_reads_files_again(self):
+        train = self.train_files(self.write_root([8]))
+        builder = pipeline.DatasetBuilder(train, config(variant="no_prefetch", prefetch=False), BATCH, 2)
+        iterator = iter(builder())
+        next(iterator)
+        next(iterator)
+        os.remove(train[0])
+        with self.assertRaisesRegex(tf.errors.NotFoundError, "%s; No such file or directory" % train[0]):
+            next(iterator)
+
+    def test_cache_to_files(self):
+        train = self.train_files(self.write_root([8, 8]))
+        prefix = os.path.join(self.dir, "cache", "train")
+        os.makedirs(os.path.dirname(prefix))
+        builder = pipeline.DatasetBuilder(train, config(cache=prefix), BATCH, 2)
+        for index in range(2):
+            self.assertLen(labels_of(builder(tf.distribute.InputContext(2, index))), 16)
+        written = sorted(os.path.basename(path) for path in glob.glob(prefix + "*.index"))
+        self.assertLen(written, 2)
+        self.assertRegex(written[0], r"^train-[0-9a-f]{12}-shard0of2\.index$")
+        self.assertRegex(written[1], r"^train-[0-9a-f]{12}-shard1of2\.index$")
+        os.remove(train[0])
+        os.remove(train[1])
+        # A new iterator of the same pipeline reads the cache files only.
+        self.assertEqual(sorted(labels_of(builder(tf.distribute.InputContext(2, 0)))), sorted(list(range(8)) * 2))
+
+
+class RefusalTest(PipelineTestCase):
+
+    @parameterized.named_parameters(
+        ("cache_after_repeat", dict(cache="memory", order=("shard", "shuffle", "batch", "map", "repeat",
+                                                            "cache", "prefetch")),
+         "caches after repeat: the cache then stores every epoch again and its memory grows by one copy "
+         "of the data per epoch.*variant='cache_after_repeat'"),
+        ("scalar_map", dict(order=("shard", "cache", "shuffle", "map", "batch", "repeat", "prefetch")),
+         "maps before batching: a scalar map decodes one record per call.*variant='scalar_map'"),
+        ("no_prefetch", dict(prefetch=False), "prefetch=False leaves input and training.*variant='no_prefetch'"),
+        ("cache_after_shuffle", dict(cache="memory", shuffle_buffer=4,
+                                     order=("shard", "shuffle", "cache", "batch", "map", "repeat", "prefetch")),
+         "caches after shuffle: every epoch would replay the first epoch's order"),
+        ("shard_later", dict(order=("cache", "shard", "shuffle", "batch", "map", "repeat", "prefetch")),
+         "order must start with 'shard'"),
+        ("prefetch_early", dict(order=("shard", "cache", "shuffle", "batch", "map", "prefetch", "repeat")),
+         "order must end with 'prefetch'"),
+        ("missing_stage", dict(order=("shard", "batch", "map", "repeat", "prefetch")),
+         "order must name each of shard, cache, shuffle, batch, map, repeat, prefetch exactly once"),
+        ("unknown_variant", dict(variant="fast"), "variant must be None or one of scalar_map, no_prefetch, "
+                                                  "cache_after_repeat, got 'fast'"),
+        ("variant_without_cache", dict(variant="cache_after_repeat"), "set cache"),
+        ("pipe_libsvm", dict(input_mode="pipe", data_format="libsvm"), "Pipe mode reads TFRecord channels only"),
+        ("input_mode", dict(input_mode="s3"), "input_mode must be one of file, pipe, got 's3'"),
+        ("format", dict(data_format="csv"), "data_format must be one of tfrecord, libsvm, got 'csv'"),
+        ("negative_shuffle", dict(shuffle_buffer=-1), "shuffle_buffer must be >= 0, got -1"),
+        ("parallel_reads", dict(num_parallel_reads=0), "num_parallel_reads must be >= 1 or tf.data.AUTOTUNE"),
+    )
+    def test_config_refused(self, kwargs, message):
+        with self.assertRaisesRegex(ValueError, message):
+            config(**kwargs)
+
+    def test_variant_allows_its_order(self):
+        order = ("shard", "shuffle", "batch", "map", "repeat", "cache", "prefetch")
+        self.assertEqual(config(cache="memory", order=order, variant="cache_after_repeat").stages, order)
+
+    def test_memory_cache_over_budget(self):
+        train = self.train_files(self.write_root([8, 8]))
+        size = sum(os.path.getsize(path) for path in train)
+        builder = pipeline.DatasetBuilder(train, config(cache="memory", memory_budget_bytes=size - 1), BATCH)
+        with self.assertRaisesRegex(ValueError, "cache='memory' would hold about %d bytes \\(0.0 MiB\\) of 2 "
+                                                "file\\(s\\) \\(shard 0 of 1\\), more than memory_budget_bytes=%d "
+                                                "bytes.*cache=<path prefix>" % (size, size - 1)):
+            builder()
+        # Half the data per pipeline fits.
+        self.assertLen(labels_of(builder(tf.distribute.InputContext(2, 1))), 8)
+
+    def test_cache_after_repeat_budget_counts_epochs(self):
+        train = self.train_files(self.write_root([8]))
+        size = os.path.getsize(train[0])
+        variant = dict(variant="cache_after_repeat", cache="memory", memory_budget_bytes=2 * size)
+        pipeline.DatasetBuilder(train, config(**variant), BATCH, 2)()
+        with self.assertRaisesRegex(ValueError, "about %d bytes .* per epoch x 3 epochs = %d bytes .*, more than "
+                                                "memory_budget_bytes=%d bytes" % (size, 3 * size, 2 * size)):
+            pipeline.DatasetBuilder(train, config(**variant), BATCH, 3)()
+        with self.assertRaisesRegex(ValueError, "num_epochs=None caches forever"):
+            pipeline.DatasetBuilder(train, config(**variant), BATCH, None)()
+
+    def test_builder_arguments(self):
+        train = self.train_files(self.write_root([8]))
+        with self.assertRaisesRegex(ValueError, "batch_size must be >= 1, got 0"):
+            pipeline.DatasetBuilder(train, config(), 0)
+        with self.assertRaisesRegex(ValueError, "num_epochs must be >= 1 or None"):
+            pipeline.DatasetBuilder(train, config(), BATCH, 0)
+        with self.assertRaisesRegex(ValueError, "File mode takes a list of files, got the string"):
+            pipeline.DatasetBuilder(train[0], config(), BATCH)
+        with self.assertRaisesRegex(ValueError, "input file .*gone.tfrecord does not exist"):
+            pipeline.DatasetBuilder([os.path.join(self.dir, "gone.tfrecord")], config(), BATCH)
+        with self.assertRaisesRegex(ValueError, "source must be a channel name, got \\["):
+            pipeline.DatasetBuilder(train, config(input_mode="pipe"), BATCH)
+        with self.assertRaisesRegex(ValueError, "input pipeline 2 of 2 does not exist"):
+            pipeline.DatasetBuilder(train, config(), BATCH)(tf.distribute.InputContext(2, 2))
+
+    def test_field_size_checked_at_start(self):
+        root = self.write_root([8])
+        with self.assertRaisesRegex(ValueError, "metadata.json says field_size=4, the pipeline is configured "
+                                                "with field_size=39"):
+            pipeline.DatasetBuilder(self.train_files(root), config(field_size=39), BATCH)
+        loose = example_files.write_libsvm(os.path.join(self.dir, "loose.libsvm"), example_files.make_rows(2))
+        with self.assertRaisesRegex(ValueError, "loose.libsvm:1: the line has 4 id:value pairs, field_size is 5"):
+            pipeline.DatasetBuilder([loose], config(data_format="libsvm", field_size=5), BATCH)
+
+
+class FormatTest(PipelineTestCase):
+
+    def test_libsvm_pipeline_equals_tfrecord_pipeline(self):
+        root = self.write_root([300, 7])
+        batches = {}
+        for data_format in schema.DATA_FORMATS:
+            builder = pipeline.DatasetBuilder(self.train_files(root, data_format),
+                                              config(data_format=data_format), BATCH)
+            batches[data_format] = list(builder())
+        self.assertLen(batches["tfrecord"], 307 // BATCH)
+        for (tf_features, tf_labels), (svm_features, svm_labels) in zip(batches["tfrecord"], batches["libsvm"]):
+            self.assertAllEqual(tf_labels, svm_labels)
+            self.assertAllEqual(tf_features[schema.FEAT_IDS], svm_features[schema.FEAT_IDS])
+            self.assertAllEqual(tf_features[schema.FEAT_VALS], svm_features[schema.FEAT_VALS])
+
+    def test_keep_remainder_for_evaluation(self):
+        builder = pipeline.DatasetBuilder(self.train_files(self.write_root([6])),
+                                          config(drop_remainder=False), BATCH)
+        self.assertEqual(labels_of(builder()), list(range(6)))
+
+
+class BadRecordTest(PipelineTestCase):
+    """Malformed LibSVM lines and corrupt TFRecord files."""
+
+    BAD_LINE_POSITION = 299  # 0-based: line 300, in the second read chunk
+
+    def libsvm_files(self, bad_line="1 1:0.5 2:oops 3:1 4:1"):
+        good = example_files.write_libsvm(os.path.join(self.dir, "a.libsvm"), example_files.make_rows(10))
+        bad = example_files.write_libsvm(os.path.join(self.dir, "b.libsvm"),
+                                         example_files.make_rows(310, first_label=10),
+                                         extra_lines={self.BAD_LINE_POSITION: bad_line})
+        return [good, bad]
+
+    def test_malformed_line_names_file_and_line(self):
+        train = self.libsvm_files()
+        builder = pipeline.DatasetBuilder(train, config(data_format="libsvm", shuffle_buffer=64), BATCH)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "%s:300: bad LibSVM line \\(it is not `label id:value ...`.*\\): "
+                                    "1 1:0.5 2:oops" % train[1]):
+            labels_of(builder())
+
+    def test_skip_bad_records(self):
+        train = self.libsvm_files(bad_line="1 1:0.5 2:1")
+        log = os.path.join(self.dir, "stderr")
+        builder = pipeline.DatasetBuilder(
+            train, config(data_format="libsvm", skip_bad_records=True, drop_remainder=False), BATCH)
+        with example_files.captured_stderr(log):
+            labels = labels_of(builder())
+        self.assertEqual(sorted(labels), list(range(320)))
+        with open(log) as f:
+            self.assertIn("WARNING: skipped 1 bad LibSVM line(s) of a batch; the first: %s:300: bad LibSVM line "
+                          "(it has 2 id:value pairs, field_size is 4)" % train[1], f.read())
+
+    def corrupt(self, path, how):
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        if how == "truncate":
+            data = data[:-5]
+        else:
+            data[len(data) // 2] ^= 0xFF
+        with open(path, "wb") as f:
+            f.write(bytes(data))
+
+    @parameterized.parameters("truncate", "flip")
+    def test_corrupt_tfrecord_names_the_file(self, how):
+        train = self.train_files(self.write_root([8, 8, 8]))
+        self.corrupt(train[1], how)
+        builder = pipeline.DatasetBuilder(train, config(), BATCH)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    "TFRecord file %s could not be read to its end: read [0-9]+ of %d bytes.*"
+                                    "max_corrupted_records=0" % (train[1], os.path.getsize(train[1]))):
+            labels_of(builder())
+
+    def test_corrupted_records_within_budget_are_skipped(self):
+        train = self.train_files(self.write_root([8, 8, 8]))
+        self.corrupt(train[1], "truncate")
+        log = os.path.join(self.dir, "stderr")
+        builder = pipeline.DatasetBuilder(train, config(max_corrupted_records=1, drop_remainder=False), BATCH)
+        with example_files.captured_stderr(log):
+            labels = labels_of(builder())
+        self.assertEqual(sorted(labels), [l for l in range(24) if l != 15])
+        with open(log) as f:
+            self.assertIn("WARNING: TFRecord file %s could not be read to its end" % train[1], f.read())
+
+    def test_corrupted_records_over_budget(self):
+        train = self.train_files(self.write_root([8, 8, 8]))
+        self.corrupt(train[0], "truncate")
+        self.corrupt(train[2], "flip")
+        builder = pipeline.DatasetBuilder(train, config(max_corrupted_records=1), BATCH)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "could not be read to its end.*"
+                                                                    "max_corrupted_records=1"):
+            labels_of(builder())
+
+
+class ShardingTest(PipelineTestCase):
+
+    def shard_labels(self, builder, num_shards):
+        return [labels_of(builder(tf.distribute.InputContext(num_shards, index))) for index in range(num_shards)]
+
+    def assertDisjointCover(self, shards, total):
+        self.assertEqual(sorted(label for shard in shards for label in shard), list(range(total)))
+
+    def test_by_files(self):
+        train = self.train_files(self.write_root([5, 5, 5, 5]))
+        builder = pipeline.DatasetBuilder(train, config(drop_remainder=False), BATCH)
+        plan = builder.shard_plan(tf.distribute.InputContext(2, 1))
+        self.assertEqual((plan.unit, plan.files, plan.rows_per_shard), ("files", (train[1], train[3]), (10, 10)))
+        shards = self.shard_labels(builder, 2)
+        self.assertDisjointCover(shards, 20)
+        self.assertEqual(sorted(shards[1]), list(range(5, 10)) + list(range(15, 20)))
+
+    @parameterized.named_parameters(
+        ("one_file", [23], 3),
+        ("unbalanced_files", [16, 2, 2, 2], 2),
+        ("fewer_files_than_pipelines", [6, 6], 3),
+    )
+    def test_by_records(self, shard_rows, num_shards):
+        train = self.train_files(self.write_root(shard_rows))
+        builder = pipeline.DatasetBuilder(train, config(drop_remainder=False, shuffle_buffer=8, seed=1), BATCH)
+        self.assertEqual(builder.shard_plan(tf.distribute.InputContext(num_shards, 0)).unit, "records")
+        shards = self.shard_labels(builder, num_shards)
+        self.assertDisjointCover(shards, sum(shard_rows))
+        sizes = [len(shard) for shard in shards]
+        self.assertLessEqual(max(sizes) - min(sizes), 1)
+
+    @parameterized.named_parameters(
+        ("files", [20, 20, 20, 19], 2, "files", 9),
+        ("records", [23], 2, "records", 2),
+        ("single", [6, 7], 1, "none", 3),
+    )
+    def test_steps_per_epoch_is_the_smallest_shard(self, shard_rows, num_shards, unit, steps):
+        builder = pipeline.DatasetBuilder(self.train_files(self.write_root(shard_rows)), config(), BATCH)
+        contexts = [tf.distribute.InputContext(num_shards, index) for index in range(num_shards)]
+        self.assertEqual(builder.shard_plan(contexts[0]).unit, unit)
+        yielded = [batches_of(builder(context)) for context in contexts]
+        self.assertEqual(builder.steps_per_epoch(contexts[0]), steps)
+        self.assertEqual(min(yielded), steps)
+
+    def test_steps_unknown_without_row_counts(self):
+        loose = [example_files.write_tfrecord(os.path.join(self.dir, "%d.tfrecord" % i),
+                                              example_files.make_rows(9)) for i in range(2)]
+        self.assertIsNone(pipeline.DatasetBuilder(loose, config(), BATCH).steps_per_epoch())
+        counted = pipeline.DatasetBuilder(loose, config(), BATCH, row_counts=files.count_rows(loose, "tfrecord"))
+        self.assertEqual(counted.steps_per_epoch(tf.distribute.InputContext(2, 0)), 2)
+
+
+class GraphModeTest(PipelineTestCase):
+
+    def test_estimator_input_fn_in_a_graph(self):
+        train = self.train_files(self.write_root([6, 6]))
+        input_fn = pipeline.DatasetBuilder(train, config(shuffle_buffer=4, cache="memory"), 3, 2).input_fn()
+        with tf.Graph().as_default():
+            dataset = input_fn(params={}, input_context=tf.distribute.InputContext(2, 0))
+            iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+            features, labels = iterator.get_next()
+            seen = []
+            with tf.compat.v1.Session() as session:
+                session.run(iterator.initializer)
+                while True:
+                    try:
+                        ids, batch_labels = session.run([features[schema.FEAT_IDS], labels])
+                    except tf.errors.OutOfRangeError:
+                        break
+                    self.assertEqual(ids.shape, (3, FIELDS))
+                    seen.extend(batch_labels.tolist())
+        self.assertEqual(sorted(seen), sorted(list(range(6)) * 2))
+
+
+class PipeModeTest(PipelineTestCase):
+
+    def test_reads_a_fifo_channel_and_shards_records(self):
+        source = example_files.write_tfrecord(os.path.join(self.dir, "c.tfrecord"), example_files.make_rows(10))
+        base_dir = os.path.join(self.dir, "ml")
+        pipe_config = config(input_mode="pipe", pipe_base_dir=base_dir, pipe_timeout_s=30)
+        builder = pipeline.DatasetBuilder("train_0", pipe_config, 2, num_epochs=2, row_counts={source: 10})
+        context = tf.distribute.InputContext(2, 1)
+        self.assertEqual(builder.steps_per_epoch(context), 2)
+        with pipe_feeder.PipeFeeder(base_dir, {"train_0": [source]}, epochs=2) as feeder:
+            labels = labels_of(builder(context))
+            feeder.join(timeout=30)
+        self.assertEqual(labels, [1.0, 3.0, 5.0, 7.0] * 2)
+
+
+if __name__ == "__main__":
+    tf.test.main()
