@@ -90,7 +90,10 @@ class TrainConfig:
       export_dir: where the SavedModel goes (a timestamped subdirectory);
         None for no export.
       train_files: training files, resolved from the `--train_data` spec.
-      val_files: validation files; empty for no evaluation.
+      val_files: validation files; empty for no evaluation (unless
+        `val_channel` is set).
+      val_channel: Pipe mode: the channel the validation data arrives on;
+        only the chief reads it (a FIFO serves one reader).
       data_format: `tfrecord` or `libsvm`.
       batch_size: examples per replica and step (the global batch is this
         times the strategy's replicas in sync).
@@ -107,6 +110,7 @@ class TrainConfig:
     model_dir: str
     train_files: Tuple[str, ...]
     val_files: Tuple[str, ...] = ()
+    val_channel: Optional[str] = None
     export_dir: Optional[str] = None
     data_format: str = "tfrecord"
     batch_size: int = DEFAULT_BATCH_SIZE

@@ -104,6 +104,10 @@ def parse_flags(flag_values=FLAGS, metadata=None):
 
     f = flag_values
     try:
+        if f.input_mode == "pipe" and not f.train_channels:
+            raise ValueError("--input_mode pipe needs --train_channels (one channel per worker on a host)")
+        if f.val_channel and f.input_mode != "pipe":
+            raise ValueError("--val_channel %r needs --input_mode pipe" % f.val_channel)
         train_files, val_files = (), ()
         if f.input_mode == "file" or f.train_data:
             if not f.train_data:
@@ -129,6 +133,7 @@ def parse_flags(flag_values=FLAGS, metadata=None):
             raise ValueError("--max_steps must be >= 1, got %r" % f.max_steps)
         train = config_lib.TrainConfig(
             model_dir=f.model_dir, train_files=train_files, val_files=val_files, export_dir=f.export_dir,
+            val_channel=f.val_channel,
             data_format=f.data_format, batch_size=f.batch_size, num_epochs=f.num_epochs,
             max_steps=f.max_steps, metrics_file=f.metrics_file, log_every_n_steps=f.log_every_n_steps,
             save_checkpoints_steps=f.save_checkpoints_steps, seed=f.seed)

@@ -161,8 +161,15 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         strategy=strategy.describe(), train_seconds=time.time() - start,
         global_step=int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)))
 
-    if strategy.evaluates and train.val_files:
-        result.auc, result.logloss, result.global_step = _evaluate(estimator, train, input_config)
+    if train.val_channel and input_config.input_mode == "pipe":
+        if strategy.is_chief:
+            result.auc, result.logloss, result.global_step = _evaluate(
+                estimator, train.val_channel, dataclasses.replace(input_config, shuffle_buffer=0, cache=None,
+                                                                  drop_remainder=False))
+    elif strategy.evaluates and train.val_files:
+        result.auc, result.logloss, result.global_step = _evaluate(
+            estimator, train.val_files, dataclasses.replace(input_config, input_mode="file", shuffle_buffer=0,
+                                                            cache=None, drop_remainder=False))
     if strategy.is_chief:
         if train.export_dir:
             result.export_path = export(estimator, train.export_dir, model.field_size)
@@ -171,10 +178,9 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     return result
 
 
-def _evaluate(estimator, train: TrainConfig, input_config: pipeline.PipelineConfig):
-    eval_config = dataclasses.replace(input_config, input_mode="file", shuffle_buffer=0, cache=None,
-                                      drop_remainder=False)
-    builder = pipeline.DatasetBuilder(train.val_files, eval_config, batch_size=EVAL_BATCH_SIZE, num_epochs=1)
+def _evaluate(estimator, source: pipeline.Source, eval_config: pipeline.PipelineConfig):
+    """Evaluates on every row of `source` (files, or a Pipe channel)."""
+    builder = pipeline.DatasetBuilder(source, eval_config, batch_size=EVAL_BATCH_SIZE, num_epochs=1)
     metrics = estimator.evaluate(builder.input_fn(), name="validation")
     logging.info("validation: %s", metrics)
     return float(metrics["auc"]), float(metrics["logloss"]), int(metrics["global_step"])

@@ -154,3 +154,36 @@ class CriteoTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+class PipeModeTest(tf.test.TestCase):
+
+    def test_trains_and_evaluates_from_pipe_channels(self):
+        from input_pipeline import pipe_feeder
+
+        root = self.create_tempdir().full_path
+        data_dir = os.path.join(root, "data")
+        synthetic.generate(4_000, data_dir, feature_size=FEATURE_SIZE, seed=6, shards=2)
+        base_dir = os.path.join(root, "opt_ml")
+        epochs = 2
+        feeder = pipe_feeder.PipeFeeder(base_dir, {
+            "train_0": files.resolve([data_dir], "tfrecord"),
+            "validation": files.default_validation([data_dir], "tfrecord")}, epochs=epochs)
+        feeder.start()
+        self.addCleanup(feeder.stop)
+        steps = epochs * (3_600 // BATCH)
+        train = config.TrainConfig(model_dir=os.path.join(root, "model"), train_files=(), batch_size=BATCH,
+                                   max_steps=steps, val_channel="validation")
+        input_config = pipeline.PipelineConfig(input_mode="pipe", pipe_base_dir=base_dir, pipe_timeout_s=60)
+        result = trainer.run(train, small_model(FEATURE_SIZE), input_config, strategies.get(
+            strategies.StrategyConfig(name="single", input_mode="pipe", train_channels=("train_0",))))
+        self.assertEqual(steps, result.global_step)
+        self.assertGreater(result.auc, 0.55)
+        self.assertEqual(2, feeder.epochs_written["train_0"])
+
+    def test_pipe_mode_without_a_step_budget_is_refused(self):
+        train = config.TrainConfig(model_dir=self.create_tempdir().full_path, train_files=())
+        input_config = pipeline.PipelineConfig(input_mode="pipe", pipe_base_dir=self.create_tempdir().full_path)
+        with self.assertRaisesRegex(ValueError, "set --max_steps"):
+            trainer.run(train, small_model(FEATURE_SIZE), input_config, strategies.get(
+                strategies.StrategyConfig(name="single", input_mode="pipe", train_channels=("train_0",))))
