@@ -54,3 +54,14 @@ def read_split(root: str, metadata: schema.DatasetMetadata, split: str, data_for
     parts = [readers[data_format](os.path.join(root, stem + schema.FORMAT_EXTENSIONS[data_format]))
              for stem in sorted(metadata.splits[split].shards)]
     return tuple(np.concatenate([part[i] for part in parts]) for i in range(3))
+
+
+def read_tree(root: str) -> dict:
+    """Every file below `root`: relative path -> bytes."""
+    contents = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                contents[os.path.relpath(path, root)] = f.read()
+    return contents

@@ -39,16 +39,6 @@ def _varied_lines(n, seed=0):
     return lines
 
 
-def _read_tree(root):
-    contents = {}
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as f:
-                contents[os.path.relpath(path, root)] = f.read()
-    return contents
-
-
 def _sorted_lines(root, metadata, split):
     lines = []
     for stem in metadata.splits[split].shards:
@@ -170,7 +160,7 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
         options = dict(val_fraction=0.3, shards=3, min_count=2)
         meta = criteo.convert([path], first, **options)
         criteo.convert([path], second, **options)
-        self.assertEqual(_read_tree(first), _read_tree(second))
+        self.assertEqual(dataset_io.read_tree(first), dataset_io.read_tree(second))
 
         validation = meta.splits["validation"].rows
         self.assertEqual(meta.splits["train"].rows + validation, 200)
@@ -213,14 +203,14 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
         path = self.write_input(_varied_lines(10))
         out = self.new_dir()
         criteo.convert([path], out, val_fraction=0.0, shards=2, min_count=1)
-        before = _read_tree(out)
+        before = dataset_io.read_tree(out)
         with self.assertRaisesRegex(FileExistsError, "already holds a dataset.*--overwrite"):
             criteo.convert([path], out, val_fraction=0.0, shards=1, min_count=1)
-        self.assertEqual(_read_tree(out), before)
+        self.assertEqual(dataset_io.read_tree(out), before)
 
         meta = criteo.convert([path], out, val_fraction=0.0, shards=1, min_count=1, overwrite=True)
         self.assertEqual(list(meta.splits["train"].shards), ["train/part-00000"])
-        self.assertEqual(sorted(_read_tree(out)),
+        self.assertEqual(sorted(dataset_io.read_tree(out)),
                          ["metadata.json", "train/part-00000.libsvm", "train/part-00000.tfrecord"])
 
     def test_missing_or_empty_input_fails_before_writing(self):

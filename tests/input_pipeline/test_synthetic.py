@@ -39,16 +39,6 @@ def _explicit_fm_logits(params, ids, values):
     return logits
 
 
-def _read_tree(root):
-    contents = {}
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as f:
-                contents[os.path.relpath(path, root)] = f.read()
-    return contents
-
-
 class GenerateTest(tf.test.TestCase, parameterized.TestCase):
 
     @classmethod
@@ -87,7 +77,7 @@ class GenerateTest(tf.test.TestCase, parameterized.TestCase):
                 self.assertLen(text[0], rows)
                 for got_text, got_record in zip(text, record):
                     self.assertAllEqual(got_text, got_record)
-        self.assertEqual(set(_read_tree(self.root)), expected_files)
+        self.assertEqual(set(dataset_io.read_tree(self.root)), expected_files)
 
     def test_features_are_criteo_shaped(self):
         labels, ids, values = dataset_io.read_split(self.root, self.meta, "train", "tfrecord")
@@ -126,12 +116,12 @@ class GenerateTest(tf.test.TestCase, parameterized.TestCase):
         options = dict(feature_size=FEATURE_SIZE, val_fraction=VAL_FRACTION, shards=SHARDS, seed=SEED)
         again = self.new_dir()
         synthetic.generate(ROWS, again, chunk_rows=700, **options)
-        self.assertEqual(_read_tree(again), _read_tree(self.root))
+        self.assertEqual(dataset_io.read_tree(again), dataset_io.read_tree(self.root))
         other = self.new_dir()
         options["seed"] = SEED + 1
         synthetic.generate(ROWS, other, chunk_rows=700, **options)
-        self.assertNotEqual(_read_tree(other)["train/part-00000.libsvm"],
-                            _read_tree(self.root)["train/part-00000.libsvm"])
+        self.assertNotEqual(dataset_io.read_tree(other)["train/part-00000.libsvm"],
+                            dataset_io.read_tree(self.root)["train/part-00000.libsvm"])
 
     def test_no_validation_split(self):
         out = self.new_dir()
@@ -148,7 +138,7 @@ class GenerateTest(tf.test.TestCase, parameterized.TestCase):
             synthetic.generate(20, out, feature_size=FEATURE_SIZE, shards=1)
         meta = synthetic.generate(20, out, feature_size=FEATURE_SIZE, shards=1, overwrite=True)
         self.assertLen(meta.splits["train"].shards, 1)
-        self.assertNotIn("train/part-00001.libsvm", _read_tree(out))
+        self.assertNotIn("train/part-00001.libsvm", dataset_io.read_tree(out))
 
     @parameterized.named_parameters(
         ("rows", dict(rows=0), "rows must be >= 1, got 0"),

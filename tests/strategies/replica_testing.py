@@ -89,3 +89,21 @@ def train_one_step_from(start_dir: str, model_dir: str, strategy: base.Strategy,
     estimator.train(input_fn(rows, strategy.batch_per_input_pipeline(per_replica)), max_steps=start_step + 1)
     assert estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP) == start_step + 1
     return model_values(model_dir)
+
+
+def assert_learns(test_case: tf.test.TestCase, strategy: base.Strategy, model_dir: str, per_replica_batch: int,
+                  train_steps: int, eval_rows: int, eval_batch: int, min_auc: float) -> None:
+    """Trains `strategy` for real and checks the loss halves and the AUC passes `min_auc`."""
+    estimator = build_estimator(strategy, model_dir)
+    train = input_fn(planted_rows(4096), strategy.batch_per_input_pipeline(per_replica_batch),
+                     repeat=True, drop_remainder=True)
+    evaluate = input_fn(planted_rows(eval_rows, seed=1), eval_batch)
+
+    estimator.train(train, max_steps=1)
+    first = estimator.evaluate(evaluate)
+    estimator.train(train, max_steps=train_steps)
+    last = estimator.evaluate(evaluate)
+
+    test_case.assertEqual(last["global_step"], train_steps)
+    test_case.assertLess(last["loss"], 0.5 * first["loss"])
+    test_case.assertGreater(last["auc"], min_auc)

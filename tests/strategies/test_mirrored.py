@@ -97,20 +97,8 @@ class MirroredTrainingTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.parameters("reduction_to_one_device", "hierarchical_copy")
     def test_trains_two_cpu_replicas(self, cross_device_ops):
-        strategy = mirrored_strategy(cross_device_ops=cross_device_ops)
-        estimator = rt.build_estimator(strategy, self.get_temp_dir())
-        train = rt.input_fn(rt.planted_rows(4096), strategy.batch_per_input_pipeline(PER_REPLICA_BATCH),
-                            repeat=True, drop_remainder=True)
-        evaluate = rt.input_fn(rt.planted_rows(EVAL_ROWS, seed=1), EVAL_BATCH)
-
-        estimator.train(train, max_steps=1)
-        first = estimator.evaluate(evaluate)
-        estimator.train(train, max_steps=TRAIN_STEPS)
-        last = estimator.evaluate(evaluate)
-
-        self.assertEqual(last["global_step"], TRAIN_STEPS)
-        self.assertLess(last["loss"], 0.5 * first["loss"])
-        self.assertGreater(last["auc"], MIN_AUC)
+        rt.assert_learns(self, mirrored_strategy(cross_device_ops=cross_device_ops), self.get_temp_dir(),
+                         PER_REPLICA_BATCH, TRAIN_STEPS, EVAL_ROWS, EVAL_BATCH, MIN_AUC)
 
     def test_each_step_reads_one_dataset_batch_per_replica(self):
         rows = 1024

@@ -159,19 +159,8 @@ class TowerTrainingTest(tf.test.TestCase):
         self.assertEqual(strategy.num_replicas_in_sync, TOWERS)
         self.assertEqual(strategy.batch_per_input_pipeline(PER_TOWER_BATCH), TOWERS * PER_TOWER_BATCH)
         self.assertEqual(strategy.session_config().device_count["CPU"], TOWERS + 1)
-        estimator = rt.build_estimator(strategy, self.get_temp_dir())
-        train = rt.input_fn(rt.planted_rows(4096), strategy.batch_per_input_pipeline(PER_TOWER_BATCH),
-                            repeat=True, drop_remainder=True)
-        evaluate = rt.input_fn(rt.planted_rows(EVAL_ROWS, seed=1), EVAL_BATCH)
-
-        estimator.train(train, max_steps=1)
-        first = estimator.evaluate(evaluate)
-        estimator.train(train, max_steps=TRAIN_STEPS)
-        last = estimator.evaluate(evaluate)
-
-        self.assertEqual(last["global_step"], TRAIN_STEPS)
-        self.assertLess(last["loss"], 0.5 * first["loss"])
-        self.assertGreater(last["auc"], MIN_AUC)
+        rt.assert_learns(self, strategy, self.get_temp_dir(), PER_TOWER_BATCH, TRAIN_STEPS, EVAL_ROWS,
+                         EVAL_BATCH, MIN_AUC)
 
     def test_one_sgd_step_of_towers_equals_one_step_of_single(self):
         model = rt.model_config(optimizer="sgd", learning_rate=0.5)

@@ -1,0 +1,51 @@
+"""Tests of the shared benchmark helpers that measure real processes."""
+
+import os
+import subprocess
+import sys
+
+import tensorflow as tf
+
+from benchmarks import common
+
+SAMPLE_SECONDS = 0.05
+# The child burns CPU for this long, holding this much memory.
+BUSY_SECONDS = 0.6
+HELD_MIB = 64
+MIB = 1 << 20
+BUSY_CHILD = (
+    "import time\n"
+    "held = bytearray(%d)\n"
+    "end = time.time() + %f\n"
+    "while time.time() < end:\n"
+    "    pass\n" % (HELD_MIB * MIB, BUSY_SECONDS))
+
+
+class ProcessTreeSamplerTest(tf.test.TestCase):
+
+    def test_measures_cpu_and_peak_memory_of_a_process_and_its_child(self):
+        # A parent that starts the busy child and waits: the sampler must find the grandchild.
+        parent = subprocess.Popen([sys.executable, "-c",
+                                   "import subprocess, sys; subprocess.run([sys.executable, '-c', %r])"
+                                   % BUSY_CHILD])
+        self.addCleanup(parent.kill)
+        with common.ProcessTreeSampler(parent.pid, SAMPLE_SECONDS) as sampler:
+            parent.wait(timeout=60)
+        self.assertEqual(parent.returncode, 0)
+        self.assertLen(sampler.processes, 2)
+        self.assertGreater(max(p.peak_rss_bytes for p in sampler.processes), HELD_MIB * MIB)
+        first, last = sampler.samples[0][0], sampler.samples[-1][0]
+        used = sampler.cpu_seconds_at(last) - sampler.cpu_seconds_at(first)
+        # The child was busy for BUSY_SECONDS; on a shared machine it may get less than a core.
+        self.assertGreater(used, 0.2 * BUSY_SECONDS)
+        self.assertLessEqual(used, (last - first) * (os.cpu_count() or 1) + SAMPLE_SECONDS)
+        self.assertTrue(all(p.label for p in sampler.processes))
+
+    def test_interpolation_needs_two_samples(self):
+        sampler = common.ProcessTreeSampler(0, SAMPLE_SECONDS)
+        with self.assertRaisesRegex(ValueError, "sampled 0 time"):
+            sampler.cpu_seconds_at(0.0)
+
+
+if __name__ == "__main__":
+    tf.test.main()

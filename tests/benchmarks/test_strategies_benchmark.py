@@ -1,0 +1,135 @@
+"""Tests of the strategy comparison benchmark: its measurement rules and a tiny real run."""
+
+import datetime
+import json
+import os
+
+import pytest
+import tensorflow as tf
+from absl.testing import parameterized
+
+from benchmarks import strategies as bench
+from input_pipeline import synthetic
+
+YEAR = 2026
+ROWS = 3000
+FEATURE_SIZE = 2000
+BATCH = 128
+STEPS = 20
+WARMUP = 10
+
+
+def log_line(when: datetime.datetime, step: int, prefix: str = "") -> str:
+    return "%sI%s 140090896505728 hooks.py:51] examples/sec: 15753 (step %d of this run)" % (
+        prefix, when.strftime("%m%d %H:%M:%S.%f"), step)
+
+
+def stamp(seconds: float) -> datetime.datetime:
+    return datetime.datetime(YEAR, 11, 22, 3, 24) + datetime.timedelta(seconds=seconds)
+
+
+class ParseProgressTest(tf.test.TestCase):
+
+    def test_reads_time_and_step_of_the_hook_lines_only(self):
+        text = "\n".join([
+            "I1122 03:24:00.000000 1 basic_session_run_hooks.py:716] global_step/sec: 18.29",
+            log_line(stamp(1.5), 10),
+            log_line(stamp(2.25), 20, prefix="[1]<stderr>:"),
+            "examples/sec:          36,917",
+        ])
+        points = bench.parse_progress(text, YEAR)
+        self.assertEqual([step for _, step in points], [10, 20])
+        self.assertAlmostEqual(points[1][0] - points[0][0], 0.75, places=5)
+        self.assertAlmostEqual(points[0][0], stamp(1.5).timestamp(), places=5)
+
+    def test_a_run_across_new_year(self):
+        text = "\n".join([log_line(datetime.datetime(YEAR, 12, 31, 23, 59, 59), 10),
+                          log_line(datetime.datetime(YEAR + 1, 1, 1, 0, 0, 1), 20)])
+        points = bench.parse_progress(text, YEAR)
+        self.assertAlmostEqual(points[1][0] - points[0][0], 2.0, places=5)
+
+
+class JobWindowTest(tf.test.TestCase, parameterized.TestCase):
+
+    def test_one_process_rate_from_warmup_to_its_last_step(self):
+        # 100 examples per step; 10 steps per second after warm-up, slow before.
+        progress = [[(0.0, 0), (5.0, 10), (6.0, 20), (7.0, 30)]]
+        start, end, rate = bench.job_window(progress, [100], warmup_steps=10)
+        self.assertEqual((start, end), (5.0, 7.0))
+        self.assertAllClose(rate, 1000.0)
+
+    def test_two_processes_count_only_the_time_both_train(self):
+        # The chief trains alone at 20 steps/s before the worker joins; both at 10 steps/s together.
+        chief = [(0.0, 0), (1.0, 20), (2.0, 30), (3.0, 40), (4.0, 50)]
+        worker = [(1.0, 0), (2.0, 10), (3.0, 20), (4.0, 30), (5.0, 40)]
+        start, end, rate = bench.job_window([chief, worker], [50, 50], warmup_steps=10)
+        self.assertEqual((start, end), (2.0, 4.0))
+        self.assertAllClose(rate, 1000.0)
+
+    @parameterized.named_parameters(
+        ("too_few_points", [[(0.0, 10), (1.0, 20)]], 20, "1 progress line"),
+        ("never_together", [[(0.0, 10), (1.0, 20)], [(2.0, 10), (3.0, 20)]], 10, "never trained"),
+    )
+    def test_no_window(self, progress, warmup, message):
+        with self.assertRaisesRegex(ValueError, message):
+            bench.job_window(progress, [1] * len(progress), warmup)
+
+
+class ConfigTest(tf.test.TestCase, parameterized.TestCase):
+
+    def test_every_variant_keeps_the_global_batch(self):
+        for variant in bench.all_variants():
+            per_replica = variant.per_replica_batch(bench.GLOBAL_BATCH)
+            self.assertLessEqual(bench.GLOBAL_BATCH - per_replica * variant.replicas, variant.replicas - 1,
+                                 variant.name)
+
+    def test_comparisons_name_known_variants(self):
+        names = {v.name for v in bench.all_variants()}
+        for _, variant, reference in bench.LEVER_COMPARISONS:
+            self.assertIn(variant, names)
+            self.assertIn(reference, names)
+
+    @parameterized.named_parameters(
+        ("unknown_variant", ["--variants", "single,warp"], "unknown 'warp'"),
+        ("few_steps", ["--steps", "5"], "--steps must be >= 20, got 5"),
+        ("batch_below_replicas", ["--batch_size", "2", "--variants", "tower3+lazy_adam"], "--batch_size 2"),
+    )
+    def test_bad_arguments_are_named(self, argv, message):
+        with self.assertRaisesRegex(ValueError, message):
+            bench.make_config(bench.parse_args(argv))
+
+    def test_quick_is_one_short_run_under_its_own_name(self):
+        config = bench.make_config(bench.parse_args(["--quick", "--runs", "5"]))
+        self.assertEqual((config.runs, config.steps, config.name), (1, bench.QUICK_STEPS, bench.QUICK_NAME))
+
+
+@pytest.mark.slow
+class QuickRunTest(tf.test.TestCase):
+
+    def test_single_and_both_ceilings_on_tiny_data(self):
+        data = os.path.join(self.get_temp_dir(), "data")
+        synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
+        results = os.path.join(self.get_temp_dir(), "results")
+        code = bench.main(["--quick", "--data_dir", data, "--results_dir", results, "--batch_size", str(BATCH),
+                           "--steps", str(STEPS), "--warmup_steps", str(WARMUP),
+                           "--variants", "single,input_ceiling,compute_ceiling"])
+        self.assertEqual(code, 0)
+        for extension in ("md", "json", "png"):
+            self.assertTrue(os.path.isfile(os.path.join(results, "%s.%s" % (bench.QUICK_NAME, extension))))
+        with open(os.path.join(results, bench.QUICK_NAME + ".json")) as f:
+            variants = json.load(f)["results"]["variants"]
+        single = variants["single"]["runs"][0]
+        self.assertGreater(single["examples_per_sec"], 0)
+        self.assertGreater(single["cpu_util"], 0)
+        self.assertBetween(single["auc"], 0.0, 1.0)
+        self.assertGreater(single["processes"][0]["peak_rss_mib"], 0)
+        self.assertGreater(variants["input_ceiling"]["runs"][0]["examples_per_sec"], 0)
+        self.assertGreater(variants["compute_ceiling"]["runs"][0]["examples_per_sec"], 0)
+        with open(os.path.join(results, bench.QUICK_NAME + ".md")) as f:
+            report = f.read()
+        self.assertIn("| single | one device |", report)
+        self.assertIn("AUC after %s examples" % format((STEPS + WARMUP) * BATCH, ","), report)
+
+
+if __name__ == "__main__":
+    tf.test.main()
