@@ -133,6 +133,18 @@ class BadLineTest(DecoderTestCase):
         self.assertIn("WARNING: skipped 2 bad LibSVM line(s) of a batch; the first: data.libsvm:2: "
                       "bad LibSVM line (it has 1 id:value pairs", warning)
 
+    def test_skip_keeps_rows_aligned_after_longer_bad_lines(self):
+        lines = tf.constant([self.GOOD + " 5:1 6:1", "\t0  4:1 3:1\t2:1 1:1\r", "1 1:x 2:1 3:1 4:2 5:5",
+                             " 1 9:2 8:2 7:2 6:2 "])
+        log = os.path.join(tempfile.mkdtemp(dir=self.get_temp_dir()), "stderr")
+        with example_files.captured_stderr(log):
+            features, labels = decoders.decode_libsvm(lines, FIELDS, skip_bad_records=True)
+        self.assertAllEqual(labels, [0, 1])
+        self.assertAllEqual(features[schema.FEAT_IDS], [[4, 3, 2, 1], [9, 8, 7, 6]])
+        self.assertAllEqual(features[schema.FEAT_VALS], [[1, 1, 1, 1], [2, 2, 2, 2]])
+        with open(log) as f:
+            self.assertIn("WARNING: skipped 2 bad LibSVM line(s)", f.read())
+
     def test_skip_without_bad_lines_is_silent(self):
         log = os.path.join(tempfile.mkdtemp(dir=self.get_temp_dir()), "stderr")
         with example_files.captured_stderr(log):
