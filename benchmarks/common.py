@@ -1,4 +1,5 @@
-"""Shared parts of the benchmarks: statistics, machine description, reports.
+"""Shared parts of the benchmarks: statistics, machine description, process-tree
+sampling, reports.
 
 Every benchmark measures its variants side by side in one run, interleaved
 round by round (A, B, C, A, B, C, ...) so that noise from a shared machine
@@ -15,9 +16,18 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
+import time
 from typing import Dict, List, Optional, Sequence
 
+import numpy
+import psutil
+
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+CHART_WIDTH_INCHES = 9.0
+CHART_MIN_HEIGHT_INCHES = 3.0
+CHART_INCHES_PER_BAR = 0.35
+CHART_MARGIN_INCHES = 1.5
 PACKAGES = ("tensorflow", "tensorflow-estimator", "horovod", "sagemaker-tensorflow", "numpy")
 
 
@@ -90,6 +100,14 @@ def machine_info() -> Dict[str, str]:
     return info
 
 
+def ensure_data(data_dir: str, rows: int, feature_size: int, seed: int = 0) -> None:
+    """Generates the synthetic dataset root `data_dir` unless one is already there."""
+    from input_pipeline import schema, synthetic
+    if os.path.isfile(os.path.join(data_dir, schema.METADATA_FILE)):
+        return
+    synthetic.generate(rows, data_dir, feature_size=feature_size, seed=seed)
+
+
 def run_json_subprocess(args: Sequence[str], timeout: float, env: Optional[Dict[str, str]] = None) -> dict:
     """Runs `python args...` and returns the JSON object on its last stdout line.
 
@@ -118,20 +136,22 @@ def machine_section(info: Dict[str, str]) -> str:
     return "\n".join("- %s: %s" % (key, value) for key, value in info.items())
 
 
-def write_report(name: str, title: str, body: str, info: Dict[str, str], raw: dict) -> str:
-    """Writes `results/<name>.md` and `results/<name>.json`; returns the .md path."""
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    path = os.path.join(RESULTS_DIR, name + ".md")
+def write_report(name: str, title: str, body: str, info: Dict[str, str], raw: dict,
+                 results_dir: str = RESULTS_DIR) -> str:
+    """Writes `<results_dir>/<name>.md` and `<results_dir>/<name>.json`; returns the .md path."""
+    os.makedirs(results_dir, exist_ok=True)
+    path = os.path.join(results_dir, name + ".md")
     with open(path, "w") as f:
         f.write("# %s\n\n%s\n\n## Machine\n%s\n" % (title, body, machine_section(info)))
-    with open(os.path.join(RESULTS_DIR, name + ".json"), "w") as f:
+    with open(os.path.join(results_dir, name + ".json"), "w") as f:
         json.dump({"machine": info, "results": raw}, f, indent=1, sort_keys=True)
     return path
 
 
 def bar_chart(name: str, title: str, labels: Sequence[str], stats: Sequence[Stats], unit: str,
-              reference: Optional[float] = None, reference_label: str = "") -> str:
-    """Writes `results/<name>.png`: medians as bars, min-max as error bars."""
+              reference: Optional[float] = None, reference_label: str = "",
+              results_dir: str = RESULTS_DIR) -> str:
+    """Writes `<results_dir>/<name>.png`: medians as bars, min-max as error bars."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -139,7 +159,9 @@ def bar_chart(name: str, title: str, labels: Sequence[str], stats: Sequence[Stat
     medians = [s.median for s in stats]
     lower = [s.median - s.min for s in stats]
     upper = [s.max - s.median for s in stats]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5))
+    # Horizontal bars: the height grows with the number of variants.
+    fig, ax = plt.subplots(figsize=(CHART_WIDTH_INCHES, max(CHART_MIN_HEIGHT_INCHES,
+                                                            CHART_INCHES_PER_BAR * len(labels) + CHART_MARGIN_INCHES)))
     ax.barh(range(len(labels)), medians, xerr=[lower, upper], color="#4c72b0", capsize=3)
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels)
@@ -150,8 +172,157 @@ def bar_chart(name: str, title: str, labels: Sequence[str], stats: Sequence[Stat
         ax.axvline(reference, color="#c44e52", linestyle="--", label=reference_label)
         ax.legend(loc="lower right")
     fig.tight_layout()
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    path = os.path.join(RESULTS_DIR, name + ".png")
+    os.makedirs(results_dir, exist_ok=True)
+    path = os.path.join(results_dir, name + ".png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+@dataclasses.dataclass
+class ProcessRecord:
+    """What a `ProcessTreeSampler` saw of one process.
+
+    Attributes:
+      pid: its process id.
+      label: what it is (its module or program, and its task or rank).
+      cpu_seconds: user + system CPU time at the last sample.
+      peak_rss_bytes: its largest resident memory: the largest sample, or
+        the kernel's high-water mark (`VmHWM`) where it is readable.
+    """
+
+    pid: int
+    label: str
+    cpu_seconds: float = 0.0
+    peak_rss_bytes: int = 0
+
+
+class ProcessTreeSampler:
+    """Samples the CPU time and resident memory of a process and its descendants.
+
+    A background thread looks at the tree every `interval_s` seconds. A
+    process that exits keeps its last CPU time in the total, so
+    `cpu_seconds_at` is the CPU the whole tree had used by then.
+
+    Args:
+      root_pid: the process at the top of the tree.
+      interval_s: seconds between samples.
+    """
+
+    def __init__(self, root_pid: int, interval_s: float):
+        self._root_pid = root_pid
+        self._interval_s = interval_s
+        self._records: Dict[tuple, ProcessRecord] = {}
+        self.samples: List[tuple] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="process-tree-sampler", daemon=True)
+
+    def __enter__(self) -> "ProcessTreeSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def processes(self) -> List[ProcessRecord]:
+        """Every process seen, in the order first seen."""
+        return list(self._records.values())
+
+    def cpu_seconds_at(self, when: float) -> float:
+        """CPU seconds of the whole tree at wall time `when`, interpolated between samples.
+
+        Raises:
+          ValueError: fewer than two samples were taken.
+        """
+        if len(self.samples) < 2:
+            raise ValueError("the process tree was sampled %d time(s); it needs 2 to interpolate"
+                             % len(self.samples))
+        times, cpu = zip(*self.samples)
+        return float(numpy.interp(when, times, cpu))
+
+    def sample(self) -> None:
+        """Takes one sample now."""
+        now = time.time()
+        try:
+            root = psutil.Process(self._root_pid)
+            tree = [root] + root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            tree = []
+        for process in tree:
+            try:
+                with process.oneshot():
+                    key = (process.pid, process.create_time())
+                    times = process.cpu_times()
+                    rss = process.memory_info().rss
+                record = self._records.get(key)
+                if record is None:
+                    record = self._records[key] = ProcessRecord(process.pid, process.name())
+                # A child seen between fork and exec still shows its parent's command line, and
+                # one just exec'd or exited shows none: the last label seen with one stays.
+                record.label = process_label(process) or record.label
+                record.cpu_seconds = times.user + times.system
+                record.peak_rss_bytes = max(record.peak_rss_bytes, rss, _high_water_mark(process.pid))
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        self.samples.append((now, sum(record.cpu_seconds for record in self._records.values())))
+
+    def _loop(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self._interval_s):
+                self.sample()
+                return
+
+
+def process_label(process) -> str:
+    """`module (task)`: what a process of a benchmarked job is, from its command line and environment.
+
+    Args:
+      process: a `psutil.Process`.
+
+    Returns:
+      The label; "" while its command line cannot be read (a process that
+      has just started a program, or has exited).
+    """
+    try:
+        argv = process.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        argv = []
+    if not argv:
+        return ""
+    # `python -m module ...` -> module; `python script ...` -> script; `program ...` -> program.
+    args = argv[1:] if os.path.basename(argv[0]).startswith("python") else argv
+    if len(args) > 1 and args[0] == "-m":
+        label = args[1]
+    elif args and not args[0].startswith("-"):
+        label = os.path.basename(args[0])
+    else:
+        label = process.name()
+    try:
+        env = process.environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        env = {}
+    task = ""
+    if env.get("TF_CONFIG"):
+        try:
+            spec = json.loads(env["TF_CONFIG"])["task"]
+            task = "%s_%s" % (spec["type"], spec["index"])
+        except (ValueError, KeyError, TypeError):
+            task = ""
+    elif "HOROVOD_RANK" in env:
+        task = "rank %s" % env["HOROVOD_RANK"]
+    return "%s (%s)" % (label, task) if task else label
+
+
+def _high_water_mark(pid: int) -> int:
+    """The kernel's peak resident memory of `pid` in bytes (`VmHWM`); 0 where unreadable."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

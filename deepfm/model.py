@@ -125,7 +125,7 @@ def deepfm_logits(feat_ids: tf.Tensor, feat_vals: tf.Tensor, config: ModelConfig
             deep_out = tf.squeeze(_dense(hidden, 1, "output"), axis=1)         # [B]
 
         logits = fm_bias + first_order + second_order + deep_out
-        l2 = (tf.reduce_sum(tf.square(weights)) + tf.reduce_sum(tf.square(factors))) / tf.cast(
+        l2 = 2.0 * (tf.nn.l2_loss(weights) + tf.nn.l2_loss(factors)) / tf.cast(
             tf.shape(feat_ids)[0], tf.float32)
     return logits, l2
 

@@ -3,7 +3,9 @@
 import os
 import subprocess
 import sys
+import time
 
+import psutil
 import tensorflow as tf
 
 from benchmarks import common
@@ -12,6 +14,7 @@ SAMPLE_SECONDS = 0.05
 # The child burns CPU for this long, holding this much memory.
 BUSY_SECONDS = 0.6
 HELD_MIB = 64
+LABEL_WAIT_SECONDS = 10
 MIB = 1 << 20
 BUSY_CHILD = (
     "import time\n"
@@ -40,6 +43,21 @@ class ProcessTreeSamplerTest(tf.test.TestCase):
         self.assertGreater(used, 0.2 * BUSY_SECONDS)
         self.assertLessEqual(used, (last - first) * (os.cpu_count() or 1) + SAMPLE_SECONDS)
         self.assertTrue(all(p.label for p in sampler.processes))
+
+    def test_labels_name_the_module_and_the_task(self):
+        env = dict(os.environ, TF_CONFIG='{"task": {"type": "worker", "index": 1}}')
+        child = subprocess.Popen([sys.executable, "-m", "timeit", "-n", "1", "-r", "1", "import time; time.sleep(30)"],
+                                 env=env)
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        process = psutil.Process(child.pid)
+        # Right after exec the kernel may not show the new command line yet: the label is "" until it does.
+        deadline = time.time() + LABEL_WAIT_SECONDS
+        label = common.process_label(process)
+        while not label and time.time() < deadline:
+            time.sleep(SAMPLE_SECONDS)
+            label = common.process_label(process)
+        self.assertEqual(label, "timeit (worker_1)")
 
     def test_interpolation_needs_two_samples(self):
         sampler = common.ProcessTreeSampler(0, SAMPLE_SECONDS)

@@ -37,15 +37,17 @@ class ParseProgressTest(tf.test.TestCase):
             log_line(stamp(2.25), 20, prefix="[1]<stderr>:"),
             "examples/sec:          36,917",
         ])
-        points = bench.parse_progress(text, YEAR)
+        points = bench.parse_progress(text, stamp(0).timestamp())
         self.assertEqual([step for _, step in points], [10, 20])
         self.assertAlmostEqual(points[1][0] - points[0][0], 0.75, places=5)
         self.assertAlmostEqual(points[0][0], stamp(1.5).timestamp(), places=5)
 
     def test_a_run_across_new_year(self):
+        started = datetime.datetime(YEAR, 12, 31, 23, 59, 58)
         text = "\n".join([log_line(datetime.datetime(YEAR, 12, 31, 23, 59, 59), 10),
                           log_line(datetime.datetime(YEAR + 1, 1, 1, 0, 0, 1), 20)])
-        points = bench.parse_progress(text, YEAR)
+        points = bench.parse_progress(text, started.timestamp())
+        self.assertAlmostEqual(points[0][0] - started.timestamp(), 1.0, places=5)
         self.assertAlmostEqual(points[1][0] - points[0][0], 2.0, places=5)
 
 
@@ -103,6 +105,41 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual((config.runs, config.steps, config.name), (1, bench.QUICK_STEPS, bench.QUICK_NAME))
 
 
+class ReportTest(tf.test.TestCase):
+
+    def result(self, rate, auc=None, rss=500.0):
+        return bench.RunResult(examples_per_sec=rate, cpu_util=0.8, examples_per_cpu_second=rate / 1.6,
+                               window_s=3.0, auc=auc,
+                               processes=[{"label": "deepfm.train", "pid": 1, "peak_rss_mib": rss}])
+
+    def test_ratios_use_the_ceiling_of_the_variants_optimizer(self):
+        names = ["single", "tower+lazy_adam", "input_ceiling", "compute_ceiling", "compute_ceiling+lazy_adam"]
+        config = bench.make_config(bench.parse_args(["--variants", ",".join(names), "--runs", "2"]))
+        results = {
+            "single": [self.result(40000.0, 0.71), self.result(60000.0, 0.73)],
+            "tower+lazy_adam": [self.result(90000.0, 0.72, rss=1100.0), self.result(90000.0, 0.72)],
+            "input_ceiling": [self.result(500000.0)] * 2,
+            "compute_ceiling": [self.result(80000.0)] * 2,
+            "compute_ceiling+lazy_adam": [self.result(100000.0)] * 2,
+        }
+        body = bench.report_body(config, results, {name: [] for name in names}, (0.5, 0.7))
+        # single: median 50,000 of ceiling min(500k, 80k); tower+lazy_adam: 90,000 of min(500k, 100k).
+        self.assertIn("| single | one device | 50,000 (40,000-60,000) | 1.00 | 0.62 | 80% | 31,250 | 500 (1) "
+                      "| 0.7200 |", body)
+        self.assertIn("| tower+lazy_adam | sparse-row Adam (base of the levers below) | 90,000 (90,000-90,000) "
+                      "| 1.80 | 0.90 | 80% | 56,250 | 1100 (1) | 0.7200 |", body)
+        self.assertIn("lazy_adam vs adam, compute ceiling: x1.25 examples/sec, x1.25 examples per CPU-second", body)
+        self.assertIn("best variant `tower+lazy_adam`: 90,000 examples/sec (target >= 90,000: met); peak RSS "
+                      "1100 MiB per process (target < 1024: not met); 90% of the lower ceiling (target >= 90%: met)",
+                      body)
+
+    def test_failed_runs_are_reported(self):
+        config = bench.make_config(bench.parse_args(["--variants", "single,ps"]))
+        body = bench.report_body(config, {"single": [self.result(50000.0, 0.7)], "ps": []},
+                                 {"single": [], "ps": ["boom"] * 3}, (0.5, 0.5))
+        self.assertIn("| ps | 1 ps + 2 async workers (gRPC) | failed (3 of 3 runs failed) |", body)
+
+
 @pytest.mark.slow
 class QuickRunTest(tf.test.TestCase):
 
@@ -121,6 +158,7 @@ class QuickRunTest(tf.test.TestCase):
         single = variants["single"]["runs"][0]
         self.assertGreater(single["examples_per_sec"], 0)
         self.assertGreater(single["cpu_util"], 0)
+        self.assertGreater(single["examples_per_cpu_second"], 0)
         self.assertBetween(single["auc"], 0.0, 1.0)
         self.assertGreater(single["processes"][0]["peak_rss_mib"], 0)
         self.assertGreater(variants["input_ceiling"]["runs"][0]["examples_per_sec"], 0)
