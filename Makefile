@@ -22,7 +22,7 @@ $(DATA_DIR)/metadata.json: | setup
 train: setup $(DATA_DIR)/metadata.json
 	$(PY) -m deepfm.train --strategy $(STRATEGY) --train_data $(DATA_DIR) \
 	    --model_dir $(RUN_DIR)/model --export_dir $(RUN_DIR)/export \
-	    --metrics_file $(RUN_DIR)/metrics.json --num_epochs 3 --optimizer lazy_adam
+	    --metrics_file $(RUN_DIR)/metrics.json --num_epochs 3
 
 test: setup
 	$(PY) -m pytest -q -p no:warnings tests

@@ -27,14 +27,6 @@ WARMUP_STEPS = 50
 VARIANTS = ("adam", "lazy_adam", "adagrad")
 
 
-def ensure_data(data_dir: str, rows: int) -> None:
-    """Generates the synthetic dataset root unless it is already there."""
-    from input_pipeline import schema, synthetic
-    if os.path.isfile(os.path.join(data_dir, schema.METADATA_FILE)):
-        return
-    synthetic.generate(rows, data_dir, feature_size=FEATURE_SIZE, seed=0)
-
-
 def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
     """Trains `steps` steps in this process; returns throughput and memory."""
     import logging as std_logging
@@ -70,7 +62,7 @@ def main(argv=None) -> int:
         print(json.dumps(run_one(args.data_dir, args.one, args.steps)))
         return 0
 
-    ensure_data(args.data_dir, args.rows)
+    common.ensure_data(args.data_dir, args.rows, FEATURE_SIZE)
     variants = args.variants.split(",")
     results = {v: {"examples_per_sec": [], "peak_rss_mb": []} for v in variants}
     for run in range(args.runs):

@@ -39,7 +39,9 @@ class ModelConfig:
       l2_reg: L2 weight on the FM first-order weights and factors.
       learning_rate: the optimizer's learning rate (before any scaling a
         strategy applies).
-      optimizer: one of `OPTIMIZERS`.
+      optimizer: one of `OPTIMIZERS`. The default `lazy_adam` is Adam that
+        updates only the embedding rows a batch touches: 1.8x the throughput
+        of `adam` at the same AUC (benchmarks/results/strategies.md).
       momentum: momentum of the `momentum` optimizer.
       check_ids: check at run time that every id is in [0, feature_size)
         and fail with the offending id otherwise.
@@ -54,7 +56,7 @@ class ModelConfig:
     batch_norm_decay: float = 0.9
     l2_reg: float = DEFAULT_L2_REG
     learning_rate: float = DEFAULT_LEARNING_RATE
-    optimizer: str = "adam"
+    optimizer: str = "lazy_adam"
     momentum: float = DEFAULT_MOMENTUM
     check_ids: bool = True
 

@@ -45,7 +45,8 @@ def define_flags() -> None:
     flags.DEFINE_bool("batch_norm", False, "Batch normalization in the deep part.")
     flags.DEFINE_float("l2_reg", config_lib.DEFAULT_L2_REG, "L2 weight on the looked-up FM weights.")
     flags.DEFINE_float("learning_rate", config_lib.DEFAULT_LEARNING_RATE, "Learning rate before scaling.")
-    flags.DEFINE_enum("optimizer", "adam", list(config_lib.OPTIMIZERS), "Optimizer.")
+    flags.DEFINE_enum("optimizer", "lazy_adam", list(config_lib.OPTIMIZERS),
+                      "Optimizer; lazy_adam is Adam updating only the embedding rows a batch touches.")
     flags.DEFINE_integer("shuffle_buffer", 0, "Shuffle buffer in examples; 0 for no shuffle.")
     flags.DEFINE_string("cache", None, "Cache the decoded-ready records: 'memory' or a file path prefix.")
     flags.DEFINE_bool("skip_bad_records", False, "Skip malformed LibSVM lines instead of failing.")
