@@ -117,6 +117,9 @@ class Strategy(abc.ABC):
         for flag in ("num_devices", "intra_op_threads", "inter_op_threads", "omp_num_threads", "ps_towers"):
             if getattr(self.config, flag) < 0:
                 raise ValueError("--%s must be >= 0, got %r" % (flag, getattr(self.config, flag)))
+        if self.config.amp and not tf.config.list_physical_devices("GPU"):
+            raise ValueError("--amp (the mixed-precision graph rewrite) needs a GPU with Tensor Cores; "
+                             "none is visible to this process")
 
     def setup(self) -> None:
         """Process-level initialization (environment, collective libraries)."""

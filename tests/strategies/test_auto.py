@@ -38,17 +38,5 @@ class ChooseTest(tf.test.TestCase, parameterized.TestCase):
         self.assertNotEqual("auto", strategy.name)
 
 
-class RegistryTest(tf.test.TestCase):
-
-    def test_unknown_name_lists_the_valid_ones(self):
-        with self.assertRaisesRegex(ValueError, "--strategy must be one of .*single.* got 'nope'"):
-            strategies.get(strategies.StrategyConfig(name="nope"))
-
-    def test_bad_option_is_named(self):
-        strategy = strategies.get(strategies.StrategyConfig(name="single", lr_scaling="cubic"))
-        with self.assertRaisesRegex(ValueError, "--lr_scaling must be one of none, linear, sqrt, capped, got 'cubic'"):
-            strategy.validate()
-
-
 if __name__ == "__main__":
     tf.test.main()
