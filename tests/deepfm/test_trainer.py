@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -49,7 +50,7 @@ class EndToEndTest(tf.test.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.root = tf.compat.v1.test.get_temp_dir()
+        cls.root = tempfile.mkdtemp(dir=tf.compat.v1.test.get_temp_dir())
         cls.data_dir = os.path.join(cls.root, "data")
         cls.metadata = synthetic.generate(ROWS, cls.data_dir, feature_size=FEATURE_SIZE, seed=3, shards=2)
         cls.model_dir = os.path.join(cls.root, "model")

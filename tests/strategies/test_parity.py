@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import tensorflow as tf
@@ -52,7 +53,7 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.root = tf.compat.v1.test.get_temp_dir()
+        cls.root = tempfile.mkdtemp(dir=tf.compat.v1.test.get_temp_dir())
         cls.data_dir = os.path.join(cls.root, "data")
         synthetic.generate(ROWS, cls.data_dir, feature_size=FEATURE_SIZE, seed=11, shards=REPLICAS)
         cls.single = cls._run_in_process_strategy("single", GLOBAL_BATCH, [])
