@@ -24,6 +24,10 @@ import numpy
 import psutil
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# The benchmarks' dataset: the main job's synthetic data at the SageMaker sample's feature_size.
+DEFAULT_DATA_DIR = os.path.join("data", "synthetic")
+DEFAULT_ROWS = 1_000_000
+FEATURE_SIZE = 117_581
 CHART_WIDTH_INCHES = 9.0
 CHART_MIN_HEIGHT_INCHES = 3.0
 CHART_INCHES_PER_BAR = 0.35

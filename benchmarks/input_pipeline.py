@@ -52,7 +52,6 @@ from input_pipeline import files, schema
 
 NAME = "input_pipeline"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_DATA_DIR = os.path.join("data", "synthetic")
 DEFAULT_BATCH_SIZE = 1024
 CHILD_TIMEOUT_S = 900
 MIB = float(1 << 20)
@@ -204,7 +203,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> BenchConfig:
       SystemExit: a bad flag value (argparse's usage error names it).
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR, help="dataset root with metadata.json")
+    parser.add_argument("--data_dir", default=common.DEFAULT_DATA_DIR, help="dataset root with metadata.json")
     parser.add_argument("--runs", type=int, help="measured runs per variant (default %d; --quick %d)"
                         % (FULL_RUNS, QUICK_RUNS))
     parser.add_argument("--batches", type=int, help="timed batches per run (default %d; --quick %d)"

@@ -63,9 +63,6 @@ from deepfm import processes
 
 NAME = "strategies"
 QUICK_NAME = "strategies_quick"
-DEFAULT_DATA_DIR = os.path.join("data", "synthetic")
-DEFAULT_ROWS = 1_000_000
-FEATURE_SIZE = 117_581
 GLOBAL_BATCH = 1024
 DEFAULT_RUNS = 3
 DEFAULT_STEPS = 200
@@ -685,8 +682,8 @@ def write_chart(config: BenchmarkConfig, results: Dict[str, List[RunResult]], in
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR)
-    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="rows of a generated dataset")
+    parser.add_argument("--data_dir", default=common.DEFAULT_DATA_DIR)
+    parser.add_argument("--rows", type=int, default=common.DEFAULT_ROWS, help="rows of a generated dataset")
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--steps", type=int, default=None, help="timed steps per training process (default %d)"
                         % DEFAULT_STEPS)
@@ -764,7 +761,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-    common.ensure_data(config.data_dir, config.rows, FEATURE_SIZE)
+    common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
     load_before = os.getloadavg()[0]
     results, failures = measure(config)
     body = report_body(config, results, failures, (load_before, os.getloadavg()[0]))

@@ -12,15 +12,11 @@ runs) and each process's peak resident memory, and writes
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 
 from benchmarks import common
 
-DEFAULT_DATA_DIR = os.path.join("data", "synthetic")
-DEFAULT_ROWS = 1_000_000
-FEATURE_SIZE = 117_581
 FLOOR_EXAMPLES_PER_SEC = 60_000
 FLOOR_RSS_MB = 1024
 WARMUP_STEPS = 50
@@ -51,8 +47,8 @@ def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR)
-    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
+    parser.add_argument("--data_dir", default=common.DEFAULT_DATA_DIR)
+    parser.add_argument("--rows", type=int, default=common.DEFAULT_ROWS)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300, help="timed steps per run, after warm-up")
     parser.add_argument("--variants", default=",".join(VARIANTS))
@@ -62,7 +58,7 @@ def main(argv=None) -> int:
         print(json.dumps(run_one(args.data_dir, args.one, args.steps)))
         return 0
 
-    common.ensure_data(args.data_dir, args.rows, FEATURE_SIZE)
+    common.ensure_data(args.data_dir, args.rows, common.FEATURE_SIZE)
     variants = args.variants.split(",")
     results = {v: {"examples_per_sec": [], "peak_rss_mb": []} for v in variants}
     for run in range(args.runs):
@@ -86,7 +82,7 @@ def main(argv=None) -> int:
         "embedding 32, layers 128-64-32, feature_size %d, 39 fields. %d runs per optimizer, each a fresh "
         "process, variants interleaved; %d warm-up steps then %d timed steps per run.\n\n"
         "Floor: %s examples/sec with under %d MiB resident.\n\n" % (
-            format(args.rows, ","), FEATURE_SIZE, args.runs, WARMUP_STEPS, args.steps,
+            format(args.rows, ","), common.FEATURE_SIZE, args.runs, WARMUP_STEPS, args.steps,
             format(FLOOR_EXAMPLES_PER_SEC, ","), FLOOR_RSS_MB)
         + common.markdown_table(
             ["optimizer", "examples/sec median (min-max)", "ratio to %s" % variants[0],

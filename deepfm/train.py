@@ -10,11 +10,8 @@ defaults to its `validation/` files. `--feature_size` and `--field_size`
 default to the dataset's metadata.
 """
 
-import dataclasses
-import os
-import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from deepfm import config as config_lib
 from input_pipeline import schema

@@ -5,6 +5,9 @@ name and `names()` lists them.
 """
 
 from strategies.base import Strategy, StrategyConfig, get, names, register
+
+__all__ = ["Strategy", "StrategyConfig", "get", "names", "register"]
+
 # Adapter modules register themselves on import, one per line.
 from strategies import single  # noqa: F401
 from strategies import auto  # noqa: F401
