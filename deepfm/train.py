@@ -1,6 +1,6 @@
 """Trains, evaluates and exports DeepFM with a chosen distribution strategy.
 
-    python -m deepfm.train --train_data data/synthetic --model_dir runs/m1 \
+    python -m deepfm.train --train_data data/synthetic --model_dir runs/m1 \\
         --strategy single --export_dir runs/m1/export --metrics_file runs/m1/metrics.json
 
 `--train_data` takes files, globs or directories; a dataset root (a directory
