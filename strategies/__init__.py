@@ -1,17 +1,17 @@
 """Interchangeable distribution strategies for the DeepFM model_fn.
 
-Importing this package registers every adapter; `get(config)` builds one by
-name and `names()` lists them.
+`get(config)` builds an adapter by name and `names()` lists them; both load
+every adapter module first (`base.ADAPTER_MODULES`). The package loads
+TensorFlow only when one of its names below is used, so tools that need only
+`strategies.cluster` (the local launcher) start without it.
 """
 
-from strategies.base import Strategy, StrategyConfig, get, names, register
+import importlib
 
 __all__ = ["Strategy", "StrategyConfig", "get", "names", "register"]
 
-# Adapter modules register themselves on import, one per line.
-from strategies import single  # noqa: F401
-from strategies import auto  # noqa: F401
-from strategies import horovod  # noqa: F401
-from strategies import tower  # noqa: F401
-from strategies import mirrored  # noqa: F401
-from strategies import ps  # noqa: F401
+
+def __getattr__(name):
+    if name in __all__:
+        return getattr(importlib.import_module("strategies.base"), name)
+    raise AttributeError("module 'strategies' has no attribute %r" % name)

@@ -17,6 +17,7 @@ Adapters live one per module and register themselves by name::
 
 import abc
 import dataclasses
+import importlib
 import os
 from typing import Callable, ClassVar, Dict, List, Optional, Type
 
@@ -29,6 +30,8 @@ DEFAULT_KMP_AFFINITY = "granularity=fine,compact,1,0"
 DEFAULT_LR_SCALE_CAP = 1.5
 
 ModelFn = Callable[..., tf.estimator.EstimatorSpec]
+# The adapter modules of this package; each registers itself when imported.
+ADAPTER_MODULES = ("single", "tower", "mirrored", "ps", "horovod", "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,8 +287,14 @@ def register(name: str):
     return decorate
 
 
+def _load_adapters() -> None:
+    for module in ADAPTER_MODULES:
+        importlib.import_module("strategies." + module)
+
+
 def names() -> List[str]:
     """The registered strategy names, sorted."""
+    _load_adapters()
     return sorted(_REGISTRY)
 
 
@@ -295,6 +304,7 @@ def get(config: StrategyConfig) -> Strategy:
     Raises:
       ValueError: no strategy of that name; the message lists the valid ones.
     """
+    _load_adapters()
     if config.name not in _REGISTRY:
         raise ValueError("--strategy must be one of %s, got %r" % (", ".join(names()), config.name))
     return _REGISTRY[config.name](config)

@@ -17,7 +17,6 @@ import json
 import os
 from typing import Dict, Mapping, Optional, Tuple
 
-import tensorflow as tf
 
 TF_CONFIG_VARIABLE = "TF_CONFIG"
 CHIEF = "chief"
@@ -98,8 +97,9 @@ class ClusterInfo:
         """The device prefix of parameter server `index`."""
         return "/job:%s/task:%d" % (PS, index)
 
-    def cluster_spec(self) -> tf.train.ClusterSpec:
+    def cluster_spec(self) -> "tf.train.ClusterSpec":
         """The cluster as a `tf.train.ClusterSpec`."""
+        import tensorflow as tf  # Only here: the launcher uses this module without TensorFlow.
         return tf.train.ClusterSpec({job: list(addresses) for job, addresses in self.jobs.items()})
 
     def to_tf_config(self) -> str:
