@@ -9,7 +9,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
 REQUIRED_MINOR="3.10"
 PYENV_DEFAULT_VERSION="3.10.13"
-PIN_FILES=("$ROOT/requirements/constraints.txt" "$ROOT/setup.cfg" "$ROOT/tools/setup_venv.sh")
+PIN_FILES=("$ROOT/requirements/base.txt" "$ROOT/requirements/constraints.txt" "$ROOT/setup.cfg"
+           "$ROOT/tools/setup_venv.sh")
 
 find_python() {
   local candidate
