@@ -30,5 +30,8 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -p no:warnings -m "not slow" tests
 
-bench: setup
-	$(PY) -m benchmarks.run_all
+# The benchmarks one after the other on the main job's dataset; each writes benchmarks/results/<name>.*
+bench: setup $(DATA_DIR)/metadata.json
+	$(PY) -m benchmarks.train_single --data_dir $(DATA_DIR)
+	$(PY) -m benchmarks.input_pipeline --data_dir $(DATA_DIR)
+	$(PY) -m benchmarks.strategies --data_dir $(DATA_DIR)

@@ -9,8 +9,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
 REQUIRED_MINOR="3.10"
 PYENV_DEFAULT_VERSION="3.10.13"
-PIN_FILES=("$ROOT/requirements/base.txt" "$ROOT/requirements/constraints.txt" "$ROOT/setup.cfg"
-           "$ROOT/tools/setup_venv.sh")
+PIN_FILES=("$ROOT/requirements/base.txt" "$ROOT/requirements/dev.txt" "$ROOT/requirements/constraints.txt"
+           "$ROOT/setup.cfg" "$ROOT/tools/setup_venv.sh" "$ROOT/tools/setup_system.sh")
 
 find_python() {
   local candidate
@@ -29,6 +29,8 @@ find_python() {
   done
   return 1
 }
+
+bash "$ROOT/tools/setup_system.sh"
 
 if [[ ! -x "$VENV/bin/python" ]]; then
   if ! PY="$(find_python)"; then
@@ -53,12 +55,30 @@ fi
 
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 echo "setup: installing the pinned stack into $VENV"
-"${PIP[@]}" install -q -c "$ROOT/requirements/constraints.txt" -r "$ROOT/requirements/base.txt"
+"${PIP[@]}" install -q -c "$ROOT/requirements/constraints.txt" -r "$ROOT/requirements/base.txt" \
+  -r "$ROOT/requirements/dev.txt"
 # Horovod compiles against the TensorFlow installed above, so it needs no build
-# isolation. pip's wheel cache keeps the built wheel: later installs take minutes less.
-HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 \
-  HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo \
-  "${PIP[@]}" install -q --no-build-isolation -c "$ROOT/requirements/constraints.txt" horovod
+# isolation; with Open MPI present it is built with MPI as well as Gloo, as in the
+# SageMaker container. The built wheel is kept in a cache keyed by what it was built
+# against (pip's own cache key does not see MPI), so later set-ups take minutes less.
+HOROVOD_MPI=(HOROVOD_WITHOUT_MPI=1)
+HOROVOD_VARIANT=gloo
+if command -v mpicxx >/dev/null 2>&1; then
+  HOROVOD_MPI=(HOROVOD_WITH_MPI=1)
+  HOROVOD_VARIANT="gloo-mpi-$(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}')"
+fi
+HOROVOD_PIN="$(grep -i '^horovod==' "$ROOT/requirements/constraints.txt")"
+TF_PIN="$(grep -i '^tensorflow==' "$ROOT/requirements/constraints.txt")"
+WHEELS="${HOROVOD_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/deepfm-strategies/wheels}/$(
+  echo "$HOROVOD_PIN $TF_PIN $HOROVOD_VARIANT $("$VENV/bin/python" -V)" | sha256sum | cut -c1-16)"
+if ! ls "$WHEELS"/horovod-*.whl >/dev/null 2>&1; then
+  echo "setup: building $HOROVOD_PIN ($HOROVOD_VARIANT) against $TF_PIN; about 10 minutes"
+  mkdir -p "$WHEELS"
+  env "${HOROVOD_MPI[@]}" HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 \
+    HOROVOD_WITHOUT_MXNET=1 \
+    "${PIP[@]}" wheel -q --no-deps --no-cache-dir --no-build-isolation -w "$WHEELS" "$HOROVOD_PIN"
+fi
+"${PIP[@]}" install -q --no-deps "$WHEELS"/horovod-*.whl
 "${PIP[@]}" install -q --no-deps --no-build-isolation -e "$ROOT"
 rm -f "$VENV"/.pins-*
 touch "$stamp"
