@@ -201,7 +201,61 @@ class ProcessRecord:
     peak_rss_bytes: int = 0
 
 
-class ProcessTreeSampler:
+class PeriodicSampler:
+    """Calls `sample` now, every `interval_s` seconds in a thread, and once more on exit (a context manager).
+
+    Subclasses append what they see to `samples`.
+
+    Args:
+      interval_s: seconds between samples.
+      name: the thread's name.
+    """
+
+    def __init__(self, interval_s: float, name: str):
+        self._interval_s = interval_s
+        self.samples: List[tuple] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> None:
+        """Takes one sample."""
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self._interval_s):
+                self.sample()
+                return
+
+
+def select_variants(spec: str, variants: Sequence) -> List:
+    """The variants named in the comma-separated `spec` (all of them when empty), in `spec`'s order.
+
+    Args:
+      spec: e.g. `"single,ps"`.
+      variants: every variant (each with a `name`).
+
+    Raises:
+      ValueError: an unknown name; the message lists the known ones.
+    """
+    known = {v.name: v for v in variants}
+    names = [n.strip() for n in spec.split(",") if n.strip()] or list(known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError("--variants: unknown %s; known: %s" % (", ".join(map(repr, unknown)), ", ".join(known)))
+    return [known[n] for n in names]
+
+
+class ProcessTreeSampler(PeriodicSampler):
     """Samples the CPU time and resident memory of a process and its descendants.
 
     A background thread looks at the tree every `interval_s` seconds. A
@@ -214,20 +268,9 @@ class ProcessTreeSampler:
     """
 
     def __init__(self, root_pid: int, interval_s: float):
+        super().__init__(interval_s, "process-tree-sampler")
         self._root_pid = root_pid
-        self._interval_s = interval_s
         self._records: Dict[tuple, ProcessRecord] = {}
-        self.samples: List[tuple] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="process-tree-sampler", daemon=True)
-
-    def __enter__(self) -> "ProcessTreeSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, exc_type, exc, traceback) -> None:
-        self._stop.set()
-        self._thread.join()
 
     @property
     def processes(self) -> List[ProcessRecord]:
@@ -271,13 +314,6 @@ class ProcessTreeSampler:
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
         self.samples.append((now, sum(record.cpu_seconds for record in self._records.values())))
-
-    def _loop(self) -> None:
-        while True:
-            self.sample()
-            if self._stop.wait(self._interval_s):
-                self.sample()
-                return
 
 
 def process_label(process) -> str:

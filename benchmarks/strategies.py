@@ -19,9 +19,9 @@ deepfm.train` or `python -m deepfm.launch`), variants interleaved round by
 round. Per run:
 
 * examples/sec: the whole job's throughput after warm-up. Every training
-  process logs its progress through `deepfm.hooks.ExamplesPerSecondHook`
-  (`examples/sec: R (step n of this run)`, with absl's timestamp, every
-  `LOG_EVERY_STEPS` steps). The window opens when the last training process
+  process records its progress through `deepfm.hooks.ProgressHook` in its
+  own JSON-lines `--progress_file` (wall time and step of this run, every
+  `LOG_EVERY_STEPS` steps and at its last step). The window opens when the last training process
   has passed `warmup_steps` of its own steps and closes when the first one
   logs its last line; throughput = examples all processes trained in that
   window (each process's steps, interpolated at the window's ends, times its
@@ -46,11 +46,9 @@ Results go to `benchmarks/results/strategies.{md,json,png}`.
 
 import argparse
 import dataclasses
-import datetime
 import glob
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -59,7 +57,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy
 
 from benchmarks import common
-from deepfm import processes
+from jobs import processes
 
 NAME = "strategies"
 QUICK_NAME = "strategies_quick"
@@ -100,12 +98,9 @@ BASELINE = "single"
 INPUT_CEILING = "input_ceiling"
 COMPUTE_CEILING = "compute_ceiling"
 
-# An absl log line of the throughput hook: `I1122 03:24:25.419547 140090 hooks.py:51]
-# examples/sec: 15753 (step 10 of this run)`, possibly behind a Horovod rank prefix.
-PROGRESS_LINE = re.compile(
-    r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) .*\] examples/sec: [\d.]+ \(step (\d+) of this run\)")
-# absl's timestamps leave the year out: one more than a day before the run started is in the next year.
-SECONDS_PER_DAY = 86400
+# Where each training process of a run writes its progress (`--progress_file`, `{task}` per process).
+PROGRESS_DIR = "progress"
+PROGRESS_FILE = "{task}.jsonl"
 
 Progress = List[Tuple[float, int]]
 
@@ -269,7 +264,7 @@ class RunResult:
       window_s: the window's wall seconds.
       processes: per process of the tree: `label` and `peak_rss_mib`.
       auc: validation AUC after training (None for the ceilings).
-      hook_examples_per_sec: the chief's own `ExamplesPerSecondHook` mean.
+      hook_examples_per_sec: the chief's own `ProgressHook` mean.
     """
 
     examples_per_sec: float
@@ -289,25 +284,31 @@ class RunResult:
 # --- measuring -----------------------------------------------------------------
 
 
-def parse_progress(text: str, started: float) -> Progress:
-    """The (wall time, step) points of the throughput hook's log lines in `text`.
+def read_progress(path: str) -> Progress:
+    """The (wall time, step) points of a training process's progress file.
 
     Args:
-      text: a training process's log.
-      started: when the run started (seconds since the epoch); absl's
-        local-time stamps leave the year out, so it comes from here.
+      path: a `--progress_file` of `deepfm.train`: one JSON object per line
+        with (among others) `time`, seconds since the epoch, and `step`, the
+        process's steps in this run.
 
     Returns:
       (seconds since the epoch, step of this process) per line, in order.
+
+    Raises:
+      ValueError: a line is not such an object; the message names the file
+        and line.
     """
-    year = datetime.datetime.fromtimestamp(started).year
     points = []
-    for match in PROGRESS_LINE.finditer(text):
-        month, day, hour, minute, second, micros, step = (int(g) for g in match.groups())
-        stamp = datetime.datetime(year, month, day, hour, minute, second, micros).timestamp()
-        if stamp < started - SECONDS_PER_DAY:
-            stamp = datetime.datetime(year + 1, month, day, hour, minute, second, micros).timestamp()
-        points.append((stamp, step))
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                points.append((float(record["time"]), int(record["step"])))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError("%s:%d is not a progress record: %s" % (path, number, e)) from e
     return points
 
 
@@ -362,6 +363,7 @@ def _train_flags(variant: Variant, config: BenchmarkConfig, work: str) -> List[s
         "--metrics_file", os.path.join(work, "metrics.json"),
         "--batch_size", str(variant.per_replica_batch(config.global_batch)),
         "--max_steps", str(config.max_steps), "--log_every_n_steps", str(LOG_EVERY_STEPS),
+        "--progress_file", os.path.join(work, PROGRESS_DIR, PROGRESS_FILE),
         "--save_checkpoints_steps", str(NO_CHECKPOINT_STEPS), "--optimizer", variant.optimizer,
     ] + list(variant.train_flags)
 
@@ -381,45 +383,32 @@ def command(variant: Variant, config: BenchmarkConfig, work: str) -> List[str]:
             "--warmup_steps", str(config.warmup_steps), "--optimizer", variant.optimizer]
 
 
-def _training_logs(variant: Variant, work: str, job_log: str) -> List[str]:
-    if variant.kind == KIND_TRAIN:
-        return [job_log]
-    if variant.strategy == "horovod":
-        return sorted(glob.glob(os.path.join(work, "tasks", "ranks", "rank.*", "stderr")))
-    return sorted(glob.glob(os.path.join(work, "tasks", "chief_*.log"))
-                  + glob.glob(os.path.join(work, "tasks", "worker_*.log")))
-
-
-def _progress(variant: Variant, work: str, job_log: str, started: float) -> List[Progress]:
+def _progress(variant: Variant, work: str) -> List[Progress]:
     if variant.kind in CHILD_KINDS:
         with open(os.path.join(work, "child.json")) as f:
             return [[(t, int(step)) for t, step in json.load(f)["progress"]]]
-    progress = []
-    for path in _training_logs(variant, work, job_log):
-        with open(path, errors="replace") as f:
-            progress.append(parse_progress(f.read(), started))
-    if len(progress) != variant.processes:
-        raise RuntimeError("%s: found the logs of %d training process(es) in %s, expected %d"
-                           % (variant.name, len(progress), work, variant.processes))
-    return progress
+    paths = sorted(glob.glob(os.path.join(work, PROGRESS_DIR, "*.jsonl")))
+    if len(paths) != variant.processes:
+        raise RuntimeError("%s: found the progress files of %d training process(es) in %s, expected %d"
+                           % (variant.name, len(paths), os.path.join(work, PROGRESS_DIR), variant.processes))
+    return [read_progress(path) for path in paths]
 
 
 def run_variant(variant: Variant, config: BenchmarkConfig) -> RunResult:
     """Runs `variant` once in a fresh process tree and measures it.
 
     Raises:
-      deepfm.processes.TaskFailedError: the job failed (the message holds the
+      jobs.processes.TaskFailedError: the job failed (the message holds the
         end of its log).
       TimeoutError: it ran longer than `config.timeout_s`.
-      ValueError: its progress logs do not allow a measurement window.
+      ValueError: its progress files do not allow a measurement window.
     """
     with tempfile.TemporaryDirectory(prefix="bench-strategies-") as work:
-        started = time.time()
         with processes.ProcessGroup(os.path.join(work, "job")) as group:
             task = group.start("job", command(variant, config, work), env=_child_env(variant))
             with common.ProcessTreeSampler(task.pid, SAMPLE_SECONDS) as sampler:
                 group.wait(timeout=config.timeout_s)
-        progress = _progress(variant, work, task.log_path, started)
+        progress = _progress(variant, work)
         batch = variant.process_batch(config.global_batch)
         start, end, rate = job_window(progress, [batch] * len(progress), config.warmup_steps)
         cpu_seconds = sampler.cpu_seconds_at(end) - sampler.cpu_seconds_at(start)
@@ -707,11 +696,7 @@ def make_config(args: argparse.Namespace) -> BenchmarkConfig:
     Raises:
       ValueError: a bad argument; the message names it and its value.
     """
-    known = {v.name: v for v in all_variants()}
-    names = [n.strip() for n in args.variants.split(",") if n.strip()] or list(known)
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError("--variants: unknown %s; known: %s" % (", ".join(map(repr, unknown)), ", ".join(known)))
+    variants = tuple(common.select_variants(args.variants, all_variants()))
     steps = args.steps if args.steps is not None else QUICK_STEPS if args.quick else DEFAULT_STEPS
     warmup = (args.warmup_steps if args.warmup_steps is not None
               else QUICK_WARMUP_STEPS if args.quick else DEFAULT_WARMUP_STEPS)
@@ -721,7 +706,6 @@ def make_config(args: argparse.Namespace) -> BenchmarkConfig:
                                ("timeout_s", args.timeout_s, 1)):
         if value < least:
             raise ValueError("--%s must be >= %d, got %r" % (flag, least, value))
-    variants = tuple(known[n] for n in names)
     too_small = [v.name for v in variants if args.batch_size < v.replicas]
     if too_small:
         raise ValueError("--batch_size %d is smaller than the replicas of %s" % (args.batch_size, ", ".join(too_small)))

@@ -16,6 +16,10 @@ The model knows nothing about distribution. A strategy adapter may add to
 * `embedding_partitioner`: a variable partitioner for the two embedding
   tables (parameter servers).
 
+In EVAL the model_fn puts its metric function in `params[EVAL_METRICS_PARAM]`
+(`prediction_metrics`), for a strategy that computes the metrics once over
+several model_fn calls (the tower method's whole batch).
+
 Variables live in the `deepfm_model` scope with `reuse=AUTO_REUSE`, so
 calling the model_fn once per tower shares one set of variables.
 """
@@ -33,6 +37,11 @@ PREDICTION_KEY = "prob"
 SERVING_SIGNATURE_OUTPUT = "prob"
 AUC_THRESHOLDS = 2000
 LOG_LOSS_EPSILON = 1e-7
+# The params key under which the model_fn publishes its metric function.
+EVAL_METRICS_PARAM = "eval_metrics"
+# In TRAIN the model_fn adds its loss to this graph collection (once per tower
+# or replica), where the training progress hook finds it.
+TRAIN_LOSS_COLLECTION = "deepfm_train_losses"
 
 
 def _check_ids(feat_ids: tf.Tensor, feature_size: int) -> tf.Tensor:
@@ -58,6 +67,36 @@ def _check_ids(feat_ids: tf.Tensor, feature_size: int) -> tf.Tensor:
 def _lookup(table, ids: tf.Tensor) -> tf.Tensor:
     """Embedding lookup that also works on a partitioned table ('div' rows)."""
     return tf.compat.v1.nn.embedding_lookup(table, ids, partition_strategy="div")
+
+
+def unique_ids(ids: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """`(unique, index)` of the flattened `ids`: `ids == reshape(gather(unique, index), shape(ids))`."""
+    return tf.unique(tf.reshape(ids, [-1]), out_idx=tf.int32)
+
+
+def lookup_rows(table, ids: tf.Tensor, unique: Optional[Tuple[tf.Tensor, tf.Tensor]] = None) -> tf.Tensor:
+    """`table[ids]`; with `unique` (from `unique_ids(ids)`) each distinct row is looked up once.
+
+    Deduplicated, a step reads each distinct embedding row once (from a
+    parameter server: each row crosses the network once) and the gradient
+    of the table is an `IndexedSlices` with one row per distinct id, the
+    duplicates summed before any strategy exchanges or applies it.
+
+    Args:
+      table: an embedding variable, or a partitioned one ('div' rows).
+      ids: int [B, F] ids.
+      unique: None for the plain lookup, or `unique_ids(ids)`.
+
+    Returns:
+      [B, F] + the table's row shape.
+    """
+    if unique is None:
+        return _lookup(table, ids)
+    distinct, index = unique
+    rows = tf.gather(_lookup(table, distinct), index)
+    looked_up = tf.reshape(rows, tf.concat([tf.shape(ids), tf.shape(rows)[1:]], axis=0))
+    looked_up.set_shape(ids.shape.concatenate(rows.shape[1:]))
+    return looked_up
 
 
 def _dense(inputs: tf.Tensor, units: int, name: str) -> tf.Tensor:
@@ -99,12 +138,13 @@ def deepfm_logits(feat_ids: tf.Tensor, feat_vals: tf.Tensor, config: ModelConfig
             "fm_v", [config.feature_size, k], initializer=tf.compat.v1.glorot_normal_initializer(),
             partitioner=partitioner)
 
+        unique = unique_ids(feat_ids) if config.dedup_lookups else None
         with tf.compat.v1.variable_scope("first_order"):
-            weights = _lookup(fm_w, feat_ids)                                   # [B, F]
+            weights = lookup_rows(fm_w, feat_ids, unique)                       # [B, F]
             first_order = tf.reduce_sum(weights * feat_vals, axis=1)            # [B]
 
         with tf.compat.v1.variable_scope("second_order"):
-            factors = _lookup(fm_v, feat_ids)                                   # [B, F, k]
+            factors = lookup_rows(fm_v, feat_ids, unique)                       # [B, F, k]
             embeddings = factors * tf.expand_dims(feat_vals, -1)                # [B, F, k]
             sum_square = tf.square(tf.reduce_sum(embeddings, axis=1))           # [B, k]
             square_sum = tf.reduce_sum(tf.square(embeddings), axis=1)           # [B, k]
@@ -149,6 +189,24 @@ def eval_metrics(labels: tf.Tensor, prob: tf.Tensor) -> Dict[str, Tuple[tf.Tenso
     }
 
 
+def prediction_metrics(labels: tf.Tensor, predictions: Dict[str, tf.Tensor]
+                       ) -> Dict[str, Tuple[tf.Tensor, tf.Operation]]:
+    """`eval_metrics` of labels as the model_fn takes them and the model_fn's predictions.
+
+    Args:
+      labels: [B] or [B, 1] click labels in {0, 1}.
+      predictions: the model_fn's predictions (`PREDICTION_KEY`: float32 [B]).
+
+    Returns:
+      The metrics of `eval_metrics`.
+    """
+    return eval_metrics(_flat_labels(labels), predictions[PREDICTION_KEY])
+
+
+def _flat_labels(labels: tf.Tensor) -> tf.Tensor:
+    return tf.reshape(tf.cast(labels, tf.float32), [-1])
+
+
 def model_fn(features: Dict[str, tf.Tensor], labels: Optional[tf.Tensor], mode: str,
              params: Dict) -> tf.estimator.EstimatorSpec:
     """The DeepFM Estimator model_fn.
@@ -158,7 +216,8 @@ def model_fn(features: Dict[str, tf.Tensor], labels: Optional[tf.Tensor], mode: 
       labels: float32 [B] (or [B, 1]) click labels in {0, 1}; None in PREDICT.
       mode: a `tf.estimator.ModeKeys` value.
       params: `model`: a `ModelConfig`; optional `optimizer_wrapper` and
-        `embedding_partitioner` (see the module docstring).
+        `embedding_partitioner` (see the module docstring). In EVAL the
+        model_fn sets `params[EVAL_METRICS_PARAM]` to `prediction_metrics`.
 
     Returns:
       The `EstimatorSpec`: predictions `prob` float32 [B]; in TRAIN and EVAL
@@ -179,14 +238,16 @@ def model_fn(features: Dict[str, tf.Tensor], labels: Optional[tf.Tensor], mode: 
                 tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY:
                     tf.estimator.export.PredictOutput({SERVING_SIGNATURE_OUTPUT: prob})})
 
-    labels = tf.reshape(tf.cast(labels, tf.float32), [-1])
+    labels = _flat_labels(labels)
     cross_entropy = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
     loss = cross_entropy + config.l2_reg * l2
 
     if mode == tf.estimator.ModeKeys.EVAL:
+        params[EVAL_METRICS_PARAM] = prediction_metrics
         return tf.estimator.EstimatorSpec(
             mode, loss=loss, predictions=predictions, eval_metric_ops=eval_metrics(labels, prob))
 
+    tf.compat.v1.add_to_collection(TRAIN_LOSS_COLLECTION, loss)
     optimizer = make_optimizer(config)
     wrapper = params.get("optimizer_wrapper")
     if wrapper is not None:

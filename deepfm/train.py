@@ -8,13 +8,22 @@ with metadata.json, as written by `input_pipeline.criteo` or
 `input_pipeline.synthetic`) means its `train/` files, and `--val_data` then
 defaults to its `validation/` files. `--feature_size` and `--field_size`
 default to the dataset's metadata.
+
+`--eval_every_n_steps N [--early_stopping_patience K]` evaluates during
+training, exports the best checkpoint and may stop early. The console shows
+a progress line per `--log_every_n_steps` and a summary; `--verbosity 0`
+brings back TensorFlow's own logging (`deepfm.console`).
 """
 
+import sys
 
 from absl import app, flags
 
 from deepfm import config as config_lib
+from deepfm import console as console_lib
 from input_pipeline import schema
+
+PROGRAM = "deepfm.train"
 
 FLAGS = flags.FLAGS
 
@@ -48,7 +57,14 @@ def define_flags() -> None:
     flags.DEFINE_string("cache", None, "Cache the decoded-ready records: 'memory' or a file path prefix.")
     flags.DEFINE_bool("skip_bad_records", False, "Skip malformed LibSVM lines instead of failing.")
     flags.DEFINE_integer("seed", None, "Random seed of the graph.")
-    flags.DEFINE_integer("log_every_n_steps", 100, "Throughput logging interval in steps.")
+    flags.DEFINE_integer("log_every_n_steps", 100, "Progress interval in steps (console line, TensorBoard "
+                         "examples_per_sec, --progress_file).")
+    flags.DEFINE_integer("eval_every_n_steps", None, "Evaluate on the validation data every N global steps "
+                         "during training; the best checkpoint (by validation AUC) is exported.")
+    flags.DEFINE_integer("early_stopping_patience", None, "With --eval_every_n_steps: stop after this many "
+                         "evaluations without a better validation AUC.")
+    flags.DEFINE_string("progress_file", None, "Write one JSON line per progress interval here; {task} in the "
+                        "path is replaced by the process's task name (each process of a job writes its own).")
     flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint interval in steps.")
     flags.DEFINE_enum("input_mode", "file", ["file", "pipe"], "File mode or SageMaker Pipe mode.")
     flags.DEFINE_list("train_channels", [], "Pipe mode: training channels, one per worker on a host, "
@@ -62,6 +78,14 @@ def define_flags() -> None:
     flags.DEFINE_enum("lr_scaling", "none", ["none", "linear", "sqrt", "capped"], "Horovod learning-rate scaling.")
     flags.DEFINE_float("lr_scale_cap", 1.5, "Largest learning-rate factor of --lr_scaling=capped.")
     flags.DEFINE_bool("sparse_as_dense", False, "Horovod: allreduce embedding gradients densely.")
+    flags.DEFINE_enum("hvd_compression", "none", ["none", "fp16"], "Horovod: compression of dense allreduces.")
+    flags.DEFINE_integer("hvd_fusion_threshold_bytes", -1, "Horovod: HOROVOD_FUSION_THRESHOLD (-1: Horovod's "
+                         "default, 128 MiB).")
+    flags.DEFINE_float("hvd_cycle_time_ms", -1, "Horovod: HOROVOD_CYCLE_TIME in ms (-1: Horovod's default, 1 ms).")
+    flags.DEFINE_bool("dedup_lookups", config_lib.ModelConfig.dedup_lookups, "Look up each distinct id of a "
+                      "batch once; duplicate gradient rows are summed before any exchange.")
+    flags.DEFINE_bool("check_ids", config_lib.ModelConfig.check_ids, "Check at run time that every id is "
+                      "in [0, feature_size).")
     flags.DEFINE_float("ps_lr_factor", 1.0, "Parameter server: learning-rate factor for asynchronous updates.")
     flags.DEFINE_integer("ps_towers", 0, "Parameter server: towers per worker (0: none).")
     flags.DEFINE_integer("intra_op_threads", 0, "intra_op_parallelism_threads (0: TensorFlow's choice).")
@@ -123,7 +147,8 @@ def parse_flags(flag_values=FLAGS, metadata=None):
             feature_size=feature_size, field_size=field_size, embedding_size=f.embedding_size,
             deep_layers=_parse_ints("deep_layers", f.deep_layers),
             dropout=_parse_floats("dropout", f.dropout), batch_norm=f.batch_norm, l2_reg=f.l2_reg,
-            learning_rate=f.learning_rate, optimizer=f.optimizer)
+            learning_rate=f.learning_rate, optimizer=f.optimizer, dedup_lookups=f.dedup_lookups,
+            check_ids=f.check_ids)
         for flag in ("batch_size", "num_epochs", "log_every_n_steps", "save_checkpoints_steps"):
             if getattr(f, flag) < 1:
                 raise ValueError("--%s must be >= 1, got %r" % (flag, getattr(f, flag)))
@@ -134,14 +159,18 @@ def parse_flags(flag_values=FLAGS, metadata=None):
             val_channel=f.val_channel,
             data_format=f.data_format, batch_size=f.batch_size, num_epochs=f.num_epochs,
             max_steps=f.max_steps, metrics_file=f.metrics_file, log_every_n_steps=f.log_every_n_steps,
-            save_checkpoints_steps=f.save_checkpoints_steps, seed=f.seed)
+            save_checkpoints_steps=f.save_checkpoints_steps, seed=f.seed,
+            eval_every_n_steps=f.eval_every_n_steps, early_stopping_patience=f.early_stopping_patience,
+            progress_file=f.progress_file)
         input_config = pipeline.PipelineConfig(
             data_format=f.data_format, field_size=field_size, shuffle_buffer=f.shuffle_buffer,
             cache=f.cache, seed=f.seed, skip_bad_records=f.skip_bad_records, input_mode=f.input_mode)
         strategy = strategies.StrategyConfig(
             name=f.strategy, num_devices=f.num_devices, device_type=f.device_type,
             cross_device_ops=f.cross_device_ops, lr_scaling=f.lr_scaling, lr_scale_cap=f.lr_scale_cap,
-            sparse_as_dense=f.sparse_as_dense, ps_lr_factor=f.ps_lr_factor, ps_towers=f.ps_towers,
+            sparse_as_dense=f.sparse_as_dense, hvd_compression=f.hvd_compression,
+            hvd_fusion_threshold_bytes=f.hvd_fusion_threshold_bytes, hvd_cycle_time_ms=f.hvd_cycle_time_ms,
+            ps_lr_factor=f.ps_lr_factor, ps_towers=f.ps_towers,
             intra_op_threads=f.intra_op_threads, inter_op_threads=f.inter_op_threads,
             omp_num_threads=f.omp_num_threads, kmp_affinity=f.kmp_affinity, amp=f.amp, xla=f.xla,
             input_mode=f.input_mode, train_channels=tuple(f.train_channels), s3_sharded=f.s3_sharded)
@@ -159,14 +188,22 @@ def find_metadata(spec):
     return None
 
 
+def wants_detail(flag_values=FLAGS) -> bool:
+    """Whether `--verbosity` asked for TensorFlow's full output (0 or more)."""
+    given = flag_values[console_lib.VERBOSITY_FLAG]
+    return console_lib.wants_detail(given.value if given.present else None)
+
+
 def main(argv):
+    console_lib.run_main(_main, argv, PROGRAM, wants_detail)
+
+
+def _main(argv):
     del argv
-    import tensorflow as tf
     import strategies
     from deepfm import trainer
 
-    tf.get_logger().handlers = []  # absl's handler already prints TensorFlow's records.
-
+    console_lib.configure_logging(wants_detail())
     metadata = find_metadata(FLAGS.train_data or [])
     train, model, input_config, strategy_config = parse_flags(FLAGS, metadata)
     try:
@@ -174,7 +211,10 @@ def main(argv):
         strategy.validate()
     except ValueError as e:
         raise app.UsageError(str(e)) from e
-    result = trainer.run(train, model, input_config, strategy)
+    multi_process = strategy.role != "worker" or strategy.num_workers > 1
+    console_lib.configure_logging(wants_detail(), task_logs=multi_process)
+    console = console_lib.Console(enabled=strategy.role == "worker" and strategy.is_chief)
+    result = trainer.run(train, model, input_config, strategy, console=console)
     if result is not None and strategy.is_chief:
         extra = {}
         if metadata is not None and metadata.planted_auc is not None:
@@ -184,6 +224,7 @@ def main(argv):
 
 def run():
     """Console-script entry point."""
+    console_lib.import_tensorflow(console_lib.wants_detail(console_lib.explicit_verbosity(sys.argv)))
     define_flags()
     app.run(main)
 

@@ -28,11 +28,24 @@ lines are dropped instead (the batch comes out shorter) and each batch that
 drops lines prints one warning to stderr: how many it dropped and the first
 one's `file:line` and reason.
 
+Fixed-width LibSVM (`writers.encode_libsvm_fixed`, what `input_pipeline.criteo`
+writes by default): when every line of a batch has the same length and the
+layout (`label` digit, then per pair ` `, the id's digits, `:`, `D.DDDDDD`),
+the batch is decoded as a byte matrix (`tf.io.decode_raw`): ids and values
+come from digit arithmetic, with no tokenizing and no per-token string
+tensors. Any other batch (or one that breaks the layout anywhere) takes the
+general path above, so errors and `skip_bad_records` behave the same. Both
+paths give bit-identical tensors.
+
 `check_first_record` checks one record in plain Python, so that a wrong
 `field_size` or format is reported before a graph is built.
+`libsvm_suggestion` is the log line a pipeline prints when it reads LibSVM:
+the one command that converts the files to TFRecord.
 """
 
+import os
 import re
+import shlex
 import sys
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -53,6 +66,12 @@ PAIR_SEPARATOR = ":"
 TOKEN_DELIMITERS = " \t\n\v\f\r" + PAIR_SEPARATOR
 # Characters of a bad line quoted in error messages.
 QUOTED_LINE_CHARS = 200
+# The fixed-width layout (`writers.encode_libsvm_fixed`): per pair a space,
+# the id, `:`, one integer digit, `.` and `FIXED_DECIMALS` decimals.
+FIXED_DECIMALS = 6
+_FIXED_PAIR_EXTRA = 4 + FIXED_DECIMALS  # every byte of a pair but the id's digits
+_MAX_FIXED_ID_DIGITS = 9  # int32 holds such ids exactly
+_SPACE, _COLON, _DOT, _ZERO = (ord(c) for c in " :.0")
 
 Features = Dict[str, tf.Tensor]
 
@@ -106,6 +125,85 @@ def decode_libsvm(lines: tf.Tensor, field_size: int,
         not `skip_bad_records`; the message names the file and line.
     """
     lines = tf.convert_to_tensor(lines, tf.string)
+
+    def general():
+        return _decode_tokens(lines, field_size, file_index, line_number, file_names, skip_bad_records)
+
+    lengths = tf.strings.length(lines)
+    width = tf.reduce_max(lengths)
+    pair_bytes = (width - 1) // field_size
+    id_digits = pair_bytes - _FIXED_PAIR_EXTRA
+    layout_possible = tf.logical_and(
+        tf.logical_and(tf.size(lengths) > 0, tf.reduce_all(tf.equal(lengths, width))),
+        tf.logical_and(tf.equal((width - 1) % field_size, 0),
+                       tf.logical_and(id_digits >= 1, id_digits <= _MAX_FIXED_ID_DIGITS)))
+
+    def fixed_or_general():
+        valid, features, labels = _decode_fixed_width(lines, field_size, width, id_digits)
+        return tf.cond(valid, lambda: (features, labels), general)
+
+    features, labels = tf.cond(layout_possible, fixed_or_general, general)
+    batch = lines.shape[0] if not skip_bad_records else None
+    features[schema.FEAT_IDS].set_shape([batch, field_size])
+    features[schema.FEAT_VALS].set_shape([batch, field_size])
+    labels.set_shape([batch])
+    return features, labels
+
+
+def _decode_fixed_width(lines: tf.Tensor, field_size: int, width: tf.Tensor,
+                        id_digits: tf.Tensor) -> Tuple[tf.Tensor, Features, tf.Tensor]:
+    """Decodes lines of one length in the fixed-width layout, by byte arithmetic.
+
+    The lines become a uint8 matrix, one row per `id:value` pair, and '0' is
+    subtracted (uint8 arithmetic wraps, so any byte but a digit becomes
+    more than 9). The layout check is one maximum over the matrix, after
+    shifting each separator column onto 0, plus an exact look at the three
+    separator columns; ids and values are one int32 matrix product with
+    per-column powers of ten (exact: ids have at most 9 digits, and scaled
+    values at most 7).
+
+    Returns:
+      (valid, features, labels): `valid` is false when any byte breaks the
+      layout; the tensors are then meaningless.
+    """
+    raw = tf.io.decode_raw(lines, tf.uint8, fixed_length=width)
+    batch = tf.shape(raw)[0]
+    pair_bytes = _FIXED_PAIR_EXTRA + id_digits
+    pairs = tf.reshape(raw[:, 1:], [-1, pair_bytes])
+    digits = pairs - tf.constant(_ZERO, tf.uint8)
+    position = tf.range(pair_bytes)
+    colon, dot = id_digits + 1, id_digits + 3
+    separator_chars = tf.constant([_SPACE, _COLON, _DOT])
+    separator_columns = tf.stack([0, colon, dot])
+    shift = tf.scatter_nd(separator_columns[:, None], (_ZERO - separator_chars) % 256, [pair_bytes])
+    label_digits = raw[:, 0] - tf.constant(_ZERO, tf.uint8)
+    valid = tf.reduce_all(tf.stack([
+        tf.reduce_max(digits + tf.cast(shift, tf.uint8)) <= 9,
+        tf.reduce_all(tf.equal(tf.gather(pairs, separator_columns, axis=1),
+                               tf.cast(separator_chars, tf.uint8)[None, :])),
+        tf.reduce_max(label_digits) <= 9]))
+    # Column weights: the id in column 0, the value times 10**FIXED_DECIMALS in column 1.
+    id_weight = tf.where(tf.logical_and(position >= 1, position <= id_digits),
+                         tf.pow(10, tf.maximum(id_digits - position, 0)), 0)
+    value_weight = tf.where(tf.equal(position, colon + 1), 10 ** FIXED_DECIMALS,
+                            tf.where(position > dot, tf.pow(10, tf.maximum(dot + FIXED_DECIMALS - position, 0)), 0))
+    weights = tf.stack([id_weight, value_weight], axis=1)
+    decoded = tf.reshape(tf.matmul(tf.cast(digits, tf.int32), weights), [batch, field_size, 2])
+    ids = tf.cast(decoded[:, :, 0], tf.int64)
+    # In float64 the quotient (even computed as a product with the reciprocal,
+    # as graph optimizations may rewrite it) is within 3e-16 of the decimal,
+    # while a decimal of 7 digits is at least 3e-14 (relative) from any point
+    # halfway between float32 numbers: rounding to float32 gives the float32
+    # nearest to the decimal, what `tf.strings.to_number` gives.
+    values = tf.cast(tf.cast(decoded[:, :, 1], tf.float64) / float(10 ** FIXED_DECIMALS), tf.float32)
+    labels = tf.cast(label_digits, tf.float32)
+    return valid, {schema.FEAT_IDS: ids, schema.FEAT_VALS: values}, labels
+
+
+def _decode_tokens(lines: tf.Tensor, field_size: int, file_index: Optional[tf.Tensor],
+                   line_number: Optional[tf.Tensor], file_names: Optional[Sequence[str]],
+                   skip_bad_records: bool) -> Tuple[Features, tf.Tensor]:
+    """The general LibSVM decode: grammar check, tokenizing, `to_number`."""
     well_formed = tf.strings.regex_full_match(lines, LIBSVM_LINE_PATTERN)
     tokens = tf.compat.v1.string_split(lines, sep=TOKEN_DELIMITERS, skip_empty=True,
                                        result_type="RaggedTensor")
@@ -206,3 +304,29 @@ def _warn_skipped(num_bad: tf.Tensor, report: tf.Tensor) -> tf.Operation:
         report]), output_stream=sys.stderr)
     with tf.control_dependencies([printed]):
         return tf.no_op()
+
+
+def libsvm_suggestion(paths: Sequence[str], field_size: int) -> str:
+    """The log line for a pipeline that reads LibSVM: how to read TFRecord instead.
+
+    Args:
+      paths: the LibSVM files the pipeline reads.
+      field_size: their `id:value` pairs per line.
+
+    Returns:
+      When every file has a `.tfrecord` twin beside it (the data tools write
+      both), a hint to pass `--data_format tfrecord`; otherwise the one
+      command that converts the files.
+    """
+    stems = [os.path.splitext(path)[0] for path in paths]
+    if stems and all(os.path.isfile(stem + schema.FORMAT_EXTENSIONS["tfrecord"]) for stem in stems):
+        return ("reading LibSVM, which decodes slower than TFRecord; the same rows are in the .tfrecord file "
+                "beside each of the %d file(s): pass --data_format tfrecord" % len(paths))
+    directories = sorted({os.path.dirname(path) or "." for path in paths})
+    if len(directories) == 1 and all(path.endswith(schema.FORMAT_EXTENSIONS["libsvm"]) for path in paths):
+        inputs = ["--input " + shlex.quote(os.path.join(directories[0], "*" + schema.FORMAT_EXTENSIONS["libsvm"]))]
+    else:
+        inputs = ["--input " + shlex.quote(path) for path in paths]
+    return ("reading LibSVM, which decodes slower than TFRecord; convert once with: python -m "
+            "input_pipeline.libsvm_to_tfrecord --field_size %d %s, then pass --data_format tfrecord"
+            % (field_size, " ".join(inputs)))

@@ -9,7 +9,7 @@ default `/opt/ml`)::
 
 The FIFO of epoch `e + 1` appears once epoch `e` has been written and closed.
 The first process to open a FIFO takes its data, so the workers of one host
-must read different channels (`check_channels`).
+must read different channels (`input_pipeline.sharding.assign_channel`).
 
 `sagemaker_tensorflow.PipeModeDataset` keeps, per channel, the index of the
 next FIFO to open in a state file under `<base_dir>/pipe_state`; every
@@ -43,13 +43,10 @@ implement `InputDatasets`; the message is harmless.
 
 import json
 import os
-import re
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional
 
 import tensorflow as tf
-
-from input_pipeline import sharding
 
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
 DEFAULT_BASE_DIR = "/opt/ml"
@@ -66,8 +63,6 @@ DEFAULT_FIFO_TIMEOUT_S = 120.0
 FIFO_POLL_INTERVAL_S = 0.05
 # Repeat count of `tf.data.Dataset.repeat` meaning "without end".
 REPEAT_FOREVER = -1
-
-_TRAILING_NUMBER = re.compile(r"(\d+)$")
 
 
 def default_base_dir() -> str:
@@ -132,27 +127,6 @@ def read_input_data_config(base_dir: Optional[str] = None) -> Dict[str, dict]:
     return config
 
 
-def _channel_sort_key(channel: str):
-    match = _TRAILING_NUMBER.search(channel)
-    if match is None:
-        return channel, -1
-    return channel[:match.start()], int(match.group(1))
-
-
-def pipe_channels(base_dir: Optional[str] = None, prefix: str = "") -> List[str]:
-    """Lists the Pipe-mode channels whose names start with `prefix`.
-
-    Channels are ordered by name and then by trailing number, so `train_2`
-    comes before `train_10`.
-
-    Raises:
-      FileNotFoundError, ValueError: as `read_input_data_config`.
-    """
-    config = read_input_data_config(base_dir)
-    return sorted((name for name, channel in config.items()
-                   if name.startswith(prefix) and _is_pipe(channel)), key=_channel_sort_key)
-
-
 def _is_pipe(channel_config: dict) -> bool:
     return str(channel_config.get(TRAINING_INPUT_MODE_KEY, "")).lower() == PIPE_MODE.lower()
 
@@ -175,34 +149,6 @@ def check_channel(channel: str, base_dir: Optional[str] = None) -> None:
         raise ValueError("channel %r of %s has %s=%r, not %r; configured channels: %s"
                          % (channel, input_data_config_path(base_dir), TRAINING_INPUT_MODE_KEY,
                             config[channel].get(TRAINING_INPUT_MODE_KEY), PIPE_MODE, modes))
-
-
-def check_channels(channels: Sequence[str], workers_per_host: int,
-                   base_dir: Optional[str] = None) -> List[str]:
-    """Checks at start that the workers of a host can each read their own channel.
-
-    The first process to open a FIFO takes it and the others block, so a host
-    with `workers_per_host` workers needs that many different channels.
-
-    Args:
-      channels: the channels, in the order they are assigned to local ranks.
-      workers_per_host: training processes on each host.
-      base_dir: SageMaker base directory (default: `default_base_dir()`).
-
-    Returns:
-      The channels the workers of a host read, `channels[:workers_per_host]`.
-
-    Raises:
-      ValueError: fewer channels than workers per host, a channel used twice,
-        or a channel not configured in Pipe mode.
-      FileNotFoundError: no `inputdataconfig.json`.
-    """
-    channels = list(channels)
-    used = [sharding.assign_channel(channels, local_rank, workers_per_host)
-            for local_rank in range(workers_per_host)]
-    for channel in used:
-        check_channel(channel, base_dir)
-    return used
 
 
 def next_epoch(channel: str, state_directory: str) -> Optional[int]:

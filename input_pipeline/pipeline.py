@@ -4,17 +4,17 @@ Every dataset yields `(features, labels)` batches:
 `features = {schema.FEAT_IDS: int64 [B, field_size],
 schema.FEAT_VALS: float32 [B, field_size]}`, `labels` float32 [B].
 
-Order. The default order follows the best-practice text:
+Order. One order, the one the best-practice text recommends:
 create -> shard -> cache (optional) -> shuffle (optional) ->
 batch(drop_remainder=True) -> map(vectorized decode, AUTOTUNE) -> repeat ->
-prefetch(AUTOTUNE). Other orders may be asked for with
-`PipelineConfig.order`; the slow ones the text warns against exist only as
-named benchmark variants (`BENCHMARK_VARIANTS`), never by accident:
-
-* `scalar_map`: decode one record per call, before batching;
-* `no_prefetch`: no prefetch at the end;
-* `cache_after_repeat`: cache after repeat, to measure how its memory grows
-  by one copy of the data per epoch.
+prefetch(AUTOTUNE). The cache holds the undecoded records of one pass: it
+comes before shuffle (after it, every epoch would replay the first epoch's
+order) and before repeat (after it, the cache would store every epoch again
+and its memory grow by one copy of the data per epoch). No other order can be
+asked for. `DatasetBuilder.records` and `DatasetBuilder.decode_batch` are
+the parts a caller needs to build one anyway: `benchmarks/input_pipeline.py`
+builds the slow orders the text warns against (a scalar map before batch, no
+prefetch, cache after repeat) from them, to measure them.
 
 Create. In File mode the files are read in parallel by an interleave, each
 file in chunks of `READ_CHUNK_RECORDS` records that are unbatched after the
@@ -43,7 +43,8 @@ where a shard's rows are the sum of its files' rows (files dealt out) or
 `steps_per_epoch * num_epochs` steps keeps synchronous workers (Horovod) in
 step: a worker whose shard ran out first would otherwise wait for the others
 forever. The rows come from the dataset root's metadata (or from the
-`row_counts` passed in); without them the budget is unknown (None). Rows
+`row_counts` passed in), else from counting the files' rows once; in Pipe
+mode, without row counts, the budget is unknown (None). Rows
 dropped as bad (`skip_bad_records`, `max_corrupted_records`) are not known in
 advance, so a budget computed from metadata may then exceed what a shard
 yields; with `num_epochs=None` the dataset never runs out and the step
@@ -74,35 +75,13 @@ import dataclasses
 import hashlib
 import os
 import sys
+import time
 from typing import Callable, Mapping, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 from absl import logging
 
 from input_pipeline import decoders, files, pipe, schema, sharding
-
-STAGE_SHARD = "shard"
-STAGE_CACHE = "cache"
-STAGE_SHUFFLE = "shuffle"
-STAGE_BATCH = "batch"
-STAGE_MAP = "map"
-STAGE_REPEAT = "repeat"
-STAGE_PREFETCH = "prefetch"
-STAGES = (STAGE_SHARD, STAGE_CACHE, STAGE_SHUFFLE, STAGE_BATCH, STAGE_MAP, STAGE_REPEAT,
-          STAGE_PREFETCH)
-DEFAULT_ORDER = STAGES
-
-VARIANT_SCALAR_MAP = "scalar_map"
-VARIANT_NO_PREFETCH = "no_prefetch"
-VARIANT_CACHE_AFTER_REPEAT = "cache_after_repeat"
-BENCHMARK_VARIANTS = (VARIANT_SCALAR_MAP, VARIANT_NO_PREFETCH, VARIANT_CACHE_AFTER_REPEAT)
-VARIANT_ORDERS = {
-    VARIANT_SCALAR_MAP: (STAGE_SHARD, STAGE_CACHE, STAGE_SHUFFLE, STAGE_MAP, STAGE_BATCH,
-                         STAGE_REPEAT, STAGE_PREFETCH),
-    VARIANT_NO_PREFETCH: DEFAULT_ORDER,
-    VARIANT_CACHE_AFTER_REPEAT: (STAGE_SHARD, STAGE_REPEAT, STAGE_CACHE, STAGE_SHUFFLE,
-                                 STAGE_BATCH, STAGE_MAP, STAGE_PREFETCH),
-}
 
 INPUT_MODE_FILE = "file"
 INPUT_MODE_PIPE = "pipe"
@@ -120,8 +99,6 @@ DEFAULT_READ_BUFFER_BYTES = 1 << 20
 DEFAULT_PARALLEL_READS = 8
 READ_CHUNK_RECORDS = 256
 PROBE_BYTES = 1
-# Bytes of one decoded row per id: an int64 id and a float32 value.
-DECODED_BYTES_PER_FIELD = 12
 DIGEST_CHARS = 12
 
 
@@ -139,8 +116,6 @@ class PipelineConfig:
       num_parallel_reads: files read at once (File mode);
         `tf.data.AUTOTUNE` reads up to `DEFAULT_PARALLEL_READS`.
       read_buffer_bytes: read buffer of each open file.
-      prefetch: prefetch batches at the end; False only with the
-        `no_prefetch` benchmark variant.
       seed: shuffle seed; None for a different order every run.
       skip_bad_records: LibSVM: drop bad lines (with a warning) instead of
         failing; a batch that dropped lines comes out shorter, so the batch
@@ -154,10 +129,6 @@ class PipelineConfig:
       pipe_timeout_s: how long Pipe mode waits for each epoch's FIFO.
       drop_remainder: drop each epoch's last, partial batch (keeps the batch
         dimension static); False for evaluation, which should see every row.
-      order: the stages after create, each once; None for the default order
-        (or the variant's). See the module docstring.
-      variant: None, or one of `BENCHMARK_VARIANTS` to allow that slow
-        pattern for a measurement.
     """
 
     data_format: str = "tfrecord"
@@ -167,7 +138,6 @@ class PipelineConfig:
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES
     num_parallel_reads: int = tf.data.AUTOTUNE
     read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES
-    prefetch: bool = True
     seed: Optional[int] = None
     skip_bad_records: bool = False
     max_corrupted_records: int = 0
@@ -175,8 +145,6 @@ class PipelineConfig:
     pipe_base_dir: str = dataclasses.field(default_factory=pipe.default_base_dir)
     pipe_timeout_s: float = pipe.DEFAULT_FIFO_TIMEOUT_S
     drop_remainder: bool = True
-    order: Optional[Tuple[str, ...]] = None
-    variant: Optional[str] = None
 
     def __post_init__(self):
         files.check_format(self.data_format)
@@ -198,56 +166,6 @@ class PipelineConfig:
             raise ValueError("pipe_timeout_s must be > 0, got %r" % self.pipe_timeout_s)
         if self.cache is not None and not self.cache:
             raise ValueError("cache must be None, %r or a file path prefix, got ''" % CACHE_IN_MEMORY)
-        if self.variant is not None and self.variant not in BENCHMARK_VARIANTS:
-            raise ValueError("variant must be None or one of %s, got %r"
-                             % (", ".join(BENCHMARK_VARIANTS), self.variant))
-        if self.order is not None:
-            object.__setattr__(self, "order", tuple(self.order))
-        self._check_order()
-
-    @property
-    def stages(self) -> Tuple[str, ...]:
-        """The order the pipeline applies after create."""
-        if self.order is not None:
-            return self.order
-        return VARIANT_ORDERS.get(self.variant, DEFAULT_ORDER)
-
-    @property
-    def prefetches(self) -> bool:
-        """Whether the pipeline ends with a prefetch."""
-        return self.prefetch and self.variant != VARIANT_NO_PREFETCH
-
-    def _check_order(self) -> None:
-        order = self.stages
-        if sorted(order) != sorted(STAGES):
-            raise ValueError("order must name each of %s exactly once, got %r" % (", ".join(STAGES), order))
-        position = {stage: index for index, stage in enumerate(order)}
-        if order[0] != STAGE_SHARD:
-            raise ValueError("order must start with %r (shard right after create): a later shard "
-                             "would split shuffled or cached data differently on each worker; got %r"
-                             % (STAGE_SHARD, order))
-        if order[-1] != STAGE_PREFETCH:
-            raise ValueError("order must end with %r so that input overlaps training; got %r"
-                             % (STAGE_PREFETCH, order))
-        if position[STAGE_MAP] < position[STAGE_BATCH] and self.variant != VARIANT_SCALAR_MAP:
-            raise ValueError("order %r maps before batching: a scalar map decodes one record per call. "
-                             "Batch first and decode whole batches, or ask for it explicitly with "
-                             "variant=%r" % (order, VARIANT_SCALAR_MAP))
-        if not self.prefetches and self.variant != VARIANT_NO_PREFETCH:
-            raise ValueError("prefetch=False leaves input and training steps in turn instead of "
-                             "overlapped; ask for it explicitly with variant=%r" % VARIANT_NO_PREFETCH)
-        if self.variant == VARIANT_CACHE_AFTER_REPEAT and self.cache is None:
-            raise ValueError("variant %r measures the memory of caching after repeat; set cache"
-                             % VARIANT_CACHE_AFTER_REPEAT)
-        if self.cache is None:
-            return
-        if position[STAGE_CACHE] > position[STAGE_REPEAT] and self.variant != VARIANT_CACHE_AFTER_REPEAT:
-            raise ValueError("order %r caches after repeat: the cache then stores every epoch again and "
-                             "its memory grows by one copy of the data per epoch. Cache before repeat, "
-                             "or ask for it explicitly with variant=%r" % (order, VARIANT_CACHE_AFTER_REPEAT))
-        if self.shuffle_buffer and position[STAGE_CACHE] > position[STAGE_SHUFFLE]:
-            raise ValueError("order %r caches after shuffle: every epoch would replay the first epoch's "
-                             "order. Cache before shuffle" % (order,))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,6 +248,13 @@ class DatasetBuilder:
                 raise ValueError("input file %s is empty (0 bytes)" % path)
         if row_counts is None:
             row_counts = files.row_counts(self.files, config.data_format)
+        if row_counts is None:
+            # Files outside a dataset root (a SageMaker channel holds only its
+            # split): count their rows once, so the step budget stays known.
+            start = time.monotonic()
+            row_counts = files.count_rows(self.files, config.data_format)
+            logging.info("counted the rows of %d file(s) without metadata: %d rows in %.1f s",
+                         len(self.files), sum(row_counts.values()), time.monotonic() - start)
         if row_counts is not None:
             missing = [path for path in self.files if path not in row_counts]
             if missing:
@@ -362,36 +287,38 @@ class DatasetBuilder:
         """
         plan = self.shard_plan(input_context)
         self._check_cache_memory(plan)
-        logging.info("Input pipeline %d of %d: sharded by %s, %d file(s), %s rows, stages %s",
+        logging.info("Input pipeline %d of %d: sharded by %s, %d file(s), %s rows, cache %s, shuffle buffer %d",
                      plan.index, plan.num_shards, plan.unit, len(plan.files),
                      "unknown" if plan.rows_per_shard is None else plan.rows_per_shard[plan.index],
-                     " -> ".join(self.config.stages))
-        dataset = self._create(plan)
-        batched = False
-        for stage in self.config.stages:
-            if stage == STAGE_SHARD and plan.unit == SHARD_BY_RECORDS:
-                dataset = dataset.shard(plan.num_shards, plan.index)
-            elif stage == STAGE_CACHE and self.config.cache is not None:
-                dataset = dataset.cache(self._cache_filename(plan))
-            elif stage == STAGE_SHUFFLE and self.config.shuffle_buffer:
-                dataset = dataset.shuffle(self.config.shuffle_buffer, seed=self.config.seed,
-                                          reshuffle_each_iteration=True)
-            elif stage == STAGE_BATCH:
-                dataset = dataset.batch(self.batch_size, drop_remainder=self.config.drop_remainder)
-                batched = True
-            elif stage == STAGE_MAP:
-                dataset = self._decode(dataset, batched)
-            elif stage == STAGE_REPEAT:
-                dataset = dataset.repeat(self.num_epochs)
-            elif stage == STAGE_PREFETCH and self.config.prefetches:
-                dataset = dataset.prefetch(tf.data.AUTOTUNE)
+                     self.config.cache, self.config.shuffle_buffer)
+        if self.config.data_format == "libsvm" and self.files:
+            logging.info("%s", decoders.libsvm_suggestion(self.files, self.config.field_size))
+        dataset = self._records(plan)
+        if self.config.cache is not None:
+            dataset = dataset.cache(self._cache_filename(plan))
+        if self.config.shuffle_buffer:
+            dataset = dataset.shuffle(self.config.shuffle_buffer, seed=self.config.seed,
+                                      reshuffle_each_iteration=True)
+        dataset = dataset.batch(self.batch_size, drop_remainder=self.config.drop_remainder)
+        dataset = dataset.map(self.decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+        dataset = dataset.repeat(self.num_epochs).prefetch(tf.data.AUTOTUNE)
         options = tf.data.Options()
         # The pipeline is sharded here; a strategy must not shard it again.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        if not self.config.prefetches:
-            # Otherwise tf.data adds a prefetch of its own and there is no "no prefetch" to measure.
-            options.experimental_optimization.inject_prefetch = False
         return dataset.with_options(options)
+
+    def records(self, input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+        """The undecoded records of the pipeline `input_context` names, one pass.
+
+        Created and sharded as `__call__` does, nothing more: for a caller
+        that builds another order (see "Order" in the module docstring).
+
+        Returns:
+          A dataset of records: TFRecord, a scalar `tf.string`; LibSVM,
+          `(line, file index, line number)`. `decode_batch` decodes a batch
+          of them.
+        """
+        return self._records(self.shard_plan(input_context))
 
     def input_fn(self) -> Callable[..., tf.data.Dataset]:
         """An Estimator `input_fn(params=None, input_context=None)` returning the dataset."""
@@ -442,8 +369,7 @@ class DatasetBuilder:
     def estimated_cache_bytes(self, plan: ShardPlan) -> Optional[int]:
         """Bytes one pass of `plan`'s pipeline puts in the cache; None if unknown (Pipe mode).
 
-        Raw records take about their file size; when the order caches after
-        decoding and the rows are known, the decoded size is used if larger.
+        The cache holds undecoded records, about their files' size.
         """
         if self.channel is not None:
             return None
@@ -451,11 +377,6 @@ class DatasetBuilder:
         estimate = sum(size[path] for path in plan.files)
         if plan.unit == SHARD_BY_RECORDS:
             estimate //= plan.num_shards
-        stages = self.config.stages
-        if plan.rows_per_shard is not None and stages.index(STAGE_CACHE) > stages.index(STAGE_MAP):
-            decoded = plan.rows_per_shard[plan.index] * (
-                self.config.field_size * DECODED_BYTES_PER_FIELD + DECODED_BYTES_PER_FIELD)
-            estimate = max(estimate, decoded)
         return estimate
 
     # --- stages ----------------------------------------------------------------
@@ -470,12 +391,6 @@ class DatasetBuilder:
             return
         what = "about %s of %d file(s) (shard %d of %d)" % (
             _bytes(estimate), len(plan.files), plan.index, plan.num_shards)
-        if self.config.variant == VARIANT_CACHE_AFTER_REPEAT:
-            if self.num_epochs is None:
-                raise ValueError("variant %r with num_epochs=None caches forever: memory grows by %s per "
-                                 "epoch without bound" % (VARIANT_CACHE_AFTER_REPEAT, what))
-            estimate *= self.num_epochs
-            what = "%s per epoch x %d epochs = %s" % (what, self.num_epochs, _bytes(estimate))
         if estimate > self.config.memory_budget_bytes:
             raise ValueError(
                 "cache=%r would hold %s, more than memory_budget_bytes=%s. Cache to files with "
@@ -485,19 +400,16 @@ class DatasetBuilder:
     def _cache_filename(self, plan: ShardPlan) -> str:
         if self.config.cache == CACHE_IN_MEMORY:
             return ""
-        stages = self.config.stages
-        key = [self.config.data_format, self.config.field_size, self.config.skip_bad_records,
-               self.config.max_corrupted_records, stages[:stages.index(STAGE_CACHE)], plan.unit,
-               self.channel]
-        if stages.index(STAGE_BATCH) < stages.index(STAGE_CACHE):
-            key += [self.batch_size, self.config.drop_remainder]
-        key.append(self._fingerprint)
+        key = [self.config.data_format, self.config.max_corrupted_records, plan.unit, self.channel,
+               self._fingerprint]
         digest = hashlib.sha1(repr(key).encode("utf-8")).hexdigest()[:DIGEST_CHARS]
         return "%s-%s-shard%dof%d" % (self.config.cache, digest, plan.index, plan.num_shards)
 
-    def _create(self, plan: ShardPlan) -> tf.data.Dataset:
+    def _records(self, plan: ShardPlan) -> tf.data.Dataset:
+        """Create and shard: the records of `plan`'s pipeline."""
         if self.channel is not None:
-            return pipe.open_channel(self.channel, self.config.pipe_base_dir, self.config.pipe_timeout_s)
+            records = pipe.open_channel(self.channel, self.config.pipe_base_dir, self.config.pipe_timeout_s)
+            return records.shard(plan.num_shards, plan.index) if plan.unit == SHARD_BY_RECORDS else records
         size = {path: size for path, size in zip(self.files, self._sizes)}
         index = {path: i for i, path in enumerate(self.files)}
         paths = tf.data.Dataset.from_tensor_slices((
@@ -516,7 +428,8 @@ class DatasetBuilder:
             deterministic=True)
         if self.config.data_format == "tfrecord" and self.config.max_corrupted_records:
             chunks = chunks.scan(tf.constant(0, tf.int64), self._corruption_budget)
-        return chunks.unbatch()
+        records = chunks.unbatch()
+        return records.shard(plan.num_shards, plan.index) if plan.unit == SHARD_BY_RECORDS else records
 
     def _libsvm_chunks(self, path, size, index) -> tf.data.Dataset:
         del size  # Text lines need no byte accounting.
@@ -588,17 +501,8 @@ class DatasetBuilder:
         damaged_files = tf.cond(damaged, report, lambda: damaged_files)
         return damaged_files, chunk
 
-    def _decode(self, dataset: tf.data.Dataset, batched: bool) -> tf.data.Dataset:
-        decode = self._decode_batch
-        if batched:
-            return dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-
-        def decode_one(*element):
-            return decode(*[tf.expand_dims(part, 0) for part in element])
-
-        return dataset.map(decode_one, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-
-    def _decode_batch(self, *element):
+    def decode_batch(self, *element):
+        """Decodes a batch of `records` into `(features, labels)`."""
         if self.config.data_format == "tfrecord":
             return decoders.decode_tfrecord(element[0], self.config.field_size)
         lines, file_index, line_number = element

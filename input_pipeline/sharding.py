@@ -15,15 +15,11 @@ File mode (`file_mode_shard`): every process sees the same file list.
 Pipe mode (`pipe_mode_shard`): each worker of a host reads its own channel
 (`assign_channel`; the first process to open a FIFO takes it, so two workers
 on one host can never share one); the same channel may serve workers on
-different hosts.
-
-* Multi-path (each channel of a host mapped to its own S3 path):
-  (num_hosts, rank // workers_per_host), as the hosts read the same
-  channels; with ShardedByS3Key no shard, the data differs by channel and by
-  host.
-* One S3 path for every channel: (size, rank), as every channel carries the
-  same data; with ShardedByS3Key (workers_per_host, local_rank), as a host's
-  channels carry the same part.
+different hosts. The channels of a host are mapped to different S3 paths
+(the layout the best-practice text recommends), so they carry different
+data: (num_hosts, rank // workers_per_host), as the hosts read the same
+channels; with ShardedByS3Key no shard, the data differs by channel and by
+host.
 
 `files_balanced` and `rows_per_shard` decide whether files can be dealt out
 whole (`files[index::num_shards]`) and what each shard then holds.
@@ -36,8 +32,6 @@ FRAMEWORK_SINGLE = "single"
 FRAMEWORK_PS = "ps"
 FRAMEWORK_HOROVOD = "horovod"
 FRAMEWORKS = (FRAMEWORK_SINGLE, FRAMEWORK_PS, FRAMEWORK_HOROVOD)
-# Frameworks that run one training process per host.
-ONE_WORKER_PER_HOST = (FRAMEWORK_SINGLE, FRAMEWORK_PS)
 
 # Dealing whole files out is accepted when the smallest shard holds at least
 # this fraction of the largest one's rows (or bytes); otherwise records are
@@ -126,21 +120,16 @@ def file_mode_shard(topology: Topology, framework: str, s3_sharded: bool) -> Tup
     return topology.num_hosts, topology.host_index
 
 
-def pipe_mode_shard(topology: Topology, multi_path: bool, s3_sharded: bool) -> Tuple[int, int]:
+def pipe_mode_shard(topology: Topology, s3_sharded: bool) -> Tuple[int, int]:
     """Returns (num_shards, index) of a Pipe-mode process (see the module docstring).
 
     Args:
       topology: where the process sits.
-      multi_path: the channels of a host are mapped to different S3 paths.
       s3_sharded: the hosts received different objects (`ShardedByS3Key`).
     """
-    if multi_path:
-        if s3_sharded:
-            return NO_SHARD
-        return topology.num_hosts, topology.rank // topology.workers_per_host
     if s3_sharded:
-        return topology.workers_per_host, topology.local_rank
-    return topology.size, topology.rank
+        return NO_SHARD
+    return topology.num_hosts, topology.rank // topology.workers_per_host
 
 
 def assign_channel(channels: Sequence[str], local_rank: int, workers_per_host: int) -> str:

@@ -12,23 +12,26 @@ shards of the split. Rows are encoded a batch at a time with numpy, without a
 Python object per value: LibSVM text through digit arithmetic on byte
 matrices, and `tf.train.Example` protos by laying out their wire format
 (field tags, varint lengths, packed int64 varints, little-endian float32)
-directly. The only per-row Python work is handing each serialized record to
-`tf.io.TFRecordWriter`.
+directly; `input_pipeline.tfrecord` frames them, checksums included, so
+writing needs no TensorFlow and no Python call per row.
 
 Values are rounded to `VALUE_DECIMALS` decimal places before they are
 written, and LibSVM writes that decimal exactly (trailing zeros dropped: `1`,
 `0.5`, `0.016667`). The TFRecord holds the float32 nearest to the same
 decimal, so parsing either format gives bit-identical float32 values.
+
+With `libsvm_id_width` the LibSVM text is written in the fixed-width layout
+(`encode_libsvm_fixed`): every line of a file has the same length, which
+`input_pipeline.decoders` reads with byte arithmetic instead of tokenizing.
 """
 
 import glob
 import os
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
-import tensorflow as tf
 
-from input_pipeline import schema
+from input_pipeline import schema, tfrecord
 
 VALUE_DECIMALS = 6
 _VALUE_SCALE = 10**VALUE_DECIMALS
@@ -54,6 +57,10 @@ _LIST_VALUE = 1         # FloatList.value / Int64List.value (packed)
 _FLOAT32_BYTES = 4
 
 _SPACE, _COLON, _NEWLINE, _DOT, _MINUS, _ZERO = (ord(c) for c in " :\n.-0")
+# Fixed-width LibSVM: per pair a space and `:`, then `D.DDDDDD`.
+FIXED_PAIR_SEPARATORS = 2
+FIXED_VALUE_CHARS = 2 + VALUE_DECIMALS
+_FIXED_VALUE_LIMIT = 10
 
 _Segment = Tuple[np.ndarray, np.ndarray]  # (uint8 bytes [n, w], bool mask [n, w])
 
@@ -262,6 +269,77 @@ def encode_libsvm(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> by
     return buffer
 
 
+def fixed_libsvm_line_bytes(field_size: int, id_width: int) -> int:
+    """Bytes of one line of the fixed-width LibSVM layout, line break included."""
+    return 1 + field_size * (FIXED_PAIR_SEPARATORS + id_width + FIXED_VALUE_CHARS) + 1
+
+
+def encode_libsvm_fixed(labels: np.ndarray, ids: np.ndarray, values: np.ndarray, id_width: int) -> bytes:
+    """Encodes rows as LibSVM lines of one fixed length.
+
+    The layout: the label as one digit, then per pair a space, the id with
+    leading zeros to `id_width` digits, `:`, and the value as `D.DDDDDD`
+    (`VALUE_DECIMALS` decimals), then `\\n`. It is ordinary LibSVM (any
+    reader parses `00000015:0.250000` as 15 and 0.25), and every line of a
+    file has `fixed_libsvm_line_bytes(f, id_width)` bytes.
+
+    Args:
+      labels: [n], each 0 or 1.
+      ids: int [n, f], in [0, 10**id_width).
+      values: float [n, f], each in [0, 10) after rounding to
+        `VALUE_DECIMALS` decimals.
+      id_width: digits per id.
+
+    Returns:
+      The text of the n lines, ASCII-encoded.
+
+    Raises:
+      ValueError: shapes disagree, or a label, id or value does not fit the
+        layout (the message gives the first one).
+    """
+    labels, ids, values = _check_batch(labels, ids, values)
+    n, f = ids.shape
+    bad_labels = np.flatnonzero((labels != 0) & (labels != 1))
+    if bad_labels.size:
+        raise ValueError("the fixed-width LibSVM layout needs labels 0 or 1, got %r" % labels[bad_labels[0]])
+    if ids.size and ids.max() >= 10**id_width:
+        raise ValueError("id %d has more than id_width=%d digits" % (ids.max(), id_width))
+    scaled = np.rint(np.asarray(values, dtype=np.float64) * _VALUE_SCALE).astype(np.int64)
+    if scaled.size and (scaled.min() < 0 or scaled.max() >= _FIXED_VALUE_LIMIT * _VALUE_SCALE):
+        bad = values.flat[np.flatnonzero((scaled < 0) | (scaled >= _FIXED_VALUE_LIMIT * _VALUE_SCALE))[0]]
+        raise ValueError("the fixed-width LibSVM layout needs values in [0, %d), got %r" % (_FIXED_VALUE_LIMIT, bad))
+    pair = FIXED_PAIR_SEPARATORS + id_width + FIXED_VALUE_CHARS
+    line = np.empty((n, fixed_libsvm_line_bytes(f, id_width)), dtype=np.uint8)
+    line[:, 0] = _ZERO + labels.astype(np.int64)
+    line[:, -1] = _NEWLINE
+    pairs = line[:, 1:-1].reshape(n, f, pair)
+    pairs[:, :, 0] = _SPACE
+    rest = ids
+    for k in range(id_width - 1, -1, -1):  # least significant digit first
+        rest, digit = np.divmod(rest, 10)
+        pairs[:, :, 1 + k] = _ZERO + digit
+    value = pairs[:, :, 2 + id_width:]
+    pairs[:, :, 1 + id_width] = _COLON
+    rest = scaled
+    for j in range(VALUE_DECIMALS - 1, -1, -1):
+        rest, digit = np.divmod(rest, 10)
+        value[:, :, 2 + j] = _ZERO + digit
+    value[:, :, 0] = _ZERO + rest
+    value[:, :, 1] = _DOT
+    return line.tobytes()
+
+
+def _encode_examples_joined(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> Tuple[bytes, np.ndarray]:
+    """`encode_examples`, the protos back to back: (buffer, offsets [n + 1])."""
+    labels, ids, values = _check_batch(labels, ids, values)
+    return _join(_example_segments(labels, ids, values))
+
+
+def encode_tfrecord(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> bytes:
+    """`encode_examples`, framed as TFRecord file content (`tf.io.TFRecordWriter`'s bytes)."""
+    return tfrecord.frame_records(*_encode_examples_joined(labels, ids, values))
+
+
 def encode_examples(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> List[bytes]:
     """Serializes rows as `tf.train.Example` protos.
 
@@ -281,7 +359,11 @@ def encode_examples(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> 
     Raises:
       ValueError: shapes disagree or an id is negative.
     """
-    labels, ids, values = _check_batch(labels, ids, values)
+    buffer, offsets = _encode_examples_joined(labels, ids, values)
+    return [buffer[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+def _example_segments(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> List[_Segment]:
     n, f = ids.shape
     label_prefix, label_total = _float_feature_entry(schema.LABEL_KEY, 1)
     values_prefix, values_total = _float_feature_entry(schema.VALUES_KEY, f)
@@ -312,22 +394,36 @@ def encode_examples(labels: np.ndarray, ids: np.ndarray, values: np.ndarray) -> 
            _dense(quantize_values(labels).astype("<f4").reshape(n, 1).view(np.uint8)),
            _constant(n, values_prefix),
            _dense(quantize_values(values).astype("<f4").view(np.uint8).reshape(n, _FLOAT32_BYTES * f))])
-    buffer, offsets = _join(segments)
-    return [buffer[offsets[i]:offsets[i + 1]] for i in range(n)]
+    return segments
 
 
 class SplitWriter:
     """Writes one split of a dataset root as N shards in both formats.
 
-    Row k written to the split (counting from 0 across all `write` calls)
-    goes to shard k % N, so shards differ in size by one row at most. Each
-    shard stem `SPLIT/part-NNNNN` exists as `.libsvm` and `.tfrecord`,
+    Row k written to the split (counting from `first_row` across all `write`
+    calls) goes to shard k % N, so shards differ in size by one row at most.
+    Each shard stem `SPLIT/part-NNNNN` exists as `.libsvm` and `.tfrecord`,
     holding the same rows in the same order. Use as a context manager, or
     call `close()`; `split_info()` gives the rows written.
+
+    Parallel writers each write a piece of every shard: with `piece_suffix`
+    the files are `SPLIT/part-NNNNN<suffix>.libsvm` (and `.tfrecord`), and
+    the pieces of a shard, concatenated in row order, are the shard (both
+    formats are plain sequences of records).
     """
 
-    def __init__(self, root: str, split: str, num_shards: int):
+    def __init__(self, root: str, split: str, num_shards: int, first_row: int = 0, piece_suffix: str = "",
+                 libsvm_id_width: Optional[int] = None):
         """Creates `root/split/` and opens its 2 * `num_shards` files.
+
+        Args:
+          root: the dataset root.
+          split: the split's directory name.
+          num_shards: shards of the split.
+          first_row: the split-wide index of the first row written here.
+          piece_suffix: appended to each file's stem (see the class docstring).
+          libsvm_id_width: write LibSVM in the fixed-width layout with ids of
+            this many digits (`encode_libsvm_fixed`); None: the short layout.
 
         Raises:
           ValueError: `num_shards` < 1.
@@ -338,10 +434,12 @@ class SplitWriter:
         os.makedirs(directory, exist_ok=True)
         self._stems = ["%s/%s" % (split, os.path.splitext(schema.shard_name(i, "libsvm"))[0])
                        for i in range(num_shards)]
-        self._libsvm = [open(os.path.join(root, stem + schema.FORMAT_EXTENSIONS["libsvm"]), "wb")
+        self._libsvm = [open(os.path.join(root, stem + piece_suffix + schema.FORMAT_EXTENSIONS["libsvm"]), "wb")
                         for stem in self._stems]
-        self._tfrecord = [tf.io.TFRecordWriter(os.path.join(root, stem + schema.FORMAT_EXTENSIONS["tfrecord"]))
+        self._tfrecord = [open(os.path.join(root, stem + piece_suffix + schema.FORMAT_EXTENSIONS["tfrecord"]), "wb")
                           for stem in self._stems]
+        self._first_row = first_row
+        self._id_width = libsvm_id_width
         self._rows = np.zeros(num_shards, dtype=np.int64)
         self._positives = 0
         self._closed = False
@@ -369,15 +467,17 @@ class SplitWriter:
 
     def _write_batch(self, labels, ids, values):
         num_shards = len(self._stems)
-        shard_of_row = (self.rows + np.arange(len(labels))) % num_shards
+        shard_of_row = (self._first_row + self.rows + np.arange(len(labels))) % num_shards
         for shard in range(num_shards):
             rows = np.flatnonzero(shard_of_row == shard)
             if not rows.size:
                 continue
-            self._libsvm[shard].write(encode_libsvm(labels[rows], ids[rows], values[rows]))
-            writer = self._tfrecord[shard]
-            for record in encode_examples(labels[rows], ids[rows], values[rows]):
-                writer.write(record)
+            if self._id_width is None:
+                text = encode_libsvm(labels[rows], ids[rows], values[rows])
+            else:
+                text = encode_libsvm_fixed(labels[rows], ids[rows], values[rows], self._id_width)
+            self._libsvm[shard].write(text)
+            self._tfrecord[shard].write(encode_tfrecord(labels[rows], ids[rows], values[rows]))
             self._rows[shard] += rows.size
         self._positives += int(np.count_nonzero(labels > 0.5))
 
@@ -391,10 +491,8 @@ class SplitWriter:
         if self._closed:
             return
         self._closed = True
-        for f in self._libsvm:
+        for f in self._libsvm + self._tfrecord:
             f.close()
-        for writer in self._tfrecord:
-            writer.close()
 
     def __enter__(self) -> "SplitWriter":
         return self

@@ -25,8 +25,8 @@ import tensorflow as tf
 
 CROSS_DEVICE_OPS = ("reduction_to_one_device", "hierarchical_copy", "nccl")
 LR_SCALINGS = ("none", "linear", "sqrt", "capped")
+HVD_COMPRESSIONS = ("none", "fp16")
 DEVICE_TYPES = ("auto", "cpu", "gpu")
-DEFAULT_KMP_AFFINITY = "granularity=fine,compact,1,0"
 DEFAULT_LR_SCALE_CAP = 1.5
 
 ModelFn = Callable[..., tf.estimator.EstimatorSpec]
@@ -50,6 +50,12 @@ class StrategyConfig:
         (x min(size, lr_scale_cap)).
       lr_scale_cap: the largest factor of the `capped` policy.
       sparse_as_dense: Horovod allreduces embedding gradients densely.
+      hvd_compression: Horovod's compression of dense allreduces
+        (`HVD_COMPRESSIONS`); Horovod never compresses the allgathers of
+        sparse gradients.
+      hvd_fusion_threshold_bytes: `HOROVOD_FUSION_THRESHOLD` (-1: Horovod's
+        default).
+      hvd_cycle_time_ms: `HOROVOD_CYCLE_TIME` in ms (-1: Horovod's default).
       ps_lr_factor: parameter server: factor on the learning rate for
         asynchronous updates (< 1 lowers it).
       ps_towers: parameter server: towers per worker (0 for none).
@@ -75,6 +81,9 @@ class StrategyConfig:
     lr_scaling: str = "none"
     lr_scale_cap: float = DEFAULT_LR_SCALE_CAP
     sparse_as_dense: bool = False
+    hvd_compression: str = "none"
+    hvd_fusion_threshold_bytes: int = -1
+    hvd_cycle_time_ms: float = -1
     ps_lr_factor: float = 1.0
     ps_towers: int = 0
     intra_op_threads: int = 0
@@ -243,9 +252,21 @@ class Strategy(abc.ABC):
         """Returns the model_fn this strategy trains (the same by default)."""
         return model_fn
 
+    def finite_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """Prepares a training dataset that ends by itself (Pipe mode without a step budget).
+
+        By default training simply stops at the end of the data. Strategies
+        whose processes must stop at the same step (Horovod) mark the last
+        batch here and agree on stopping in their model_fn wrapper.
+        """
+        return dataset
+
     def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
         """Hooks added to training."""
         return []
+
+    def finish_training(self) -> None:
+        """Called once training has ended (not on a stop by a signal), before evaluation and export."""
 
     def describe(self) -> str:
         """A one-line description of the topology, for the logs."""

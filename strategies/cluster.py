@@ -48,6 +48,15 @@ class ClusterInfo:
         return MASTER if MASTER in self.jobs else CHIEF
 
     @property
+    def ps_stop_with_their_hosts(self) -> bool:
+        """Whether each parameter server stops when its host's training task exits.
+
+        So it is in SageMaker's layout (a `master`): the toolkit runs a ps on
+        every host and stops it once the host's training script has exited.
+        """
+        return self.chief_job == MASTER
+
+    @property
     def num_ps(self) -> int:
         """Parameter-server tasks."""
         return len(self.jobs.get(PS, ()))

@@ -13,9 +13,8 @@ What each rank does:
 * Data: File mode shards by `(size, rank)`, or by `(workers_per_host,
   local_rank)` when S3 already split the files by host
   (`input_pipeline.sharding`). Pipe mode gives each worker of a host its own
-  channel by local rank and shards by `sharding.pipe_mode_shard`, taking
-  the channels to be mapped to different S3 paths unless the config says
-  otherwise (`pipe_multi_path`).
+  channel by local rank and shards by `sharding.pipe_mode_shard`, the
+  channels of a host being mapped to different S3 paths.
 * Devices: with GPUs, each process sees only the GPU of its local rank.
 * Learning rate: `learning_rate_factor` (`none`, `linear`, `sqrt`, `capped`).
   The per-rank batch is not scaled.
@@ -35,6 +34,9 @@ No rank ever waits in a collective for a rank busy with something else
   broadcast at session start, and one broadcast of rank 0's resume step in
   `run_config`, which every rank calls once. Evaluation and export run after
   the last step and contain no collective.
+* A stop on SIGTERM or SIGINT (`deepfm.interrupt`) is agreed in the step
+  itself: `agree_to_stop`'s allreduce of a stop flag is fetched with every
+  training step, so all ranks stop after the same step.
 * Evaluation runs on every rank (`evaluates`), each on the whole validation
   set: the same work everywhere, and since the variables are equal every
   rank computes the same metrics. Sharding the validation set would need an
@@ -48,6 +50,7 @@ No rank ever waits in a collective for a rank busy with something else
 
 import atexit
 import math
+import os
 import shutil
 import tempfile
 from typing import Callable, List, Optional
@@ -68,9 +71,14 @@ PRIVATE_KEEP_CHECKPOINT_MAX = 1
 NO_SUMMARIES = 0
 NO_RESUME_STEP = 0
 INPUT_MODE_PIPE = "pipe"
-# Pipe mode: a host's channels map to different S3 paths (the layout the
-# best-practice text recommends), unless the config has `pipe_multi_path`.
-DEFAULT_PIPE_MULTI_PATH = True
+COMPRESSION_FP16 = "fp16"
+# Set from --hvd_fusion_threshold_bytes and --hvd_cycle_time_ms before `hvd.init()`.
+FUSION_THRESHOLD_ENV = "HOROVOD_FUSION_THRESHOLD"
+CYCLE_TIME_ENV = "HOROVOD_CYCLE_TIME"
+# The feature `finite_input` adds: whether another batch follows this one.
+MORE_KEY = "_another_batch_follows"
+# The allreduce by which the ranks agree to stop on a signal (`agree_to_stop`).
+STOP_AGREEMENT_NAME = "any_rank_stops"
 INSTALL_HINT = (
     "install it with TensorFlow and Gloo support, e.g. "
     "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 pip install 'horovod[tensorflow]==0.28.1' "
@@ -141,6 +149,48 @@ def pinned_gpu(device_type: str, num_gpus: int, local_rank: int, local_size: int
     return local_rank
 
 
+def with_more_marker(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`(features, labels)` batches with `features[MORE_KEY]`: whether another batch follows.
+
+    Reads one batch ahead. The features must be a dict and every batch the
+    same shape (the pipeline drops the remainder).
+    """
+    features_spec, labels_spec = dataset.element_spec
+    zeros = tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype), (features_spec, labels_spec))
+    marked = dataset.map(lambda features, labels: ((features, labels), True))
+    end = tf.data.Dataset.from_tensors((zeros, False))
+
+    def step(state, element):
+        previous, has_previous = state
+        current, is_real = element
+        return (current, True), (previous, has_previous, is_real)
+
+    pairs = marked.concatenate(end).scan((zeros, False), step)
+    emitted = pairs.filter(lambda previous, has_previous, is_real: has_previous)
+    return emitted.map(lambda previous, has_previous, is_real: (
+        dict(previous[0], **{MORE_KEY: is_real}), previous[1]))
+
+
+class StopWhenAnyRankEndsHook(tf.estimator.SessionRunHook):
+    """Stops training after the step in which some rank trained its last batch.
+
+    Args:
+      every_rank_has_more: the minimum over the ranks of "another batch
+        follows" (an allreduce the model_fn wrapper built), fetched every step.
+    """
+
+    def __init__(self, every_rank_has_more: tf.Tensor):
+        self._every_rank_has_more = every_rank_has_more
+
+    def before_run(self, run_context):
+        return tf.estimator.SessionRunArgs(self._every_rank_has_more)
+
+    def after_run(self, run_context, run_values):
+        if not run_values.results:
+            logging.info("a horovod rank trained its last batch; every rank stops after this step")
+            run_context.request_stop()
+
+
 @base.register("horovod")
 class HorovodStrategy(base.Strategy):
     """One Horovod rank of a synchronous data-parallel job.
@@ -168,6 +218,7 @@ class HorovodStrategy(base.Strategy):
         super().validate()
         if self.config.lr_scale_cap < MIN_LR_SCALE_CAP:
             raise ValueError("--lr_scale_cap must be >= %g, got %r" % (MIN_LR_SCALE_CAP, self.config.lr_scale_cap))
+        base.check_choice("hvd_compression", self.config.hvd_compression, base.HVD_COMPRESSIONS)
         if self.config.num_devices > 1:
             raise ValueError(
                 "--num_devices %d: horovod uses one device per process; start more processes instead "
@@ -183,6 +234,10 @@ class HorovodStrategy(base.Strategy):
         if self._hvd is not None:
             return
         super().setup()
+        for variable, value in ((FUSION_THRESHOLD_ENV, self.config.hvd_fusion_threshold_bytes),
+                                (CYCLE_TIME_ENV, self.config.hvd_cycle_time_ms)):
+            if value >= 0:
+                os.environ[variable] = "%g" % value
         hvd = import_horovod()
         hvd.init()
         self._hvd = hvd
@@ -251,8 +306,7 @@ class HorovodStrategy(base.Strategy):
         """
         topology = self.topology()
         if self.config.input_mode == INPUT_MODE_PIPE:
-            multi_path = getattr(self.config, "pipe_multi_path", DEFAULT_PIPE_MULTI_PATH)
-            num_shards, index = sharding.pipe_mode_shard(topology, multi_path, self.config.s3_sharded)
+            num_shards, index = sharding.pipe_mode_shard(topology, self.config.s3_sharded)
         else:
             num_shards, index = sharding.file_mode_shard(
                 topology, sharding.FRAMEWORK_HOROVOD, self.config.s3_sharded)
@@ -364,14 +418,57 @@ class HorovodStrategy(base.Strategy):
         """
         hvd = self.hvd
         sparse_as_dense = self.config.sparse_as_dense
+        compression = (hvd.Compression.fp16 if self.config.hvd_compression == COMPRESSION_FP16
+                       else hvd.Compression.none)
 
         def wrap(optimizer):
-            return hvd.DistributedOptimizer(optimizer, sparse_as_dense=sparse_as_dense)
+            return hvd.DistributedOptimizer(optimizer, sparse_as_dense=sparse_as_dense,
+                                            compression=compression)
         return wrap
+
+    def finite_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """Marks each batch with whether another one follows (`MORE_KEY` in the features).
+
+        Ranks whose Pipe channels hold different numbers of records must stop
+        at the same step, or one would wait for ever in an allreduce. One
+        batch of lookahead tells each rank, as it trains a batch, whether it
+        has another; the model_fn wrapper takes the minimum over the ranks,
+        and every rank stops after the step in which one trained its last
+        batch (Horovod's `join` semantics, without training a padding batch).
+        """
+        return with_more_marker(dataset)
+
+    def wrap_model_fn(self, model_fn: base.ModelFn) -> base.ModelFn:
+        """Adds, for inputs from `finite_input`, the agreement to stop when any rank runs out."""
+        hvd = self.hvd
+
+        def wrapped(features, labels, mode, params):
+            more = None
+            if isinstance(features, dict) and MORE_KEY in features:
+                features = dict(features)
+                more = features.pop(MORE_KEY)
+            spec = model_fn(features, labels, mode, params)
+            if more is None or mode != tf.estimator.ModeKeys.TRAIN:
+                return spec
+            with tf.device(devices.HOST_DEVICE):
+                every_rank_has_more = hvd.allreduce(tf.cast(more, tf.int32), op=hvd.Min,
+                                                    name="every_rank_has_more")
+            hook = StopWhenAnyRankEndsHook(every_rank_has_more)
+            return spec._replace(training_hooks=list(spec.training_hooks) + [hook])
+        return wrapped
 
     def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
         """Broadcasts rank 0's variables when the session starts."""
         return [self.hvd.BroadcastGlobalVariablesHook(ROOT_RANK)]
+
+    def agree_to_stop(self, flag: tf.Tensor) -> tf.Tensor:
+        """Whether any rank asked to stop: the maximum of every rank's int32 `flag`.
+
+        `deepfm.interrupt` fetches it with every training step, so every rank
+        stops after the same step when any of them got SIGTERM or SIGINT.
+        """
+        with tf.device(devices.HOST_DEVICE):
+            return self.hvd.allreduce(flag, op=self.hvd.Max, name=STOP_AGREEMENT_NAME)
 
     def describe(self) -> str:
         hvd = self.hvd

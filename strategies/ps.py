@@ -29,6 +29,7 @@ workers train, the `ps` tasks hold the variables.
 """
 
 import dataclasses
+import socket
 import time
 from typing import Dict, List, Optional
 
@@ -53,9 +54,32 @@ READY_QUEUE_NAME = "deepfm_chief_ready"
 # readiness polling then takes over).
 CHIEF_READY_POLL_SECONDS = 0.2
 CHIEF_READY_TIMEOUT_SECONDS = 600.0
+# The chief leaves tokens here once done training (other workers then stop).
+CHIEF_DONE_QUEUE_NAME = "deepfm_chief_done"
+# Where SageMaker stops a host's ps with its training script (`finish_training`):
+# each other worker reports here that its training session has closed, and
+# then waits, at most CHIEF_EXIT_TIMEOUT_SECONDS, for the chief's process to
+# exit (its gRPC port closes), looking every CHIEF_EXIT_POLL_SECONDS; the
+# chief waits at most WORKERS_CLOSED_TIMEOUT_SECONDS for the reports.
+WORKERS_CLOSED_QUEUE_NAME = "deepfm_workers_closed"
+CHIEF_EXIT_TIMEOUT_SECONDS = 1800.0
+CHIEF_EXIT_POLL_SECONDS = 1.0
+WORKERS_CLOSED_TIMEOUT_SECONDS = 600.0
+# A worker looks for the chief's tokens every this many steps (the chief may stop early).
+CHIEF_DONE_POLL_STEPS = 20
 # A parameter server lingers this long after the last worker's token, so the
 # workers' sessions close cleanly before it goes away.
 PS_EXIT_GRACE_SECONDS = 1.0
+# Bounds on a training task's waits for its parameter servers: no operation
+# of its sessions (a step, a checkpoint save) may take longer than this
+# (`ConfigProto.operation_timeout_in_ms`), and waiting for a session to be
+# ready gives up after SESSION_CREATION_TIMEOUT_SECONDS
+# (`RunConfig.session_creation_timeout_secs`; TensorFlow's default is 2 h).
+# They do not end the wait TensorFlow starts when a ps dies (it re-creates
+# the session and waits for the ps to return): `deepfm.watchdog` does.
+OPERATION_TIMEOUT_SECONDS = 120
+SESSION_CREATION_TIMEOUT_SECONDS = 120
+MILLISECONDS = 1000
 
 
 @base.register("ps")
@@ -66,10 +90,6 @@ class ParameterServerStrategy(base.Strategy):
     Estimator's `RunConfig` reads it; `validate` reports a missing or bad
     one, a cluster without ps tasks, and a `--ps_lr_factor` that is not
     positive.
-
-    Raises:
-      ValueError: (at construction) `--ps_towers` without the `tower`
-        strategy registered.
     """
 
     def __init__(self, config: base.StrategyConfig):
@@ -83,8 +103,6 @@ class ParameterServerStrategy(base.Strategy):
         # What one task does on its own devices: towers on a training task
         # with --ps_towers, else one device (a parameter server computes nothing).
         self._towers = config.ps_towers > 0 and self._cluster is not None and not self._cluster.is_ps
-        if self._towers and TOWER_STRATEGY not in base.names():
-            raise ValueError("--ps_towers needs the %r strategy, which is not registered" % TOWER_STRATEGY)
         self._local = base.get(dataclasses.replace(config, name=TOWER_STRATEGY, num_devices=config.ps_towers)
                                if self._towers else dataclasses.replace(config, name=SINGLE_STRATEGY))
         self._server: Optional[tf.distribute.Server] = None
@@ -192,17 +210,28 @@ class ParameterServerStrategy(base.Strategy):
 
     # --- the graph --------------------------------------------------------
     def session_config(self) -> tf.compat.v1.ConfigProto:
-        """The local (or tower) configuration, talking only to the ps tasks and this task."""
+        """The local (or tower) configuration, talking only to the ps tasks and this task.
+
+        A training task's operations time out after
+        `OPERATION_TIMEOUT_SECONDS`; a parameter server's wait for the
+        workers has no limit.
+        """
         config = self._local.session_config()
         del config.device_filters[:]
         if self.cluster.is_ps:
             config.device_filters.append(self.cluster.task_device)
         else:
             config.device_filters.extend(["/job:%s" % cluster_lib.PS, self.cluster.task_device])
+            config.operation_timeout_in_ms = OPERATION_TIMEOUT_SECONDS * MILLISECONDS
         return config
 
     def run_config(self, **kwargs) -> tf.estimator.RunConfig:
-        """A `RunConfig` from `TF_CONFIG`, with this adapter's placement and session."""
+        """A `RunConfig` from `TF_CONFIG`, with this adapter's placement and session.
+
+        A training task waits at most `SESSION_CREATION_TIMEOUT_SECONDS` for
+        its session to be ready.
+        """
+        kwargs.setdefault("session_creation_timeout_secs", SESSION_CREATION_TIMEOUT_SECONDS)
         return tf.estimator.RunConfig(session_config=self.session_config(),
                                       device_fn=VariablePlacer(self.cluster), **kwargs)
 
@@ -223,11 +252,56 @@ class ParameterServerStrategy(base.Strategy):
         return self._local.wrap_model_fn(model_fn)
 
     def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
-        """The tower hooks, the chief-ready barrier and the end-of-training report."""
+        """The tower hooks, the chief-ready barrier and the end-of-training report; on the other
+        workers also the stop once the chief finished training (it may stop early)."""
         hooks = self._local.train_hooks()
         target = self._server.target if self._server is not None else "grpc://" + self.cluster.task_address
-        return hooks + [ChiefReadyHook(self.cluster, target, self.session_config()),
-                        TrainingDoneHook(self.cluster)]
+        hooks = hooks + [ChiefReadyHook(self.cluster, target, self.session_config()),
+                         TrainingDoneHook(self.cluster)]
+        if self.cluster.is_chief:
+            return hooks
+        return hooks + [StopWhenChiefDoneHook(self.cluster)]
+
+    def finish_training(self) -> None:
+        """Where each ps stops with its host's training task: nobody leaves while another needs its ps.
+
+        SageMaker's toolkit runs a parameter server on every host and stops
+        it as soon as that host's training script exits (its check that the
+        master is up, `curl master:2222`, fails against a gRPC port at once).
+        A session open or closing while one of its ps goes away can block for
+        ever, and the chief's evaluation and export still need every ps. So,
+        once its training session has closed, each other worker reports so in
+        a queue on ps 0 and waits for the chief's process to exit (its gRPC
+        port closes; no session stays open meanwhile); the chief waits for
+        every report before it goes on. With this library's own ps tasks
+        (`serve`), which stop only after every worker, nothing waits.
+        """
+        cluster = self.cluster
+        if not cluster.ps_stop_with_their_hosts or cluster.num_workers < 2 or self._server is None:
+            return
+        config = self.session_config()
+        del config.device_filters[:]
+        config.device_filters.extend(["/job:%s/task:0" % cluster_lib.PS, cluster.task_device])
+        with tf.Graph().as_default():
+            queue = workers_closed_queue(cluster.num_workers)
+            op = (queue.dequeue_many(cluster.num_workers - 1) if cluster.is_chief
+                  else queue.enqueue(cluster.worker_index))
+            start = time.monotonic()
+            with tf.compat.v1.Session(self._server.target, config=config) as session:
+                try:
+                    session.run(op, options=tf.compat.v1.RunOptions(
+                        timeout_in_ms=int(WORKERS_CLOSED_TIMEOUT_SECONDS * MILLISECONDS)))
+                except tf.errors.DeadlineExceededError:
+                    logging.warning("%s: not every worker reported the end of training within %.0f s",
+                                    cluster.task_name, WORKERS_CLOSED_TIMEOUT_SECONDS)
+        if cluster.is_chief:
+            logging.info("%s: every worker closed its training session (waited %.1f s)", cluster.task_name,
+                         time.monotonic() - start)
+            return
+        host, port = cluster.jobs[cluster.chief_job][0].rsplit(":", 1)
+        waited = wait_until_closed(host, int(port), CHIEF_EXIT_TIMEOUT_SECONDS)
+        logging.info("%s: the chief's process %s (waited %.1f s); this host's ps may stop",
+                     cluster.task_name, "exited" if waited is not None else "is still up", waited or 0.0)
 
     def describe(self) -> str:
         cluster = self.cluster
@@ -253,6 +327,38 @@ def done_queue(ps_index: int, num_workers: int) -> tf.queue.FIFOQueue:
     with tf.device("/job:%s/task:%d" % (cluster_lib.PS, ps_index)):
         return tf.queue.FIFOQueue(num_workers, tf.int32, shapes=[[]], shared_name=DONE_QUEUE_NAME % ps_index,
                                   name="training_done_ps_%d" % ps_index)
+
+
+def chief_done_queue(num_workers: int) -> tf.queue.FIFOQueue:
+    """The queue on parameter server 0 where the chief leaves one token per other worker when done."""
+    with tf.device("/job:%s/task:0" % cluster_lib.PS):
+        return tf.queue.FIFOQueue(max(1, num_workers - 1), tf.int32, shapes=[[]],
+                                  shared_name=CHIEF_DONE_QUEUE_NAME, name="chief_done")
+
+
+def workers_closed_queue(num_workers: int) -> tf.queue.FIFOQueue:
+    """The queue on parameter server 0 where each other worker reports its training session closed."""
+    with tf.device("/job:%s/task:0" % cluster_lib.PS):
+        return tf.queue.FIFOQueue(max(1, num_workers - 1), tf.int32, shapes=[[]],
+                                  shared_name=WORKERS_CLOSED_QUEUE_NAME, name="workers_closed")
+
+
+def wait_until_closed(host: str, port: int, timeout_seconds: float,
+                      poll_seconds: float = CHIEF_EXIT_POLL_SECONDS) -> Optional[float]:
+    """Waits until nothing accepts TCP connections at `host:port`.
+
+    Returns:
+      The seconds waited, or None after `timeout_seconds`.
+    """
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_seconds:
+        try:
+            with socket.create_connection((host, port), timeout=poll_seconds):
+                pass
+        except OSError:
+            return time.monotonic() - start
+        time.sleep(poll_seconds)
+    return None
 
 
 def chief_ready_queue() -> tf.queue.FIFOQueue:
@@ -319,11 +425,47 @@ class ChiefReadyHook(tf.estimator.SessionRunHook):
         return True
 
 
+class StopWhenChiefDoneHook(tf.estimator.SessionRunHook):
+    """Stops a (non-chief) worker once the chief has finished training.
+
+    The chief may stop early (evaluation during training, early stopping);
+    its tokens in `chief_done_queue` then tell the other workers to stop
+    too. The queue's size is fetched with every `every_n_steps`-th step.
+
+    Args:
+      cluster: the cluster and this (training) task.
+      every_n_steps: how often to look.
+    """
+
+    def __init__(self, cluster: cluster_lib.ClusterInfo, every_n_steps: int = CHIEF_DONE_POLL_STEPS):
+        self._cluster = cluster
+        self._every_n_steps = every_n_steps
+        self._size = None
+        self._steps = 0
+
+    def begin(self):
+        self._size = chief_done_queue(self._cluster.num_workers).size()
+        self._steps = 0
+
+    def before_run(self, run_context):
+        self._steps += 1
+        if self._steps % self._every_n_steps:
+            return None
+        return tf.estimator.SessionRunArgs(self._size)
+
+    def after_run(self, run_context, run_values):
+        if run_values.results:
+            logging.info("%s: the chief finished training; stopping", self._cluster.task_name)
+            run_context.request_stop()
+
+
 class TrainingDoneHook(tf.estimator.SessionRunHook):
     """Tells every parameter server that this worker finished training.
 
     Its `end` runs after the chief's final checkpoint is saved (Estimator
-    runs the chief-only hooks, the checkpoint saver among them, first).
+    runs the chief-only hooks, the checkpoint saver among them, first). The
+    chief first leaves one token per other worker in `chief_done_queue`, so
+    that workers still training stop (`StopWhenChiefDoneHook`).
 
     Args:
       cluster: the cluster and this (training) task.
@@ -334,12 +476,17 @@ class TrainingDoneHook(tf.estimator.SessionRunHook):
         self._enqueue_ops = []
 
     def begin(self):
-        worker = tf.constant(self._cluster.worker_index, tf.int32)
-        self._enqueue_ops = [done_queue(ps, self._cluster.num_workers).enqueue(worker)
-                             for ps in range(self._cluster.num_ps)]
+        cluster = self._cluster
+        worker = tf.constant(cluster.worker_index, tf.int32)
+        self._enqueue_ops = [done_queue(ps, cluster.num_workers).enqueue(worker)
+                             for ps in range(cluster.num_ps)]
+        if cluster.is_chief and cluster.num_workers > 1:
+            self._enqueue_ops.insert(0, chief_done_queue(cluster.num_workers).enqueue_many(
+                [[0] * (cluster.num_workers - 1)]))
 
     def end(self, session):
-        session.run(self._enqueue_ops)
+        for op in self._enqueue_ops:
+            session.run(op)
         logging.info("%s finished training; told %d parameter server(s)",
                      self._cluster.task_name, self._cluster.num_ps)
 
@@ -362,11 +509,6 @@ class VariablePlacer:
         self._task = tf.DeviceSpec.from_string(cluster.task_device)
         self._graph = None
         self._bytes: List[int] = []
-
-    @property
-    def ps_bytes(self) -> List[int]:
-        """Bytes of variables placed on each ps in the current graph."""
-        return list(self._bytes)
 
     def __deepcopy__(self, memo):
         # Estimator deep-copies its RunConfig; like a plain function, the

@@ -18,7 +18,9 @@ Per mode:
 * TRAIN: loss = the mean of the towers' losses, weighted by their rows
   (equal to the loss of one model on the whole batch);
 * EVAL: predictions are concatenated in batch order and the model's metrics
-  (`deepfm.model.eval_metrics`) are computed once on the whole batch;
+  are computed once on the whole batch, by the metric function the model_fn
+  puts in `params[EVAL_METRICS_PARAM]` (`metric_fn(labels, predictions)`,
+  with the model_fn's labels and predictions);
 * PREDICT (and export): one tower, the model_fn itself, so the SavedModel
   names no virtual device.
 """
@@ -28,7 +30,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from deepfm import model as model_lib
 from strategies import base
 from strategies import devices as devices_lib
 
@@ -38,6 +39,8 @@ VARIABLE_OP_TYPES = frozenset(("Variable", "VariableV2", "VarHandleOp"))
 TOWER_SCOPE = "tower_%d"
 INPUT_SCOPE = "split_inputs"
 AGGREGATION_SCOPE = "tower_aggregation"
+# The params key under which a model_fn publishes its metric function in EVAL.
+EVAL_METRICS_PARAM = "eval_metrics"
 
 GradsAndVars = List[Tuple[Optional[tf.Tensor], tf.Variable]]
 
@@ -211,12 +214,15 @@ def replicate_model_fn(model_fn: base.ModelFn, device_list: devices_lib.DeviceLi
 
     Args:
       model_fn: a model_fn `(features, labels, mode, params)` that minimizes
-        through `params['optimizer_wrapper']` and shares its variables across
-        calls (`AUTO_REUSE`).
+        through `params['optimizer_wrapper']`, shares its variables across
+        calls (`AUTO_REUSE`) and, in EVAL, puts its metric function in
+        `params[EVAL_METRICS_PARAM]`.
       device_list: the tower devices and the parameter device.
 
     Returns:
-      The replicated model_fn (see the module docstring for each mode).
+      The replicated model_fn (see the module docstring for each mode). In
+      EVAL it raises ValueError when the model_fn published no metric
+      function.
     """
     towers = len(device_list)
     parameter_device = device_list.parameter_device
@@ -242,9 +248,13 @@ def replicate_model_fn(model_fn: base.ModelFn, device_list: devices_lib.DeviceLi
             fields["loss"] = tf.reduce_sum(tf.stack([spec.loss for spec in specs]) * weights)
             fields["predictions"] = _concat_predictions(specs, batch)
             if mode == tf.estimator.ModeKeys.EVAL:
-                flat_labels = tf.reshape(tf.cast(labels, tf.float32), [-1])
-                fields["eval_metric_ops"] = model_lib.eval_metrics(
-                    flat_labels, fields["predictions"][model_lib.PREDICTION_KEY])
+                metric_fn = tower_params.get(EVAL_METRICS_PARAM)
+                if metric_fn is None:
+                    raise ValueError(
+                        "the tower method computes the metrics once over all towers, with the metric function "
+                        "the model_fn puts in params[%r] in EVAL; %s put none there (its own metrics would "
+                        "cover one tower's slice only)" % (EVAL_METRICS_PARAM, getattr(model_fn, "__name__", model_fn)))
+                fields["eval_metric_ops"] = metric_fn(labels, fields["predictions"])
                 return tf.estimator.EstimatorSpec(**fields)
         # Outside any name scope, so that the optimizer's own variables (Adam's
         # beta powers) have the names a single-device model gives them.

@@ -1,18 +1,22 @@
 """Tests of `benchmarks.input_pipeline`: its helpers, and a short real run.
 
-The run generates a tiny synthetic dataset root, measures a few rows with
-`--quick` (each in its own process; the Pipe-mode row through a real FIFO
-fed by `PipeFeeder`) and checks the report it writes.
+The slow orders built by the benchmark are checked against the builder's
+own on a tiny dataset root. The run generates a tiny synthetic dataset root,
+measures a few rows with `--quick` (each in its own process; the Pipe-mode
+row through a real FIFO fed by `PipeFeeder`) and checks the report it writes.
 """
 
+import dataclasses
 import json
 import os
 
 import pytest
 import tensorflow as tf
+from absl.testing import parameterized
 
 from benchmarks import input_pipeline as bench
-from input_pipeline import synthetic
+from input_pipeline import schema, synthetic
+from tests.input_pipeline import example_files
 
 TINY_ROWS = 16_000  # 3,600 train rows per shard: three batches of 1024
 SEED = 3
@@ -22,6 +26,15 @@ RUN_VARIANTS = ("tfrecord_pipe", "reads_8", "cache_after_repeat", "decode_libsvm
 RUN_BATCHES = 4
 RUN_WARMUP = 2
 PNG_MAGIC = b"\x89PNG"
+# The slow-order rows: two train shards of SLOW_SHARD_ROWS rows, batches of
+# SLOW_BATCH (a divisor, so that no batch straddles two epochs), SLOW_EPOCHS epochs.
+SLOW_SHARD_ROWS = 6
+SLOW_BATCH = 3
+SLOW_EPOCHS = 2
+# Dataset op types of the stages after create, by stage name.
+STAGE_OPS = (("ShardDataset", "shard"), ("CacheDataset", "cache"), ("ShuffleDataset", "shuffle"),
+             ("BatchDataset", "batch"), ("ParallelMapDataset", "map"), ("RepeatDataset", "repeat"),
+             ("PrefetchDataset", "prefetch"))
 
 
 def write_records(path, records):
@@ -60,6 +73,59 @@ class SplitTfrecordsTest(tf.test.TestCase):
         path = write_records(os.path.join(self.get_temp_dir(), "one.tfrecord"), [b"abc"])
         with self.assertRaisesRegex(ValueError, "one.tfrecord has 1 record.*2 parts"):
             bench.split_tfrecords([path], os.path.join(self.get_temp_dir(), "parts"), 2)
+
+
+def applied_stages(make_dataset) -> list:
+    """Stage names in the order `make_dataset()` adds their ops to a fresh graph, after create."""
+    with tf.Graph().as_default() as graph:
+        make_dataset()
+    types = [op.type for op in graph.get_operations()]
+    after_create = types[types.index("UnbatchDataset") + 1:]
+    return [stage for op_type in after_create for prefix, stage in STAGE_OPS if op_type.startswith(prefix)]
+
+
+def labels_of(dataset) -> list:
+    return [float(label) for _, labels in dataset for label in labels.numpy()]
+
+
+class SlowOrderTest(tf.test.TestCase, parameterized.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        root = os.path.join(self.get_temp_dir(), "root")
+        shards = [example_files.make_rows(SLOW_SHARD_ROWS, field_size=schema.FIELD_SIZE, seed=index,
+                                          first_label=index * SLOW_SHARD_ROWS) for index in range(2)]
+        example_files.write_dataset_root(root, {"train": shards}, field_size=schema.FIELD_SIZE)
+        self.config = bench.BenchConfig(data_dir=root, runs=1, batches=1, warmup=0, batch_size=SLOW_BATCH,
+                                        cache_epochs=SLOW_EPOCHS, variants=(bench.REFERENCE,),
+                                        results_dir=self.get_temp_dir())
+
+    @parameterized.named_parameters(
+        ("tfrecord_scalar_map", "tfrecord_scalar_map", ["map", "batch", "repeat", "prefetch"], 2),
+        ("libsvm_scalar_map", "libsvm_scalar_map", ["map", "batch", "repeat", "prefetch"], 2),
+        ("tfrecord_no_prefetch", "tfrecord_no_prefetch", ["batch", "map", "repeat"], 2),
+        ("cache_after_repeat", "cache_after_repeat", ["repeat", "cache", "batch", "map", "prefetch"], 1),
+    )
+    def test_slow_order_yields_the_builders_rows(self, name, stages, shards):
+        variant = bench.VARIANTS_BY_NAME[name]
+        self.assertIn(variant.order, bench.SLOW_ORDERS)
+        default = dataclasses.replace(variant, order=bench.ORDER_DEFAULT)
+        self.assertEqual(applied_stages(lambda: bench.build_dataset(variant, self.config, SLOW_EPOCHS)), stages)
+        self.assertEqual(applied_stages(lambda: bench.build_dataset(default, self.config, SLOW_EPOCHS)),
+                         ["batch", "map", "repeat", "prefetch"])
+        expected = labels_of(bench.build_dataset(default, self.config, SLOW_EPOCHS))
+        self.assertLen(expected, shards * SLOW_SHARD_ROWS * SLOW_EPOCHS)
+        self.assertEqual(sorted(labels_of(bench.build_dataset(variant, self.config, SLOW_EPOCHS))), sorted(expected))
+
+    def test_no_prefetch_order_stops_tf_data_from_adding_one(self):
+        dataset = bench.build_dataset(bench.VARIANTS_BY_NAME["tfrecord_no_prefetch"], self.config, SLOW_EPOCHS)
+        self.assertFalse(dataset.options().experimental_optimization.inject_prefetch)
+
+    def test_unknown_order_is_refused(self):
+        variant = dataclasses.replace(bench.VARIANTS_BY_NAME[bench.REFERENCE], order="map_twice")
+        with self.assertRaisesRegex(ValueError, "order must be one of scalar_map, no_prefetch, cache_after_repeat, "
+                                                "got 'map_twice'"):
+            bench.build_dataset(variant, self.config, SLOW_EPOCHS)
 
 
 class ParseArgsTest(tf.test.TestCase):

@@ -1,6 +1,5 @@
 """Tests of the strategy comparison benchmark: its measurement rules and a tiny real run."""
 
-import datetime
 import json
 import os
 
@@ -9,9 +8,9 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from benchmarks import strategies as bench
+from deepfm import hooks
 from input_pipeline import synthetic
 
-YEAR = 2026
 ROWS = 3000
 FEATURE_SIZE = 2000
 BATCH = 128
@@ -19,36 +18,36 @@ STEPS = 20
 WARMUP = 10
 
 
-def log_line(when: datetime.datetime, step: int, prefix: str = "") -> str:
-    return "%sI%s 140090896505728 hooks.py:51] examples/sec: 15753 (step %d of this run)" % (
-        prefix, when.strftime("%m%d %H:%M:%S.%f"), step)
+def record(when: float, step: int) -> hooks.ProgressRecord:
+    return hooks.ProgressRecord(time=when, elapsed=when - 100.0, step=step, global_step=step,
+                                examples_per_sec=15753.0, loss=0.5, interval_steps=10)
 
 
-def stamp(seconds: float) -> datetime.datetime:
-    return datetime.datetime(YEAR, 11, 22, 3, 24) + datetime.timedelta(seconds=seconds)
+class ReadProgressTest(tf.test.TestCase):
 
-
-class ParseProgressTest(tf.test.TestCase):
-
-    def test_reads_time_and_step_of_the_hook_lines_only(self):
-        text = "\n".join([
-            "I1122 03:24:00.000000 1 basic_session_run_hooks.py:716] global_step/sec: 18.29",
-            log_line(stamp(1.5), 10),
-            log_line(stamp(2.25), 20, prefix="[1]<stderr>:"),
-            "examples/sec:          36,917",
-        ])
-        points = bench.parse_progress(text, stamp(0).timestamp())
-        self.assertEqual([step for _, step in points], [10, 20])
+    def test_reads_time_and_step_of_the_training_progress_file(self):
+        path = os.path.join(self.get_temp_dir(), "progress", "rank1.jsonl")
+        progress_file = hooks.ProgressFile(path)
+        for when, step in ((101.5, 10), (102.25, 20), (102.5, 23)):
+            progress_file(record(when, step))
+        points = bench.read_progress(path)
+        self.assertEqual([step for _, step in points], [10, 20, 23])
         self.assertAlmostEqual(points[1][0] - points[0][0], 0.75, places=5)
-        self.assertAlmostEqual(points[0][0], stamp(1.5).timestamp(), places=5)
+        self.assertAlmostEqual(points[0][0], 101.5, places=5)
 
-    def test_a_run_across_new_year(self):
-        started = datetime.datetime(YEAR, 12, 31, 23, 59, 58)
-        text = "\n".join([log_line(datetime.datetime(YEAR, 12, 31, 23, 59, 59), 10),
-                          log_line(datetime.datetime(YEAR + 1, 1, 1, 0, 0, 1), 20)])
-        points = bench.parse_progress(text, started.timestamp())
-        self.assertAlmostEqual(points[0][0] - started.timestamp(), 1.0, places=5)
-        self.assertAlmostEqual(points[1][0] - points[0][0], 2.0, places=5)
+    def test_every_training_process_writes_its_own_progress_file(self):
+        config = bench.make_config(bench.parse_args(["--variants", "single,ps,horovod"]))
+        for variant in config.variants:
+            argv = bench.command(variant, config, self.get_temp_dir())
+            path = argv[argv.index("--progress_file") + 1]
+            self.assertIn(hooks.TASK_PLACEHOLDER, path, variant.name)
+
+    def test_a_bad_line_is_named(self):
+        path = os.path.join(self.get_temp_dir(), "bad.jsonl")
+        with open(path, "w") as f:
+            f.write(record(1.0, 10).to_json() + "\n" + "examples/sec: 15753\n")
+        with self.assertRaisesRegex(ValueError, "bad.jsonl:2 is not a progress record"):
+            bench.read_progress(path)
 
 
 class JobWindowTest(tf.test.TestCase, parameterized.TestCase):

@@ -13,6 +13,14 @@ FEATURE_SIZE = 50
 FIELD_SIZE = 6
 EMBEDDING_SIZE = 4
 BATCH = 8
+# The lazy Adam test: a table of TABLE_ROWS rows, one step per batch of row
+# ids. Rows 1 and 4 are only in the first batch (row 1 twice); rows 0 and 2
+# are in every later batch; rows 3 and 5 in none.
+TABLE_ROWS = 6
+SPARSE_LR = 0.1
+SPARSE_BATCHES = ([0, 1, 4, 1], [0, 2], [2, 0, 0], [0, 2])
+ABSENT_LATER = [1, 4]
+MATCH_ADAM = [0, 2, 3, 5]
 
 
 def _config(**overrides):
@@ -109,6 +117,25 @@ class DeepFMTest(tf.test.TestCase):
                     results.append(sess.run(logits))
         self.assertAllClose(results[0], results[1], rtol=1e-5)
 
+    def test_eval_publishes_its_metric_function(self):
+        ids, vals, labels = _inputs(6)
+        params = {"model": _config()}
+        with tf.Graph().as_default():
+            spec = model.model_fn({schema.FEAT_IDS: tf.constant(ids), schema.FEAT_VALS: tf.constant(vals)},
+                                  tf.constant(labels), tf.estimator.ModeKeys.EVAL, params)
+            self.assertIs(params[model.EVAL_METRICS_PARAM], model.prediction_metrics)
+            # Labels as [B, 1], as an input_fn may give them.
+            published = model.prediction_metrics(tf.constant(labels[:, None]), spec.predictions)
+            with self.session() as sess:
+                sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+                sess.run([update for _, update in spec.eval_metric_ops.values()]
+                         + [update for _, update in published.values()])
+                own = sess.run({key: value for key, (value, _) in spec.eval_metric_ops.items()})
+                got = sess.run({key: value for key, (value, _) in published.items()})
+        self.assertEqual(sorted(got), ["auc", "logloss"])
+        self.assertAllClose(got, own)
+        self.assertGreater(got["logloss"], 0.0)
+
     @staticmethod
     def _assign_table(sess, variables, name, value):
         if name in variables:
@@ -125,23 +152,53 @@ class DeepFMTest(tf.test.TestCase):
 
 class OptimizerTest(tf.test.TestCase):
 
-    def test_lazy_adam_updates_only_touched_rows_as_adam_would(self):
-        rows, dim, lr = 6, 3, 0.1
-        init = np.arange(rows * dim, dtype=np.float32).reshape(rows, dim) / 10.0
-        touched = np.array([1, 4, 1])
-        grad_values = np.ones((3, dim), dtype=np.float32)
+    def _embedding_steps(self, optimizer_name):
+        """Trains an embedding table one step per batch of `SPARSE_BATCHES`.
+
+        Returns:
+          {`table`, `m`, `v`}, each a list of the values after every step.
+        """
+        init = np.arange(TABLE_ROWS * EMBEDDING_SIZE, dtype=np.float32).reshape(TABLE_ROWS, EMBEDDING_SIZE) / 10.0
+        rng = np.random.default_rng(5)
+        after = {"table": [], "m": [], "v": []}
         with tf.Graph().as_default():
-            table = tf.compat.v1.get_variable("t", initializer=init)
-            loss = tf.reduce_sum(tf.gather(table, touched) * grad_values)
-            step = optimizers.LazyAdamOptimizer(lr).minimize(loss)
+            table = tf.compat.v1.get_variable("table", initializer=init)
+            ids = tf.compat.v1.placeholder(tf.int32, [None])
+            coefficients = tf.compat.v1.placeholder(tf.float32, [None, EMBEDDING_SIZE])
+            loss = tf.reduce_sum(tf.gather(table, ids) * coefficients)
+            optimizer = optimizers.make_optimizer(_config(optimizer=optimizer_name, learning_rate=SPARSE_LR))
+            step = optimizer.minimize(loss)
+            slots = [optimizer.get_slot(table, "m"), optimizer.get_slot(table, "v")]
             with self.session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())
-                sess.run(step)
-                got = sess.run(table)
-        # One Adam step from zero moments moves each touched coordinate by -lr * sign(g).
-        expected = init.copy()
-        expected[[1, 4]] -= lr
-        self.assertAllClose(expected, got, rtol=1e-5, atol=1e-5)
+                for batch in SPARSE_BATCHES:
+                    sess.run(step, {ids: batch, coefficients: rng.normal(size=(len(batch), EMBEDDING_SIZE))})
+                    values, (m, v) = sess.run(table), sess.run(slots)
+                    after["table"].append(values)
+                    after["m"].append(m)
+                    after["v"].append(v)
+        return after
+
+    def test_lazy_adam_keeps_the_moments_of_rows_absent_from_later_batches(self):
+        lazy = self._embedding_steps("lazy_adam")
+        adam = self._embedding_steps("adam")
+        later_steps = len(SPARSE_BATCHES) - 1
+        for key in ("table", "m", "v"):
+            # Rows absent from the later batches keep what the first step gave them.
+            self.assertAllEqual(lazy[key][-1][ABSENT_LATER], lazy[key][0][ABSENT_LATER], msg=key)
+            # Rows in every later batch, and rows never touched, end as Adam leaves them.
+            self.assertAllClose(lazy[key][-1][MATCH_ADAM], adam[key][-1][MATCH_ADAM], rtol=1e-5, atol=1e-6,
+                                msg=key)
+        # The first step is Adam's everywhere, and it gave the absent rows non-zero moments.
+        for key in ("table", "m", "v"):
+            self.assertAllClose(lazy[key][0], adam[key][0], rtol=1e-5, atol=1e-6, msg=key)
+        self.assertTrue(np.all(lazy["m"][0][ABSENT_LATER] != 0))
+        self.assertTrue(np.all(lazy["v"][0][ABSENT_LATER] > 0))
+        # TF 1.x Adam decays the moments of the absent rows at every step and keeps moving them.
+        for key, beta in (("m", optimizers.ADAM_BETA1), ("v", optimizers.ADAM_BETA2)):
+            self.assertAllClose(adam[key][-1][ABSENT_LATER], beta ** later_steps * adam[key][0][ABSENT_LATER],
+                                rtol=1e-5, msg=key)
+        self.assertTrue(np.all(adam["table"][-1][ABSENT_LATER] != adam["table"][0][ABSENT_LATER]))
 
     def test_every_optimizer_reduces_the_loss(self):
         ids, vals, labels = _inputs(3)
@@ -182,6 +239,74 @@ class ModelConfigTest(tf.test.TestCase):
             _config(dropout=(0.5,))
         with self.assertRaisesRegex(ValueError, r"dropout rates must be in \[0, 1\), got \(1.0, 0.0\)"):
             _config(dropout=(1.0, 0.0))
+
+
+# Ids with duplicates within and across examples, as Zipf-distributed ids have.
+DUPLICATE_IDS = [[3, 7, 3], [7, 7, 0], [3, 9, 1]]
+
+
+class DedupLookupTest(tf.test.TestCase):
+    """`dedup_lookups`: each distinct id looked up once, the same values and gradients."""
+
+    def _lookup_and_gradient(self, table, ids, dedup):
+        unique = model.unique_ids(ids) if dedup else None
+        rows = model.lookup_rows(table, ids, unique)
+        weights = tf.reshape(tf.range(tf.size(rows), dtype=tf.float32), tf.shape(rows))
+        gradients = tf.gradients(tf.reduce_sum(rows * weights), table if isinstance(table, list) else [table])
+        return rows, gradients
+
+    def test_lookup_and_gradient_equal_the_plain_ones(self):
+        for shape, partitions in itertools.product(((10,), (10, 4)), (1, 2)):
+            with self.subTest(shape=shape, partitions=partitions), tf.Graph().as_default():
+                table = tf.compat.v1.get_variable(
+                    "table", shape, initializer=tf.compat.v1.random_normal_initializer(seed=1),
+                    partitioner=tf.compat.v1.fixed_size_partitioner(partitions) if partitions > 1 else None)
+                tables = list(table) if partitions > 1 else table
+                ids = tf.constant(DUPLICATE_IDS, tf.int64)
+                plain_rows, plain_grads = self._lookup_and_gradient(tables, ids, dedup=False)
+                dedup_rows, dedup_grads = self._lookup_and_gradient(tables, ids, dedup=True)
+                with tf.compat.v1.Session() as sess:
+                    sess.run(tf.compat.v1.global_variables_initializer())
+                    self.assertEqual(plain_rows.shape, dedup_rows.shape)
+                    self.assertAllClose(*sess.run([plain_rows, dedup_rows]))
+                    for plain, dedup in zip(plain_grads, dedup_grads):
+                        self.assertAllClose(sess.run(tf.convert_to_tensor(plain)),
+                                            sess.run(tf.convert_to_tensor(dedup)))
+
+    def test_gradient_has_one_row_per_distinct_id(self):
+        with tf.Graph().as_default():
+            table = tf.compat.v1.get_variable("table", [10, 4])
+            ids = tf.constant(DUPLICATE_IDS, tf.int64)
+            (plain,) = self._lookup_and_gradient(table, ids, dedup=False)[1]
+            (dedup,) = self._lookup_and_gradient(table, ids, dedup=True)[1]
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                plain_indices, dedup_indices = sess.run([plain.indices, dedup.indices])
+        distinct = sorted(set(np.ravel(DUPLICATE_IDS)))
+        self.assertLen(plain_indices, np.size(DUPLICATE_IDS))
+        self.assertEqual(distinct, sorted(dedup_indices))
+
+    def test_model_logits_and_gradients_equal_the_plain_ones(self):
+        ids, vals, labels = _inputs(5)
+        with tf.Graph().as_default():
+            tf.compat.v1.set_random_seed(0)
+            outputs = {}
+            for dedup in (False, True):
+                logits, l2 = model.deepfm_logits(tf.constant(ids), tf.constant(vals),
+                                                 _config(dedup_lookups=dedup), training=True)
+                loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+                    labels=tf.constant(labels), logits=logits)) + 0.1 * l2
+                variables = tf.compat.v1.trainable_variables()
+                grads = [tf.convert_to_tensor(g) for g in tf.gradients(loss, variables)]
+                outputs[dedup] = (logits, l2, grads)
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                plain, dedup = sess.run([outputs[False], outputs[True]])
+        self.assertAllClose(plain[0], dedup[0])
+        self.assertAllClose(plain[1], dedup[1])
+        self.assertLen(dedup[2], len(plain[2]))
+        for plain_grad, dedup_grad in zip(plain[2], dedup[2]):
+            self.assertAllClose(plain_grad, dedup_grad, atol=1e-6)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -153,10 +154,6 @@ class CriteoTest(tf.test.TestCase):
         self.assertGreater(result.auc, CRITEO_AUC_FLOOR)
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 class PipeModeTest(tf.test.TestCase):
 
     def test_trains_and_evaluates_from_pipe_channels(self):
@@ -182,9 +179,37 @@ class PipeModeTest(tf.test.TestCase):
         self.assertGreater(result.auc, 0.55)
         self.assertEqual(2, feeder.epochs_written["train_0"])
 
-    def test_pipe_mode_without_a_step_budget_is_refused(self):
-        train = config.TrainConfig(model_dir=self.create_tempdir().full_path, train_files=())
-        input_config = pipeline.PipelineConfig(input_mode="pipe", pipe_base_dir=self.create_tempdir().full_path)
-        with self.assertRaisesRegex(ValueError, "set --max_steps"):
-            trainer.run(train, small_model(FEATURE_SIZE), input_config, strategies.get(
-                strategies.StrategyConfig(name="single", input_mode="pipe", train_channels=("train_0",))))
+    def test_pipe_mode_without_a_step_budget_trains_num_epochs_each_ending_with_its_fifo(self):
+        from input_pipeline import pipe_feeder
+
+        root = self.create_tempdir().full_path
+        synthetic.generate(4_000, os.path.join(root, "data"), feature_size=FEATURE_SIZE, seed=5, shards=1)
+        base_dir = os.path.join(root, "ml")
+        epochs = 2
+        feeder = pipe_feeder.PipeFeeder(base_dir, {"train_0": tf.io.gfile.glob(
+            os.path.join(root, "data", "train", "*.tfrecord"))}, epochs=epochs).start()
+        self.addCleanup(feeder.stop)
+        train = config.TrainConfig(model_dir=os.path.join(root, "model"), train_files=(), batch_size=BATCH,
+                                   num_epochs=epochs)
+        input_config = pipeline.PipelineConfig(input_mode="pipe", pipe_base_dir=base_dir, pipe_timeout_s=60)
+        result = trainer.run(train, small_model(FEATURE_SIZE), input_config, strategies.get(
+            strategies.StrategyConfig(name="single", input_mode="pipe", train_channels=("train_0",))))
+        self.assertEqual(epochs * (3_600 // BATCH), result.global_step)
+        self.assertEqual(epochs, feeder.epochs_written["train_0"])
+
+    def test_files_without_metadata_are_counted_for_the_step_budget(self):
+        root = self.create_tempdir().full_path
+        synthetic.generate(2_000, os.path.join(root, "data"), feature_size=FEATURE_SIZE, seed=6, shards=1)
+        lone = os.path.join(root, "lone")
+        os.makedirs(lone)
+        for path in tf.io.gfile.glob(os.path.join(root, "data", "train", "*.tfrecord")):
+            shutil.copy(path, lone)
+        train = config.TrainConfig(model_dir=os.path.join(root, "model"),
+                                   train_files=tuple(tf.io.gfile.glob(os.path.join(lone, "*"))), batch_size=BATCH)
+        result = trainer.run(train, small_model(FEATURE_SIZE), pipeline.PipelineConfig(),
+                             strategies.get(strategies.StrategyConfig(name="single")))
+        self.assertEqual(1_800 // BATCH, result.global_step)
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -5,16 +5,20 @@ import re
 import subprocess
 import sys
 import tempfile
+import zlib
+
+import collections
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
-from input_pipeline import criteo, schema
+from input_pipeline import criteo, raw_criteo, schema
 from tests.input_pipeline import dataset_io
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_CRITEO_DIR = "/work/shared/data/criteo"
+DEFAULT_CRITEO_DIR = os.path.join(REPO_ROOT, "..", "shared", "data", "criteo")
 KAGGLE_HEAD_FILE = "criteo_kaggle_train_head8000.txt"
 KAGGLE_ROWS_USED = 2000
 NUM_DENSE = schema.NUM_DENSE_FIELDS
@@ -235,6 +239,206 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
             criteo.convert([self.write_input([_line()])], self.new_dir(), **options)
 
 
+def _kaggle_lines(count):
+    source = os.path.join(os.environ.get("CRITEO_DATA_DIR", DEFAULT_CRITEO_DIR), KAGGLE_HEAD_FILE)
+    if not os.path.isfile(source):
+        return None, source
+    with open(source) as f:
+        return [next(f).rstrip("\n") for _ in range(count)], source
+
+
+def _reference_vocabulary(lines, val_fraction, min_count):
+    """The vocabulary counted the simplest way: Python dicts over `parse_line`, no numpy."""
+    threshold = int(val_fraction * 2**32)
+    counts = [collections.Counter() for _ in criteo.CATEGORICAL_NAMES]
+    for line in lines:
+        if zlib.crc32(line.encode()) < threshold:
+            continue
+        for field_counts, value in zip(counts, criteo.parse_line(line).categorical):
+            field_counts[value] += 1
+    return criteo.Vocabulary.build(counts, min_count)
+
+
+class ScaleTest(CriteoTestCase, parameterized.TestCase):
+    """Bounded memory, byte ranges, shuffling and sampling: same rows, same ids."""
+
+    def generated_input(self, rows=3000, distinct=6000, seed=0):
+        spec = raw_criteo.RawSpec(rows, distinct, seed)
+        path = os.path.join(self.new_dir(), "raw.tsv")
+        raw_criteo.write(spec, path)
+        return path
+
+    def test_spilling_to_disk_equals_counting_in_memory(self):
+        path = self.generated_input(rows=1500, distinct=3000)
+        options = dict(val_fraction=0.2, shards=3, min_count=3, workers=1)
+        in_memory, in_memory_report = criteo.convert_with_report([path], self.new_dir(), **options)
+        self.assertEqual(in_memory_report.spilled_runs, 0)
+        with open(path) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(in_memory.vocabulary, _reference_vocabulary(lines, 0.2, 3).fields)
+        self.assertGreater(sum(criteo.Vocabulary(in_memory.vocabulary).sizes()), 50)
+
+        out = self.new_dir()
+        bounded, bounded_report = criteo.convert_with_report([path], out, memory_mb=0.05, chunk_bytes=100_000,
+                                                             **options)
+        self.assertGreater(bounded_report.spilled_runs, 26, "a 50 KB budget must force the counts to disk")
+        self.assertEqual(bounded.vocabulary, in_memory.vocabulary)
+        self.assertEqual(dataset_io.read_tree(out), dataset_io.read_tree(self.convert_again(path, options)))
+
+    def convert_again(self, path, options, **more):
+        out = self.new_dir()
+        criteo.convert([path], out, **dict(options, **more))
+        return out
+
+    def test_byte_ranges_cut_anywhere_give_the_same_dataset(self):
+        lines = _varied_lines(60)
+        crlf = [line + "\r" for line in _varied_lines(10, seed=5)]
+        path = self.write_input(lines[:30] + crlf + lines[30:])
+        with open(path, "ab") as f:
+            f.write(_varied_lines(1, seed=9)[0].encode())  # a last line without a line break
+        options = dict(val_fraction=0.25, shards=2, min_count=2, workers=1)
+        expected = dataset_io.read_tree(self.convert_again(path, options))
+        for chunk_bytes in (150, 1000, 4096):
+            self.assertEqual(dataset_io.read_tree(self.convert_again(path, options, chunk_bytes=chunk_bytes)),
+                             expected, "chunk_bytes=%d" % chunk_bytes)
+        meta = schema.DatasetMetadata.read(self.convert_again(path, options, chunk_bytes=1000))
+        self.assertEqual(sum(info.rows for info in meta.splits.values()), 71)
+
+    def test_malformed_line_in_a_later_range_is_named_by_its_line_in_the_file(self):
+        lines = _varied_lines(40)
+        lines[33] = _line("0", ["x"])
+        path = self.write_input(lines)
+        with self.assertRaises(criteo.MalformedRecordError) as caught:
+            criteo.convert([path], self.new_dir(), min_count=1, workers=1, chunk_bytes=500)
+        self.assertEqual(caught.exception.line_number, 34)
+        self.assertIn("%s:34: I1 must be an integer or empty, got 'x'" % path, str(caught.exception))
+
+    def test_shards_are_balanced_to_the_row(self):
+        path = self.write_input(_varied_lines(103))
+        meta = criteo.convert([path], self.new_dir(), val_fraction=0.0, shards=4, min_count=1, workers=1,
+                              chunk_bytes=700)
+        self.assertEqual(sorted(meta.splits["train"].shards.values()), [25, 26, 26, 26])
+
+    def test_shuffle_keeps_every_row_in_a_new_order(self):
+        path = self.generated_input(rows=2000, distinct=2000)
+        options = dict(val_fraction=0.1, shards=3, min_count=2, workers=1, chunk_bytes=60_000)
+        plain_dir = self.convert_again(path, options)
+        plain = schema.DatasetMetadata.read(plain_dir)
+        # A 1 MB budget makes buckets of about 128 KB: several per split.
+        shuffled_dir = self.convert_again(path, options, shuffle=True, memory_mb=1)
+        shuffled = schema.DatasetMetadata.read(shuffled_dir)
+        self.assertIn("shuffled with seed 0", shuffled.source)
+        self.assertEqual(shuffled.vocabulary, plain.vocabulary)
+        for split in ("train", "validation"):
+            self.assertEqual(shuffled.splits[split], plain.splits[split])
+            self.assertEqual(_sorted_lines(shuffled_dir, shuffled, split), _sorted_lines(plain_dir, plain, split))
+            text = dataset_io.read_split(shuffled_dir, shuffled, split, "libsvm")
+            record = dataset_io.read_split(shuffled_dir, shuffled, split, "tfrecord")
+            for got_text, got_record in zip(text, record):
+                self.assertAllEqual(got_text, got_record)
+        shard = "train/part-00000.libsvm"
+        plain_tree, shuffled_tree = dataset_io.read_tree(plain_dir), dataset_io.read_tree(shuffled_dir)
+        self.assertNotEqual(shuffled_tree[shard], plain_tree[shard])
+        # Rows of the first input lines end up spread over the whole split.
+        first_ids = {line.split(" ", 1)[1] for line in plain_tree[shard].decode().splitlines()[:30]}
+        positions = [i for i, line in enumerate(shuffled_tree[shard].decode().splitlines())
+                     if line.split(" ", 1)[1] in first_ids]
+        self.assertGreater(max(positions), plain.splits["train"].shards["train/part-00000"] // 2)
+        self.assertEqual(dataset_io.read_tree(self.convert_again(path, options, shuffle=True, memory_mb=1)),
+                         shuffled_tree)
+        self.assertNotEqual(dataset_io.read_tree(self.convert_again(path, options, shuffle=True, memory_mb=1,
+                                                                    seed=1))[shard], shuffled_tree[shard])
+
+    def test_negative_sampling_keeps_positives_and_records_the_rate(self):
+        path = self.generated_input(rows=4000, distinct=0)
+        options = dict(val_fraction=0.2, shards=2, min_count=2, workers=1)
+        full = criteo.convert([path], self.new_dir(), **options)
+        out = self.new_dir()
+        sampled, report = criteo.convert_with_report([path], out, negative_sampling=0.25, **options)
+        self.assertEqual(criteo.recorded_negative_sampling(sampled), 0.25)
+        self.assertEqual(criteo.recorded_negative_sampling(full), 1.0)
+        self.assertEqual(sampled.vocabulary, full.vocabulary, "the vocabulary is counted before sampling")
+        self.assertEqual(sampled.splits["validation"], full.splits["validation"])
+        full_labels = dataset_io.read_split(self.convert_again(path, options), full, "train", "tfrecord")[0]
+        labels = dataset_io.read_split(out, sampled, "train", "tfrecord")[0]
+        self.assertEqual(labels.sum(), full_labels.sum(), "every positive is kept")
+        negatives, kept = int((full_labels == 0).sum()), int((labels == 0).sum())
+        self.assertEqual(report.dropped_negatives, negatives - kept)
+        # Binomial(negatives, 0.25): 5 standard deviations either side.
+        spread = 5 * np.sqrt(negatives * 0.25 * 0.75)
+        self.assertBetween(kept, negatives * 0.25 - spread, negatives * 0.25 + spread)
+        with self.assertRaisesRegex(ValueError, "negative_sampling must be in \\(0, 1\\], got 0"):
+            criteo.convert([path], self.new_dir(), negative_sampling=0.0)
+
+    def test_recalibrate_inverts_the_sampled_odds(self):
+        rate = 0.1
+        truth = np.array([0.001, 0.02, 0.3, 0.9])
+        sampled = truth / (truth + (1 - truth) * rate)
+        self.assertAllClose(criteo.recalibrate(sampled, rate), truth)
+        self.assertAllClose(criteo.recalibrate(truth, 1.0), truth)
+
+    def test_compact_and_fixed_libsvm_hold_the_same_rows(self):
+        path = self.write_input(_varied_lines(50))
+        options = dict(val_fraction=0.0, shards=1, min_count=1, workers=1)
+        fixed = self.convert_again(path, options)
+        compact = self.convert_again(path, options, libsvm_layout="compact")
+        fixed_tree, compact_tree = dataset_io.read_tree(fixed), dataset_io.read_tree(compact)
+        self.assertEqual(fixed_tree["train/part-00000.tfrecord"], compact_tree["train/part-00000.tfrecord"])
+        fixed_lines = fixed_tree["train/part-00000.libsvm"].decode().splitlines()
+        self.assertLen({len(line) for line in fixed_lines}, 1)
+        self.assertLess(len(compact_tree["train/part-00000.libsvm"]), len(fixed_tree["train/part-00000.libsvm"]))
+        for a, b in zip(dataset_io.read_libsvm(os.path.join(fixed, "train/part-00000.libsvm")),
+                        dataset_io.read_libsvm(os.path.join(compact, "train/part-00000.libsvm"))):
+            self.assertAllEqual(a, b)
+
+    def test_parts_counted_apart_share_one_vocabulary(self):
+        lines = _varied_lines(120)
+        first, second = self.write_input(lines[:70]), self.write_input(lines[70:], name="day2.txt")
+        whole = criteo.convert([first, second], self.new_dir(), val_fraction=0.2, min_count=3, workers=1)
+        counts = [self.new_dir(), self.new_dir()]
+        criteo.count_part([first], counts[0], val_fraction=0.2, workers=1)
+        summary_json = criteo.count_part([second], counts[1], val_fraction=0.2, workers=1, memory_mb=0.01)
+        self.assertEqual(sum(summary_json["rows"].values()), 50)
+        vocab_dir = self.new_dir()
+        merged = criteo.merge_part_counts(counts, vocab_dir, min_count=3)
+        self.assertEqual(merged.vocabulary, whole.vocabulary)
+        part = criteo.convert([second], self.new_dir(), val_fraction=0.2, vocab=vocab_dir, workers=1)
+        self.assertEqual(part.vocabulary, whole.vocabulary)
+
+    def test_real_rows_bounded_equals_in_memory(self):
+        lines, source = _kaggle_lines(KAGGLE_ROWS_USED)
+        if lines is None:
+            self.skipTest("real Criteo rows not found at %s (set CRITEO_DATA_DIR)" % source)
+        path = self.write_input(lines)
+        options = dict(val_fraction=0.1, shards=2, min_count=2, workers=1)
+        in_memory = self.convert_again(path, options)
+        self.assertEqual(schema.DatasetMetadata.read(in_memory).vocabulary,
+                         _reference_vocabulary(lines, 0.1, 2).fields)
+        bounded = self.convert_again(path, options, memory_mb=0.02, chunk_bytes=40_000)
+        self.assertEqual(dataset_io.read_tree(bounded), dataset_io.read_tree(in_memory))
+
+
+class WorkersTest(CriteoTestCase):
+    """Several worker processes write what one writes."""
+
+    @pytest.mark.slow
+    def test_two_workers_equal_one(self):
+        path = os.path.join(self.new_dir(), "raw.tsv")
+        raw_criteo.write(raw_criteo.RawSpec(1200, 1200, seed=2), path)
+        options = dict(val_fraction=0.1, shards=3, min_count=2, chunk_bytes=60_000, memory_mb=0.05)
+        trees = []
+        for workers in (1, 2):
+            for shuffle in (False, True):
+                out = self.new_dir()
+                _, report = criteo.convert_with_report([path], out, workers=workers, shuffle=shuffle, **options)
+                self.assertEqual(report.workers, workers)
+                self.assertGreater(report.spilled_runs, 0)
+                trees.append(dataset_io.read_tree(out))
+        self.assertEqual(trees[2], trees[0])
+        self.assertEqual(trees[3], trees[1])
+        self.assertNotEqual(trees[1], trees[0])
+
+
 class CommandLineTest(CriteoTestCase):
 
     def test_cli_converts_files_and_refuses_to_overwrite(self):
@@ -242,12 +446,17 @@ class CommandLineTest(CriteoTestCase):
         second = self.write_input(_varied_lines(4, seed=1), name="day2.txt")
         out = self.new_dir()
         command = [sys.executable, "-m", "input_pipeline.criteo", "--output_dir", out, "--val_fraction", "0",
-                   "--shards", "1", "--min_count", "1", "--input", first, second]
+                   "--shards", "1", "--min_count", "1", "--workers", "2", "--memory_mb", "64", "--shuffle",
+                   "--negative_sampling", "0.5", "--input", first, second]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertRegex(result.stdout, r"train\s+10 rows in 1 shards")
-        self.assertEqual(schema.DatasetMetadata.read(out).splits["train"].rows, 10)
+        meta = schema.DatasetMetadata.read(out)
+        self.assertRegex(result.stdout, r"train\s+%d rows in 1 shards" % meta.splits["train"].rows)
+        self.assertRegex(result.stdout, r"count .* MB/s")
+        self.assertIn("on 2 worker(s)", result.stdout)
+        self.assertEqual(criteo.recorded_negative_sampling(meta), 0.5)
+        self.assertBetween(meta.splits["train"].rows, 1, 10)
 
         again = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
         self.assertNotEqual(again.returncode, 0)

@@ -7,12 +7,13 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline import decoders, schema
+from input_pipeline import decoders, schema, writers
 from tests.input_pipeline import example_files
 
 FIELDS = example_files.SMALL_FIELD_SIZE
 CRITEO_ENV = "CRITEO_DATA_DIR"
-CRITEO_DEFAULT_DIR = "/work/shared/data/criteo"
+CRITEO_DEFAULT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                  "..", "shared", "data", "criteo")
 CRITEO_LIBSVM = "criteo_lambdaji_va.libsvm"
 CRITEO_ROWS = 64
 
@@ -152,6 +153,93 @@ class BadLineTest(DecoderTestCase):
         self.assertAllEqual(labels, [1])
         with open(log) as f:
             self.assertNotIn("WARNING", f.read())
+
+
+def _fixed_and_compact(num_rows, field_size=FIELDS, id_width=6, seed=0):
+    """The same random rows as fixed-width and as compact LibSVM lines."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, num_rows)
+    ids = rng.integers(0, 10 ** id_width, [num_rows, field_size])
+    values = np.round(rng.random([num_rows, field_size]) * 9.999999, 6)
+    values[0, :3] = [0.0, 1.0, 9.999999]
+    fixed = writers.encode_libsvm_fixed(labels, ids, values, id_width).decode().splitlines()
+    compact = writers.encode_libsvm(labels, ids, values).decode().splitlines()
+    return fixed, compact
+
+
+class FixedWidthTest(DecoderTestCase):
+    """Lines of one length decode by byte arithmetic, exactly like the general path."""
+
+    @parameterized.parameters((4, 1), (4, 6), (39, 8), (3, 9))
+    def test_fixed_width_equals_general_decode(self, field_size, id_width):
+        fixed, compact = _fixed_and_compact(50, field_size, id_width)
+        self.assertLen({len(line) for line in fixed}, 1)
+        from_fixed = tf.function(lambda x: decoders.decode_libsvm(x, field_size))(tf.constant(fixed))
+        from_compact = decoders.decode_libsvm(tf.constant(compact), field_size)
+        self.assertDecoded(from_fixed, [from_compact[1], from_compact[0][schema.FEAT_IDS],
+                                        from_compact[0][schema.FEAT_VALS]])
+        self.assertDecoded(from_fixed, parse_lines_in_python(fixed))
+
+    def test_real_criteo_rows_in_fixed_layout(self):
+        path = os.path.join(os.environ.get(CRITEO_ENV, CRITEO_DEFAULT_DIR), CRITEO_LIBSVM)
+        if not os.path.isfile(path):
+            self.skipTest("real Criteo LibSVM rows not found at %s (set %s)" % (path, CRITEO_ENV))
+        with open(path) as f:
+            rows = parse_lines_in_python([next(f).rstrip("\n") for _ in range(CRITEO_ROWS)])
+        width = len(str(int(rows[1].max())))
+        fixed = writers.encode_libsvm_fixed(rows[0], rows[1], rows[2].astype(np.float64), width).decode()
+        self.assertDecoded(decoders.decode_libsvm(tf.constant(fixed.splitlines()), schema.FIELD_SIZE),
+                           parse_lines_in_python(fixed.splitlines()))
+
+    @parameterized.named_parameters(
+        ("letter_in_id", lambda line: line[:3] + "x" + line[4:], "it is not `label id:value ...`"),
+        ("colon_moved", lambda line: line.replace(":", "0", 1).replace(" ", ":", 2).replace(":", " ", 1),
+         "it is not `label id:value ...`"),
+    )
+    def test_a_broken_fixed_line_is_reported_by_the_general_path(self, breaks, reason):
+        fixed, _ = _fixed_and_compact(3)
+        lines = [fixed[0], breaks(fixed[1]), fixed[2]]
+        self.assertLen({len(line) for line in lines}, 1, "the broken line keeps the length")
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "row 1 of the batch: bad LibSVM line \\(%s"
+                                    % reason):
+            decoders.decode_libsvm(tf.constant(lines), FIELDS)
+
+    def test_mixed_layouts_in_one_batch(self):
+        fixed, compact = _fixed_and_compact(6)
+        mixed = fixed[:3] + compact[3:]
+        self.assertDecoded(decoders.decode_libsvm(tf.constant(mixed), FIELDS), parse_lines_in_python(mixed))
+
+    def test_skip_bad_records_with_fixed_lines(self):
+        fixed, _ = _fixed_and_compact(4)
+        lines = fixed[:2] + [fixed[2][:5] + "?" + fixed[2][6:]] + fixed[3:]
+        log = os.path.join(tempfile.mkdtemp(dir=self.get_temp_dir()), "stderr")
+        with example_files.captured_stderr(log):
+            decoded = decoders.decode_libsvm(tf.constant(lines), FIELDS, skip_bad_records=True)
+        self.assertDecoded(decoded, parse_lines_in_python(fixed[:2] + fixed[3:]))
+
+    def test_layout_checks_of_the_writer(self):
+        with self.assertRaisesRegex(ValueError, "values in \\[0, 10\\), got -0.5"):
+            writers.encode_libsvm_fixed(np.zeros(1), np.ones([1, 2], np.int64), np.array([[1.0, -0.5]]), 3)
+        with self.assertRaisesRegex(ValueError, "id 1000 has more than id_width=3 digits"):
+            writers.encode_libsvm_fixed(np.zeros(1), np.array([[1, 1000]]), np.ones([1, 2]), 3)
+        with self.assertRaisesRegex(ValueError, "labels 0 or 1, got 0.5"):
+            writers.encode_libsvm_fixed(np.array([0.5]), np.ones([1, 2], np.int64), np.ones([1, 2]), 3)
+
+
+class SuggestionTest(tf.test.TestCase):
+
+    def test_suggests_the_tfrecord_twins_or_the_conversion_command(self):
+        directory = tempfile.mkdtemp(dir=self.get_temp_dir())
+        paths = [os.path.join(directory, "part-%d.libsvm" % i) for i in range(2)]
+        for path in paths:
+            open(path, "w").close()
+        text = decoders.libsvm_suggestion(paths, 39)
+        self.assertIn("python -m input_pipeline.libsvm_to_tfrecord --field_size 39 --input '%s/*.libsvm'"
+                      % directory, text)
+        for path in paths:
+            open(path[:-len(".libsvm")] + ".tfrecord", "w").close()
+        self.assertIn("pass --data_format tfrecord", decoders.libsvm_suggestion(paths, 39))
+        self.assertNotIn("libsvm_to_tfrecord", decoders.libsvm_suggestion(paths, 39))
 
 
 class CheckFirstRecordTest(DecoderTestCase):

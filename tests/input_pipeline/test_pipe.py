@@ -26,6 +26,19 @@ RECORDS_PER_FILE = 12
 BATCH_SIZE = 5
 
 
+def check_channels(channels, workers_per_host: int, base_dir: str) -> list:
+    """Checks that the workers of a host each get their own channel, configured in Pipe mode.
+
+    Returns:
+      The channels the workers of a host read, by local rank.
+    """
+    used = [sharding.assign_channel(channels, local_rank, workers_per_host)
+            for local_rank in range(workers_per_host)]
+    for channel in used:
+        pipe.check_channel(channel, base_dir)
+    return used
+
+
 class PipeTest(tf.test.TestCase, parameterized.TestCase):
 
     def setUp(self):
@@ -114,7 +127,7 @@ class PipeTest(tf.test.TestCase, parameterized.TestCase):
         for rank, channel in enumerate(channels):
             files[channel], ids[channel] = self.write_files(first_id=10000 * (rank + 1))
         feeder = feeding.started_feeder(self, self.base_dir, files, epochs)
-        self.assertEqual(pipe.check_channels(channels, workers_per_host, self.base_dir), channels)
+        self.assertEqual(check_channels(channels, workers_per_host, self.base_dir), channels)
         readers = {}
         for local_rank in range(workers_per_host):
             channel = sharding.assign_channel(channels, local_rank, workers_per_host)
@@ -163,20 +176,14 @@ class PipeTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_check_channels(self):
         self.write_config({name: {"TrainingInputMode": "Pipe"} for name in ("train_0", "train_1")})
-        self.assertEqual(pipe.check_channels(["train_0", "train_1"], 2, self.base_dir), ["train_0", "train_1"])
-        self.assertEqual(pipe.check_channels(["train_1", "train_0"], 1, self.base_dir), ["train_1"])
+        self.assertEqual(check_channels(["train_0", "train_1"], 2, self.base_dir), ["train_0", "train_1"])
+        self.assertEqual(check_channels(["train_1", "train_0"], 1, self.base_dir), ["train_1"])
         with self.assertRaisesRegex(ValueError, r"2 workers per host need 2 channels, got 1: \['train_0'\]"):
-            pipe.check_channels(["train_0"], 2, self.base_dir)
+            check_channels(["train_0"], 2, self.base_dir)
         with self.assertRaisesRegex(ValueError, "'train_0' is listed 2 times"):
-            pipe.check_channels(["train_0", "train_0"], 2, self.base_dir)
+            check_channels(["train_0", "train_0"], 2, self.base_dir)
         with self.assertRaisesRegex(ValueError, "'train_2' is not in"):
-            pipe.check_channels(["train_0", "train_2"], 2, self.base_dir)
-
-    def test_pipe_channels_in_numeric_order(self):
-        self.write_config({name: {"TrainingInputMode": "Pipe"} for name in ("train_10", "train_2", "train_1")}
-                          | {"validation": {"TrainingInputMode": "File"}, "eval": {"TrainingInputMode": "pipe"}})
-        self.assertEqual(pipe.pipe_channels(self.base_dir, prefix="train_"), ["train_1", "train_2", "train_10"])
-        self.assertEqual(pipe.pipe_channels(self.base_dir), ["eval", "train_1", "train_2", "train_10"])
+            check_channels(["train_0", "train_2"], 2, self.base_dir)
 
     def test_bad_arguments(self):
         self.write_config({"train_0": {"TrainingInputMode": "Pipe"}})

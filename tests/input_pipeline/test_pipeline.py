@@ -1,4 +1,4 @@
-"""Tests for input_pipeline.pipeline: order, refusals, sharding, bad records."""
+"""Tests for input_pipeline.pipeline: the order, refusals, sharding, bad records."""
 
 import glob
 import os
@@ -80,20 +80,6 @@ class OrderTest(PipelineTestCase):
         self.assertEqual(features[schema.FEAT_VALS], tf.TensorSpec([BATCH, FIELDS], tf.float32))
         self.assertEqual(labels, tf.TensorSpec([BATCH], tf.float32))
 
-    @parameterized.named_parameters(
-        ("scalar_map", dict(variant="scalar_map"), ["map", "batch", "repeat", "prefetch"]),
-        ("no_prefetch", dict(variant="no_prefetch", prefetch=False), ["batch", "map", "repeat"]),
-        ("cache_after_repeat", dict(variant="cache_after_repeat", cache="memory"),
-         ["repeat", "cache", "batch", "map", "prefetch"]),
-    )
-    def test_benchmark_variants_yield_the_same_rows(self, variant, stages):
-        train = self.train_files(self.write_root([6, 6]))
-        default = pipeline.DatasetBuilder(train, config(), BATCH, 2)
-        slow = pipeline.DatasetBuilder(train, config(**variant), BATCH, 2)
-        self.assertEqual(applied_stages(slow), stages)
-        self.assertEqual(sorted(labels_of(slow())), sorted(labels_of(default())))
-        self.assertLen(labels_of(default()), 24)
-
     def test_cache_before_repeat_does_not_read_files_again(self):
         train = self.train_files(self.write_root([8]))
         dataset = pipeline.DatasetBuilder(train, config(cache="memory"), BATCH, 2)()
@@ -104,15 +90,30 @@ class OrderTest(PipelineTestCase):
         self.assertEqual(second_epoch, first_epoch)
         self.assertEqual(first_epoch, list(range(8)))
 
-    def test_without_cache_the_second_epoch_reads_files_again(self):
+    def test_without_cache_every_pass_reads_the_files(self):
         train = self.train_files(self.write_root([8]))
-        builder = pipeline.DatasetBuilder(train, config(variant="no_prefetch", prefetch=False), BATCH, 2)
-        iterator = iter(builder())
-        next(iterator)
-        next(iterator)
+        dataset = pipeline.DatasetBuilder(train, config(), BATCH, 1)()
+        self.assertEqual(labels_of(dataset), list(range(8)))
         os.remove(train[0])
         with self.assertRaisesRegex(tf.errors.NotFoundError, "%s; No such file or directory" % train[0]):
-            next(iterator)
+            labels_of(dataset)
+
+    @parameterized.parameters("tfrecord", "libsvm")
+    def test_records_are_the_sharded_undecoded_rows(self, data_format):
+        train = self.train_files(self.write_root([6, 6]), data_format)
+        builder = pipeline.DatasetBuilder(train, config(data_format=data_format), BATCH, 1)
+        context = tf.distribute.InputContext(2, 1)
+        records = builder.records(context)
+        if data_format == "tfrecord":
+            self.assertEqual(records.element_spec, tf.TensorSpec([], tf.string))
+        else:
+            self.assertEqual(records.element_spec, (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32),
+                                                    tf.TensorSpec([], tf.int64)))
+        self.assertEqual(sum(1 for _ in records), 6)
+        decoded = records.batch(BATCH, drop_remainder=True).map(builder.decode_batch)
+        # Shard 1 of 2 is the second file, labels 6 to 11: one full batch.
+        self.assertEqual(labels_of(decoded), [6.0, 7.0, 8.0, 9.0])
+        self.assertEqual(labels_of(builder(context)), labels_of(decoded))
 
     def test_cache_to_files(self):
         train = self.train_files(self.write_root([8, 8]))
@@ -134,25 +135,6 @@ class OrderTest(PipelineTestCase):
 class RefusalTest(PipelineTestCase):
 
     @parameterized.named_parameters(
-        ("cache_after_repeat", dict(cache="memory", order=("shard", "shuffle", "batch", "map", "repeat",
-                                                            "cache", "prefetch")),
-         "caches after repeat: the cache then stores every epoch again and its memory grows by one copy "
-         "of the data per epoch.*variant='cache_after_repeat'"),
-        ("scalar_map", dict(order=("shard", "cache", "shuffle", "map", "batch", "repeat", "prefetch")),
-         "maps before batching: a scalar map decodes one record per call.*variant='scalar_map'"),
-        ("no_prefetch", dict(prefetch=False), "prefetch=False leaves input and training.*variant='no_prefetch'"),
-        ("cache_after_shuffle", dict(cache="memory", shuffle_buffer=4,
-                                     order=("shard", "shuffle", "cache", "batch", "map", "repeat", "prefetch")),
-         "caches after shuffle: every epoch would replay the first epoch's order"),
-        ("shard_later", dict(order=("cache", "shard", "shuffle", "batch", "map", "repeat", "prefetch")),
-         "order must start with 'shard'"),
-        ("prefetch_early", dict(order=("shard", "cache", "shuffle", "batch", "map", "prefetch", "repeat")),
-         "order must end with 'prefetch'"),
-        ("missing_stage", dict(order=("shard", "batch", "map", "repeat", "prefetch")),
-         "order must name each of shard, cache, shuffle, batch, map, repeat, prefetch exactly once"),
-        ("unknown_variant", dict(variant="fast"), "variant must be None or one of scalar_map, no_prefetch, "
-                                                  "cache_after_repeat, got 'fast'"),
-        ("variant_without_cache", dict(variant="cache_after_repeat"), "set cache"),
         ("pipe_libsvm", dict(input_mode="pipe", data_format="libsvm"), "Pipe mode reads TFRecord channels only"),
         ("input_mode", dict(input_mode="s3"), "input_mode must be one of file, pipe, got 's3'"),
         ("format", dict(data_format="csv"), "data_format must be one of tfrecord, libsvm, got 'csv'"),
@@ -162,10 +144,6 @@ class RefusalTest(PipelineTestCase):
     def test_config_refused(self, kwargs, message):
         with self.assertRaisesRegex(ValueError, message):
             config(**kwargs)
-
-    def test_variant_allows_its_order(self):
-        order = ("shard", "shuffle", "batch", "map", "repeat", "cache", "prefetch")
-        self.assertEqual(config(cache="memory", order=order, variant="cache_after_repeat").stages, order)
 
     def test_memory_cache_over_budget(self):
         train = self.train_files(self.write_root([8, 8]))
@@ -177,17 +155,6 @@ class RefusalTest(PipelineTestCase):
             builder()
         # Half the data per pipeline fits.
         self.assertLen(labels_of(builder(tf.distribute.InputContext(2, 1))), 8)
-
-    def test_cache_after_repeat_budget_counts_epochs(self):
-        train = self.train_files(self.write_root([8]))
-        size = os.path.getsize(train[0])
-        variant = dict(variant="cache_after_repeat", cache="memory", memory_budget_bytes=2 * size)
-        pipeline.DatasetBuilder(train, config(**variant), BATCH, 2)()
-        with self.assertRaisesRegex(ValueError, "about %d bytes .* per epoch x 3 epochs = %d bytes .*, more than "
-                                                "memory_budget_bytes=%d bytes" % (size, 3 * size, 2 * size)):
-            pipeline.DatasetBuilder(train, config(**variant), BATCH, 3)()
-        with self.assertRaisesRegex(ValueError, "num_epochs=None caches forever"):
-            pipeline.DatasetBuilder(train, config(**variant), BATCH, None)()
 
     def test_builder_arguments(self):
         train = self.train_files(self.write_root([8]))
@@ -352,12 +319,14 @@ class ShardingTest(PipelineTestCase):
         self.assertEqual(builder.steps_per_epoch(contexts[0]), steps)
         self.assertEqual(min(yielded), steps)
 
-    def test_steps_unknown_without_row_counts(self):
+    def test_files_without_metadata_have_their_rows_counted(self):
         loose = [example_files.write_tfrecord(os.path.join(self.dir, "%d.tfrecord" % i),
-                                              example_files.make_rows(9)) for i in range(2)]
-        self.assertIsNone(pipeline.DatasetBuilder(loose, config(), BATCH).steps_per_epoch())
-        counted = pipeline.DatasetBuilder(loose, config(), BATCH, row_counts=files.count_rows(loose, "tfrecord"))
-        self.assertEqual(counted.steps_per_epoch(tf.distribute.InputContext(2, 0)), 2)
+                                              example_files.make_rows(rows)) for i, rows in enumerate((9, 13))]
+        given = pipeline.DatasetBuilder(loose, config(), BATCH, row_counts=files.count_rows(loose, "tfrecord"))
+        counted = pipeline.DatasetBuilder(loose, config(), BATCH)
+        for context in (None, tf.distribute.InputContext(2, 0), tf.distribute.InputContext(2, 1)):
+            self.assertEqual(given.steps_per_epoch(context), counted.steps_per_epoch(context))
+        self.assertEqual(9 // BATCH, counted.steps_per_epoch(tf.distribute.InputContext(2, 0)))
 
 
 class GraphModeTest(PipelineTestCase):

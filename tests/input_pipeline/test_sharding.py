@@ -63,22 +63,19 @@ class FileModeShardTest(tf.test.TestCase, parameterized.TestCase):
 class PipeModeShardTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.named_parameters(
-        ("multi_path_by_host", TWO_BY_THREE, True, False, (2, 1)),
-        ("multi_path_s3_sharded", TWO_BY_THREE, True, True, (1, 0)),
-        ("one_path_by_rank", TWO_BY_THREE, False, False, (6, 4)),
-        ("one_path_s3_sharded", TWO_BY_THREE, False, True, (3, 1)),
-        ("multi_path_one_host", sharding.Topology(workers_per_host=2, local_rank=1, rank=1, size=2),
-         True, False, (1, 0)),
+        ("by_host", TWO_BY_THREE, False, (2, 1)),
+        ("s3_sharded", TWO_BY_THREE, True, (1, 0)),
+        ("one_host", sharding.Topology(workers_per_host=2, local_rank=1, rank=1, size=2), False, (1, 0)),
     )
-    def test_rule(self, topology, multi_path, s3_sharded, expected):
-        self.assertEqual(sharding.pipe_mode_shard(topology, multi_path, s3_sharded), expected)
+    def test_rule(self, topology, s3_sharded, expected):
+        self.assertEqual(sharding.pipe_mode_shard(topology, s3_sharded), expected)
 
     def test_host_shard_uses_rank_over_workers_per_host(self):
         # Worker 2 of host 0 and worker 0 of host 1 read different host shards.
         first = sharding.Topology.from_ranks(rank=2, size=6, local_rank=2, workers_per_host=3)
         second = sharding.Topology.from_ranks(rank=3, size=6, local_rank=0, workers_per_host=3)
-        self.assertEqual(sharding.pipe_mode_shard(first, True, False), (2, 0))
-        self.assertEqual(sharding.pipe_mode_shard(second, True, False), (2, 1))
+        self.assertEqual(sharding.pipe_mode_shard(first, False), (2, 0))
+        self.assertEqual(sharding.pipe_mode_shard(second, False), (2, 1))
 
 
 class AssignChannelTest(tf.test.TestCase, parameterized.TestCase):

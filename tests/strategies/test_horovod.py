@@ -19,7 +19,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
-from deepfm import launch, processes
+from jobs import local as launch, processes
 from input_pipeline import pipeline, schema, synthetic
 from strategies import horovod
 

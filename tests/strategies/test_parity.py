@@ -16,7 +16,7 @@ import tensorflow as tf
 from absl import logging
 from absl.testing import parameterized
 
-from deepfm import launch
+from jobs import local as launch
 from input_pipeline import synthetic
 
 ROWS = 16_000

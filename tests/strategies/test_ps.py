@@ -18,12 +18,12 @@ from absl.testing import parameterized
 
 import strategies
 from deepfm import model as model_lib
-from deepfm import processes
+from jobs import processes
 from deepfm.config import ModelConfig
 from input_pipeline import schema, synthetic
 from strategies import cluster as cluster_lib
 from strategies import ps
-from tests.deepfm import launch_testing
+from tests.jobs import launch_testing
 
 CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3", "localhost:4"]}
 FEATURE_SIZE = 2000
@@ -348,8 +348,9 @@ class EndToEndTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLess(losses[-1][1], losses[0][1], losses)
         self.assertGreater(metrics["auc"], MIN_AUC, metrics)
         self.assertLess(metrics["logloss"], base_rate_logloss(root), metrics)
-        # Both workers advance the global step; the last steps may overlap by one.
-        self.assertBetween(metrics["global_step"], 2 * STEPS_PER_WORKER, 2 * STEPS_PER_WORKER + 1)
+        # Both workers advance the global step; each may run one step past the budget (the step
+        # read with its last step may be one behind the other worker's update).
+        self.assertBetween(metrics["global_step"], 2 * STEPS_PER_WORKER, 2 * STEPS_PER_WORKER + 2)
         for task in ("chief_0", "worker_0"):
             self.assertIn("%s finished training" % task, job.log(task))
         # The worker trained alongside the chief: it did not wait for TensorFlow's 30-second poll.

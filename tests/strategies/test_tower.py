@@ -1,6 +1,8 @@
 """Tests of the tower strategy: splitting, averaging, placement, training, eval."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,6 +25,14 @@ MIN_AUC = 0.9
 EVAL_BATCH = 300
 EVAL_ROWS = 3 * EVAL_BATCH + 1
 CPU_TOWERS = devices_lib.DeviceList(devices_lib.CPU, ("/cpu:1", "/cpu:2"))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Imports every strategy adapter and prints the modules of the model package it loaded.
+IMPORT_SCRIPT = """
+import sys
+import strategies
+strategies.names()
+print(sorted(name for name in sys.modules if name == "deepfm" or name.startswith("deepfm.")))
+"""
 
 
 def tower_strategy(num_devices=TOWERS, device_type="cpu", **kwargs) -> strategies.Strategy:
@@ -140,6 +150,40 @@ class TowerGraphTest(tf.test.TestCase):
         self.assertNotEmpty(single_names)
         self.assertEqual(tower_names, single_names)
 
+    def test_eval_uses_the_metric_function_the_model_fn_publishes(self):
+        published = []
+
+        def metric_fn(labels, predictions):
+            published.append(predictions[model_lib.PREDICTION_KEY])
+            return model_lib.prediction_metrics(labels, predictions)
+
+        def publishing_model_fn(features, labels, mode, params):
+            spec = model_lib.model_fn(features, labels, mode, params)
+            params[tower.EVAL_METRICS_PARAM] = metric_fn
+            return spec
+
+        self.assertEqual(tower.EVAL_METRICS_PARAM, model_lib.EVAL_METRICS_PARAM)
+        with tf.Graph().as_default():
+            ids, values, labels = rt.planted_rows(2 * TOWERS + 1)
+            features = {schema.FEAT_IDS: tf.constant(ids), schema.FEAT_VALS: tf.constant(values)}
+            spec = tower.replicate_model_fn(publishing_model_fn, CPU_TOWERS)(
+                features, tf.constant(labels), tf.estimator.ModeKeys.EVAL, {"model": rt.model_config()})
+        self.assertLen(published, 1)
+        self.assertIs(published[0], spec.predictions[model_lib.PREDICTION_KEY])
+        self.assertEqual(sorted(spec.eval_metric_ops), ["auc", "logloss"])
+
+    def test_eval_without_a_published_metric_function_is_refused(self):
+        def private_params_model_fn(features, labels, mode, params):
+            return model_lib.model_fn(features, labels, mode, dict(params))
+
+        with tf.Graph().as_default():
+            ids, values, labels = rt.planted_rows(2 * TOWERS)
+            features = {schema.FEAT_IDS: tf.constant(ids), schema.FEAT_VALS: tf.constant(values)}
+            replicated = tower.replicate_model_fn(private_params_model_fn, CPU_TOWERS)
+            with self.assertRaisesRegex(ValueError, r"params\['eval_metrics'\] in EVAL; "
+                                                    r"private_params_model_fn put none there"):
+                replicated(features, tf.constant(labels), tf.estimator.ModeKeys.EVAL, {"model": rt.model_config()})
+
     def test_every_towers_update_ops_run_before_the_step(self):
         graph, spec = self.build_train_graph(rt.model_config(batch_norm=True))
         with graph.as_default():
@@ -211,6 +255,14 @@ class TowerConfigTest(tf.test.TestCase):
 
     def test_is_registered(self):
         self.assertIn("tower", strategies.names())
+
+    def test_strategies_never_import_the_model_package(self):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])),
+                   TF_CPP_MIN_LOG_LEVEL="2")
+        result = subprocess.run([sys.executable, "-c", IMPORT_SCRIPT], capture_output=True, text=True, env=env,
+                                cwd=self.get_temp_dir(), check=False)
+        self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+        self.assertEqual(result.stdout.strip().splitlines()[-1], "[]")
 
     def test_describes_its_devices(self):
         self.assertIn("/cpu:1,/cpu:2", tower_strategy().describe())

@@ -15,6 +15,9 @@ watches them:
   `signals_raise`), stops every task and every process they started:
   SIGTERM to each process group and to every known descendant, then SIGKILL
   after `stop_grace_seconds`. No process outlives the group;
+* the training tasks are stopped first and the services (parameter servers)
+  only once those are gone: a chief stopping on SIGTERM saves a checkpoint
+  of variables that live on the parameter servers;
 * on Linux a task is also killed by the kernel if the supervising process
   itself dies without cleaning up (SIGKILL).
 """
@@ -170,17 +173,24 @@ class ProcessGroup:
       stop_grace_seconds: how long `stop` waits after SIGTERM before SIGKILL.
       service_grace_seconds: how long service tasks may run on after every
         other task has exited successfully.
+      terminate_descendants: whether `stop` also sends SIGTERM to each
+        process a task started (False: only to the tasks' process groups,
+        for tasks that pass the signal on themselves, such as an emulated
+        host's init; the others still get SIGKILL after the grace period).
     """
 
     def __init__(self, log_dir: str, poll_seconds: float = DEFAULT_POLL_SECONDS,
                  stop_grace_seconds: float = DEFAULT_STOP_GRACE_SECONDS,
-                 service_grace_seconds: float = DEFAULT_SERVICE_GRACE_SECONDS):
+                 service_grace_seconds: float = DEFAULT_SERVICE_GRACE_SECONDS,
+                 terminate_descendants: bool = True):
         self.log_dir = log_dir
+        self._terminate_descendants = terminate_descendants
         self._poll_seconds = poll_seconds
         self._stop_grace_seconds = stop_grace_seconds
         self._service_grace_seconds = service_grace_seconds
         self._tasks: Dict[str, Task] = {}
-        self._descendants: Dict[int, psutil.Process] = {}
+        # Task name -> pid -> a process it started.
+        self._descendants: Dict[str, Dict[int, psutil.Process]] = {}
         os.makedirs(log_dir, exist_ok=True)
 
     @property
@@ -274,15 +284,21 @@ class ProcessGroup:
     def stop(self) -> None:
         """Stops every task and every process they started; waits until all are gone.
 
-        Running tasks get SIGTERM (their whole process group), as do the
-        processes they started; whatever still runs `stop_grace_seconds`
-        later gets SIGKILL. Safe to call more than once.
+        The training tasks first, then the services: running tasks get
+        SIGTERM (their whole process group), as do the processes they
+        started; whatever still runs `stop_grace_seconds` later gets SIGKILL.
+        Safe to call more than once.
         """
         self._remember_descendants()
-        running = [task for task in self._tasks.values() if task.poll() is None]
+        for service in (False, True):
+            self._stop_tasks([task for task in self._tasks.values() if task.service == service])
+
+    def _stop_tasks(self, tasks: Sequence[Task]) -> None:
+        running = [task for task in tasks if task.poll() is None]
         for task in running:
             _signal_group(task.pid, signal.SIGTERM)
-        descendants = [p for p in self._descendants.values() if _send(p, signal.SIGTERM)]
+        descendants = [p for task in tasks for p in self._descendants.get(task.name, {}).values()
+                       if (_send(p, signal.SIGTERM) if self._terminate_descendants else _alive(p))]
         deadline = time.monotonic() + self._stop_grace_seconds
         for task in running:
             try:
@@ -306,7 +322,7 @@ class ProcessGroup:
             except psutil.NoSuchProcess:
                 continue
             for child in children:
-                self._descendants.setdefault(child.pid, child)
+                self._descendants.setdefault(task.name, {}).setdefault(child.pid, child)
 
 
 def _die_with_parent():
@@ -321,6 +337,13 @@ def _die_with_parent():
     def preexec():
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     return preexec
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running()
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _signal_group(pgid: int, signum: int) -> None:

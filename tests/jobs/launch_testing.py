@@ -11,6 +11,8 @@ import psutil
 
 LAUNCH_TIMEOUT_S = 240
 POLL_S = 0.2
+# Where a Horovod rank finds its rank: Gloo's variable, then Open MPI's.
+RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -64,6 +66,15 @@ class LaunchedJob:
                 pids[os.path.basename(path)[:-len(".pid")]] = int(text)
         return pids
 
+    def rank_logs(self, rank_dir):
+        """Every Horovod rank's output under `<log_dir>/<rank_dir>`, concatenated (Gloo and MPI layouts)."""
+        text = []
+        for path in sorted(glob.glob(os.path.join(self.log_dir, rank_dir, "**", "*"), recursive=True)):
+            if os.path.isfile(path):
+                with open(path, errors="replace") as f:
+                    text.append(f.read())
+        return "".join(text)
+
     def log(self, task):
         """The log of `task` (e.g. `worker_0`)."""
         with open(os.path.join(self.log_dir, task + ".log"), errors="replace") as f:
@@ -83,6 +94,36 @@ class LaunchedJob:
                 return True
             time.sleep(POLL_S)
         return False
+
+    def wait_for_checkpoints(self, model_dir, count=2, timeout=LAUNCH_TIMEOUT_S):
+        """Waits until `model_dir` holds `count` checkpoints (the first is the chief's step-0 one).
+
+        Returns:
+          True once they are there; False if the launcher ended first.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.process.poll() is None:
+            self._track()
+            if len(glob.glob(os.path.join(model_dir, "model.ckpt-*.index"))) >= count:
+                return True
+            time.sleep(POLL_S)
+        return False
+
+    def rank_pids(self):
+        """Horovod rank -> pid of its running `deepfm.train` process (from its rank variable, Gloo or MPI)."""
+        self._track()
+        ranks = {}
+        for process in self._seen.values():
+            try:
+                cmdline = process.cmdline()
+                if cmdline and os.path.basename(cmdline[0]).startswith("python") and "deepfm.train" in cmdline:
+                    environ = process.environ()
+                    rank = next((environ[v] for v in RANK_VARIABLES if v in environ), None)
+                    if rank is not None:
+                        ranks[int(rank)] = process.pid
+            except psutil.Error:
+                continue
+        return ranks
 
     def wait(self, timeout=LAUNCH_TIMEOUT_S):
         """Waits for the launcher; returns (exit code, its output)."""

@@ -12,7 +12,7 @@ import psutil
 import tensorflow as tf
 from absl.testing import parameterized
 
-from deepfm import processes
+from jobs import processes
 
 GRACE_S = 1.0
 WAIT_S = 30
@@ -136,7 +136,7 @@ class ProcessGroupTest(tf.test.TestCase, parameterized.TestCase):
         pid_file = os.path.join(self.create_tempdir().full_path, "task.pid")
         supervisor = subprocess.Popen(python("""
             import os, sys, time
-            from deepfm import processes
+            from jobs import processes
             group = processes.ProcessGroup(%r)
             task = group.start("worker_0", [sys.executable, "-c", %r])
             with open(%r + ".tmp", "w") as f:

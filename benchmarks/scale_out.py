@@ -1,0 +1,846 @@
+"""Scale-out on emulated hosts: `ps` and `horovod` at 2 hosts x 1 core against `single` on 1 core.
+
+    python -m benchmarks.scale_out [--runs 3] [--steps 120] [--warmup_steps 30] [--link_gbps 25]
+                                   [--variants a,b] [--data_dir data/synthetic_300k]
+
+Hosts are emulated with `jobs.hosts` (network namespaces with their own
+addresses and names, `algo-1` and `algo-2`, each pinned to its own core, an
+optional token-bucket bandwidth limit per host; this kernel has no `netem`,
+so latency is not modelled). Needs root.
+
+Every process of a run is started directly inside its host (no SageMaker
+toolkit, no ssh): a small supervisor (`--child_host`, this module) runs as
+the host's command, starts the host's training processes, samples their CPU
+time (`benchmarks.common.ProcessTreeSampler`) and the host's interface
+counters (`/sys/class/net/eth0/statistics/{tx,rx}_bytes`, inside the host's
+namespace) every `SAMPLE_SECONDS`, and writes what it saw as JSON.
+
+* `single`: one `deepfm.train --strategy single` in `algo-1` (1 core).
+* `ps`: laid out as SageMaker does: on each host a parameter server
+  (`algo-i:2223`) and a training task (`master` on `algo-1:2222`, `worker`
+  on `algo-2:2222`), asynchronous, embeddings partitioned over the 2 ps.
+  The parameter servers are plain `tf.distribute.Server`s, as the toolkit
+  starts them (`--child_ps`), stopped when their host's training task ends.
+* `horovod`: one rank per host, Gloo, started without `horovodrun`: the
+  supervisor of `algo-1` runs Horovod's own `RendezvousServer` with the
+  slot plan `algo-1:1,algo-2:1` (what `horovodrun --gloo` does), and each
+  rank gets the environment `horovodrun` would give it.
+
+Same data and per-replica batch in every variant; a single process runs
+2 x (warm-up + steps) steps, each of the two distributed processes warm-up
++ steps, so every variant trains the same number of examples before its
+AUC is measured on the validation split.
+
+Per run, in the window where every training process is past warm-up
+(`benchmarks.strategies.job_window`, from the processes' `--progress_file`):
+
+* examples/sec of the job, and its efficiency = examples/sec / (hosts x
+  `single`'s median examples/sec);
+* CPU-seconds per 1,000 examples: every process of the job (parameter
+  servers included);
+* bytes sent per step: each host's interface tx bytes in the window / the
+  steps of the host's training process in it (one training process per
+  host, so per host = per training process; a host's ps traffic counts
+  with its host);
+* the step time split: step = window / steps of a training process;
+  compute = `single`'s CPU time per step (the same model and batch on one
+  core); communication CPU = the host's CPU time per step minus compute
+  (serialization, Gloo/gRPC, the ps's work); waiting = step minus the
+  host's CPU time per step (its core idle: the network and the other host);
+* AUC: the chief's `metrics.json`.
+
+Results go to `benchmarks/results/scale_out.{md,json,png}`.
+"""
+
+import argparse
+import dataclasses
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy
+
+from benchmarks import common
+from benchmarks import strategies as strategies_bench
+from jobs import hosts as hosts_lib
+
+NAME = "scale_out"
+DEFAULT_DATA_DIR = os.path.join("data", "synthetic_300k")
+DEFAULT_ROWS = 300_000
+BATCH = 1024
+DEFAULT_RUNS = 3
+DEFAULT_STEPS = 120
+DEFAULT_WARMUP_STEPS = 30
+DEFAULT_LINK_GBPS = 25.0
+LOG_EVERY_STEPS = 10
+SAMPLE_SECONDS = 0.2
+RUN_TIMEOUT_S = 600
+NO_CHECKPOINT_STEPS = 10 ** 9
+HOST_NAMES = ("algo-1", "algo-2")
+CORES_PER_HOST = 1
+WORKER_PORT = 2222
+PS_PORT = 2223
+RENDEZVOUS_WAIT_S = 120
+# After the first host of a run exits successfully, the others get this long, then are stopped
+# (a ps worker can wait for a parameter server of the chief's host that has already exited).
+STRAGGLER_GRACE_S = 30
+TARGET_EFFICIENCY = 0.90
+TARGET_AUC_DELTA = 0.005
+MB = 1e6
+
+STRATEGY_SINGLE, STRATEGY_PS, STRATEGY_HOROVOD = "single", "ps", "horovod"
+BASELINE = "single"
+# Two independent singles at once: what two busy cores of this machine do without any exchange.
+INDEPENDENT = "single_x2"
+PROGRESS_DIR = "progress"
+HOST_OUTPUT = "host-%s.json"
+PORT_FILE = "rendezvous.port"
+CHILD_HOST = "host"
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One configuration the benchmark measures.
+
+    Attributes:
+      name: its label in the report and in `--variants`.
+      strategy: `single`, `ps` or `horovod`.
+      note: what it is, for the report.
+      train_flags: further `deepfm.train` flags.
+      env: extra environment variables of its processes.
+      baseline: the variant whose examples/sec its efficiency divides by.
+      copies: `single` only: independent copies, one per host, run at the
+        same time (what sharing the machine alone costs).
+    """
+
+    name: str
+    strategy: str
+    note: str
+    train_flags: Tuple[str, ...] = ()
+    env: Tuple[Tuple[str, str], ...] = ()
+    baseline: str = BASELINE
+    copies: int = 1
+
+    @property
+    def num_hosts(self) -> int:
+        return self.copies if self.strategy == STRATEGY_SINGLE else len(HOST_NAMES)
+
+
+def all_variants() -> Tuple[Variant, ...]:
+    """Every variant, in report order: the baseline, the strategies at the defaults, then levers."""
+    return (
+        Variant("single", STRATEGY_SINGLE, "1 process, 1 core (defaults)"),
+        Variant(INDEPENDENT, STRATEGY_SINGLE, "2 independent singles, 1 per host, at once (no exchange)",
+                copies=len(HOST_NAMES)),
+        Variant("ps", STRATEGY_PS, "ps + worker per host, async (defaults)"),
+        Variant("horovod", STRATEGY_HOROVOD, "1 rank per host, Gloo (defaults)"),
+        Variant("single+dedup", STRATEGY_SINGLE, "--dedup_lookups", ("--dedup_lookups",)),
+        Variant("single+no_check_ids", STRATEGY_SINGLE, "--nocheck_ids", ("--nocheck_ids",)),
+        Variant("ps+dedup", STRATEGY_PS, "--dedup_lookups", ("--dedup_lookups",),
+                baseline="single+dedup"),
+        Variant("ps+threads1", STRATEGY_PS, "intra/inter-op threads 1/1 (every task)",
+                ("--intra_op_threads", "1", "--inter_op_threads", "1")),
+        Variant("horovod+dedup", STRATEGY_HOROVOD, "--dedup_lookups", ("--dedup_lookups",),
+                baseline="single+dedup"),
+        Variant("horovod+sparse_as_dense", STRATEGY_HOROVOD, "--sparse_as_dense (dense allreduce)",
+                ("--sparse_as_dense",)),
+        Variant("horovod+sparse_as_dense+fp16", STRATEGY_HOROVOD, "--sparse_as_dense --hvd_compression fp16",
+                ("--sparse_as_dense", "--hvd_compression", "fp16")),
+        Variant("horovod+cycle5ms", STRATEGY_HOROVOD, "--hvd_cycle_time_ms 5", ("--hvd_cycle_time_ms", "5")),
+        Variant("horovod+fusion0", STRATEGY_HOROVOD, "--hvd_fusion_threshold_bytes 0 (no fusion)",
+                ("--hvd_fusion_threshold_bytes", "0")),
+        Variant("horovod+threads1", STRATEGY_HOROVOD, "intra/inter-op threads 1/1",
+                ("--intra_op_threads", "1", "--inter_op_threads", "1")),
+        Variant("horovod+lr_sqrt", STRATEGY_HOROVOD, "--lr_scaling sqrt", ("--lr_scaling", "sqrt")),
+        Variant("horovod+lr_linear", STRATEGY_HOROVOD, "--lr_scaling linear", ("--lr_scaling", "linear")),
+    )
+
+
+# Lever findings: (what, variant, reference variant).
+LEVER_COMPARISONS = (
+    ("dedup lookups, single", "single+dedup", "single"),
+    ("dedup lookups, ps", "ps+dedup", "ps"),
+    ("dedup lookups, horovod", "horovod+dedup", "horovod"),
+    ("id range check off, single", "single+no_check_ids", "single"),
+    ("threads 1/1, ps", "ps+threads1", "ps"),
+    ("sparse_as_dense, horovod", "horovod+sparse_as_dense", "horovod"),
+    ("sparse_as_dense + fp16, horovod", "horovod+sparse_as_dense+fp16", "horovod+sparse_as_dense"),
+    ("cycle time 5 ms, horovod", "horovod+cycle5ms", "horovod"),
+    ("no tensor fusion, horovod", "horovod+fusion0", "horovod"),
+    ("threads 1/1, horovod", "horovod+threads1", "horovod"),
+    ("learning rate x sqrt(2), horovod", "horovod+lr_sqrt", "horovod"),
+    ("learning rate x 2, horovod", "horovod+lr_linear", "horovod"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkConfig:
+    """What one benchmark run measures.
+
+    Attributes:
+      data_dir: the synthetic dataset root (generated with `rows` rows when missing).
+      rows: rows of a generated dataset.
+      runs: runs of every variant, interleaved.
+      steps: timed steps of each distributed training process (`single`: twice as many).
+      warmup_steps: steps of every training process before the window.
+      link_gbps: egress limit of each host in Gbit/s (0: none).
+      variants: the variants, in order.
+      results_dir: where the report goes.
+      name: the report's file name (without extension).
+      timeout_s: the longest one run may take.
+      shared_note: what else ran on the machine, for the report.
+    """
+
+    data_dir: str
+    rows: int
+    runs: int
+    steps: int
+    warmup_steps: int
+    link_gbps: float
+    variants: Tuple[Variant, ...]
+    results_dir: str
+    name: str = NAME
+    timeout_s: float = RUN_TIMEOUT_S
+    shared_note: str = ""
+
+    def max_steps(self, variant: Variant) -> int:
+        """`--max_steps` of each training process: the same examples in every variant."""
+        if variant.strategy == STRATEGY_SINGLE:
+            return (self.warmup_steps + self.steps) * len(HOST_NAMES)
+        return (self.warmup_steps + self.steps) * len(HOST_NAMES) // variant.num_hosts
+
+    @property
+    def examples(self) -> int:
+        """Training examples of every variant (of each copy of `single_x2`): N of "AUC after N"."""
+        return (self.warmup_steps + self.steps) * len(HOST_NAMES) * BATCH
+
+
+@dataclasses.dataclass
+class RunResult:
+    """One run of one variant (see the module docstring for each measure).
+
+    Attributes:
+      examples_per_sec: the job's throughput in the window.
+      window_s: the window's wall seconds.
+      steps: per training process, its steps in the window.
+      cpu_seconds: per process of the job (label: CPU seconds in the window).
+      tx_bytes: per host, bytes sent in the window.
+      rx_bytes: per host, bytes received in the window.
+      host_cpu_seconds: per host, CPU seconds of its processes in the window.
+      auc: validation AUC after training.
+      stopped_hosts: hosts stopped after the others had finished
+        (`STRAGGLER_GRACE_S`); their measurements are complete.
+    """
+
+    examples_per_sec: float
+    window_s: float
+    steps: List[float]
+    cpu_seconds: Dict[str, float]
+    tx_bytes: List[float]
+    rx_bytes: List[float]
+    host_cpu_seconds: List[float]
+    auc: Optional[float] = None
+    stopped_hosts: List[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def examples(self) -> float:
+        return self.examples_per_sec * self.window_s
+
+    @property
+    def cpu_seconds_per_1k(self) -> float:
+        """CPU seconds of every process of the job per 1,000 examples."""
+        return 1000.0 * sum(self.cpu_seconds.values()) / self.examples
+
+    @property
+    def tx_bytes_per_step(self) -> float:
+        """Mean over hosts of bytes sent per step of the host's training process."""
+        return float(numpy.mean([tx / steps for tx, steps in zip(self.tx_bytes, self.steps)]))
+
+    @property
+    def step_ms(self) -> float:
+        """Mean over training processes of their wall milliseconds per step."""
+        return float(numpy.mean([1000.0 * self.window_s / steps for steps in self.steps]))
+
+    @property
+    def cpu_ms_per_step(self) -> float:
+        """Mean over hosts of the host's CPU milliseconds per step of its training process."""
+        return float(numpy.mean([1000.0 * cpu / steps for cpu, steps in zip(self.host_cpu_seconds, self.steps)]))
+
+
+def step_split(step_ms: float, cpu_ms_per_step: float, compute_ms: float) -> Tuple[float, float, float]:
+    """`(compute, communication CPU, waiting)` milliseconds of one step of a distributed process.
+
+    Args:
+      step_ms: wall time of a step of one training process.
+      cpu_ms_per_step: CPU time its host spent per step (1 core per host).
+      compute_ms: CPU time of the same step in one process alone (`single`).
+
+    Returns:
+      compute (at most the step), communication CPU (the host's CPU beyond
+      compute, >= 0), waiting (the step beyond the host's CPU, >= 0).
+    """
+    compute = min(compute_ms, step_ms)
+    busy = min(cpu_ms_per_step, step_ms)
+    return compute, max(0.0, busy - compute), max(0.0, step_ms - max(busy, compute))
+
+
+# --- the host supervisor (runs inside an emulated host) -----------------------------------------
+
+
+class CounterSampler(common.PeriodicSampler):
+    """Samples an interface's tx/rx byte counters every `interval_s` seconds in a thread."""
+
+    def __init__(self, interface: str, interval_s: float):
+        super().__init__(interval_s, "counter-sampler")
+        self._paths = ["/sys/class/net/%s/statistics/%s_bytes" % (interface, kind) for kind in ("tx", "rx")]
+
+    def sample(self) -> None:
+        values = []
+        for path in self._paths:
+            with open(path) as f:
+                values.append(int(f.read()))
+        self.samples.append((time.time(), values[0], values[1]))
+
+
+def _start_rendezvous(plan: str, port_file: str):
+    """Horovod's Gloo rendezvous server for the slot plan `plan`; writes its port to `port_file`."""
+    from horovod.runner.common.util import hosts as hvd_hosts
+    from horovod.runner.http.http_server import RendezvousServer
+    slots = hvd_hosts.get_host_assignments(hvd_hosts.parse_hosts(plan), sum(
+        int(item.split(":")[1]) for item in plan.split(",")))
+    server = RendezvousServer()
+    port = server.start()
+    server.init(slots)
+    with open(port_file + ".tmp", "w") as f:
+        f.write(str(port))
+    os.replace(port_file + ".tmp", port_file)
+    return server
+
+
+def _wait_for_port(port_file: str, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(port_file):
+        if time.monotonic() > deadline:
+            raise TimeoutError("no Horovod rendezvous port in %s after %.0f s" % (port_file, timeout_s))
+        time.sleep(0.05)
+    with open(port_file) as f:
+        return f.read().strip()
+
+
+def run_ps() -> int:
+    """A parameter server as SageMaker's toolkit runs one: a `tf.distribute.Server` from `TF_CONFIG`, for ever."""
+    import tensorflow as tf
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    server = tf.distribute.Server(tf.train.ClusterSpec(tf_config["cluster"]), job_name="ps",
+                                  task_index=tf_config["task"]["index"],
+                                  config=tf.compat.v1.ConfigProto(device_count={"GPU": 0}))
+    server.join()
+    return 0
+
+
+def run_host(spec_path: str) -> int:
+    """The supervisor of one host: starts its processes, samples them, writes the host's JSON."""
+    with open(spec_path) as f:
+        spec = json.load(f)
+    server = None
+    rendezvous = spec.get("rendezvous")
+    extra_env = {}
+    if rendezvous:
+        if rendezvous["serve"]:
+            server = _start_rendezvous(rendezvous["plan"], rendezvous["port_file"])
+        extra_env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = _wait_for_port(rendezvous["port_file"], RENDEZVOUS_WAIT_S)
+    procs, samplers = [], []
+    failed = None
+    stop = threading.Event()
+    # The benchmark stops a host whose processes outlive the job (`STRAGGLER_GRACE_S`) with SIGTERM.
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    with CounterSampler(spec["interface"], SAMPLE_SECONDS) as counters:
+        for item in spec["processes"]:
+            log = open(item["log"], "w")
+            proc = subprocess.Popen(item["argv"], env=dict(item["env"], **extra_env), stdout=log,
+                                    stderr=subprocess.STDOUT, cwd=spec["cwd"])
+            log.close()
+            sampler = common.ProcessTreeSampler(proc.pid, SAMPLE_SECONDS)
+            sampler.__enter__()
+            procs.append((item["name"], proc))
+            samplers.append(sampler)
+        pending = dict(procs)
+        services = {item["name"] for item in spec["processes"] if item.get("service")}
+        while set(pending) - services and failed is None and not stop.is_set():
+            for name, proc in list(pending.items()):
+                code = proc.poll()
+                if code is None:
+                    continue
+                del pending[name]
+                if code != 0:
+                    failed = "%s exited with %d" % (name, code)
+            time.sleep(0.1)
+        stopped = sorted(set(pending) - services) if stop.is_set() else []
+        for proc in pending.values():
+            proc.kill()
+            proc.wait()
+        for sampler in samplers:
+            sampler.__exit__(None, None, None)
+    if server is not None:
+        server.stop()
+    with open(spec["output"] + ".tmp", "w") as f:
+        json.dump({"counters": counters.samples, "failed": failed, "stopped": stopped,
+                   "processes": {name: sampler.samples for (name, _), sampler in zip(procs, samplers)}}, f)
+    os.replace(spec["output"] + ".tmp", spec["output"])
+    return 1 if failed else 0
+
+
+# --- one run -------------------------------------------------------------------------------------
+
+
+def _package_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _base_env(variant: Variant) -> Dict[str, str]:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **dict(variant.env))
+    env.pop("TF_CONFIG", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), os.environ.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _train_argv(variant: Variant, config: BenchmarkConfig, work: str, index: int) -> List[str]:
+    # Independent copies keep their own files (the first copy's metrics are the run's).
+    suffix = "-%d" % index if variant.strategy == STRATEGY_SINGLE and index else ""
+    progress = "{task}-%d.jsonl" % index if variant.copies > 1 else "{task}.jsonl"
+    return [sys.executable, "-m", "deepfm.train", "--strategy", variant.strategy,
+            "--train_data", config.data_dir, "--model_dir", os.path.join(work, "model" + suffix),
+            "--metrics_file", os.path.join(work, "metrics%s.json" % suffix), "--batch_size", str(BATCH),
+            "--max_steps", str(config.max_steps(variant)), "--log_every_n_steps", str(LOG_EVERY_STEPS),
+            "--progress_file", os.path.join(work, PROGRESS_DIR, progress),
+            "--save_checkpoints_steps", str(NO_CHECKPOINT_STEPS)] + list(variant.train_flags)
+
+
+def _ps_cluster() -> Dict[str, List[str]]:
+    """SageMaker's parameter-server layout: `master` and `worker` on 2222, a ps on every host on 2223."""
+    return {"master": ["%s:%d" % (HOST_NAMES[0], WORKER_PORT)],
+            "worker": ["%s:%d" % (name, WORKER_PORT) for name in HOST_NAMES[1:]],
+            "ps": ["%s:%d" % (name, PS_PORT) for name in HOST_NAMES]}
+
+
+def host_processes(variant: Variant, config: BenchmarkConfig, work: str, index: int) -> List[Dict]:
+    """The processes of host `index` for one run of `variant`: name, argv, env, log."""
+    argv = _train_argv(variant, config, work, index)
+    env = _base_env(variant)
+    host = HOST_NAMES[index]
+
+    def process(name, process_env, process_argv=argv, service=False):
+        return {"name": name, "argv": process_argv, "env": process_env, "service": service,
+                "log": os.path.join(work, "%s.log" % name)}
+
+    if variant.strategy == STRATEGY_SINGLE:
+        return [process("single", env)]
+    if variant.strategy == STRATEGY_PS:
+        cluster = _ps_cluster()
+        trainer = ("master", 0) if index == 0 else ("worker", index - 1)
+        ps_argv = [sys.executable, "-m", "benchmarks.scale_out", "--child_ps"]
+        return [process("%s_ps_%d" % (host, index), dict(env, TF_CONFIG=json.dumps(
+                    {"cluster": cluster, "task": {"type": "ps", "index": index}})), ps_argv, service=True),
+                process("%s_%s_%d" % (host, trainer[0], trainer[1]), dict(env, TF_CONFIG=json.dumps(
+                    {"cluster": cluster, "task": {"type": trainer[0], "index": trainer[1]}})))]
+    size = len(HOST_NAMES)
+    return [process("%s_rank_%d" % (host, index), dict(
+        env, HOROVOD_GLOO_RENDEZVOUS_ADDR=HOST_NAMES[0], HOROVOD_CONTROLLER="gloo",
+        HOROVOD_CPU_OPERATIONS="gloo", HOROVOD_GLOO_IFACE=hosts_lib.DEFAULT_INTERFACE, HOROVOD_HOSTNAME=host,
+        HOROVOD_RANK=str(index), HOROVOD_SIZE=str(size), HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="1",
+        HOROVOD_CROSS_RANK=str(index), HOROVOD_CROSS_SIZE=str(size)))]
+
+
+def _interp(samples: Sequence[Sequence[float]], column: int, when: float) -> float:
+    times = [s[0] for s in samples]
+    return float(numpy.interp(when, times, [s[column] for s in samples]))
+
+
+def measure_run(variant: Variant, config: BenchmarkConfig, work: str) -> RunResult:
+    """Measures a finished run from its files under `work` (see the module docstring).
+
+    Raises:
+      ValueError: a file is missing or the progress allows no window.
+    """
+    trainers, tx, rx, host_cpu, cpu = [], [], [], [], {}
+    progress = []
+    start = end = None
+    outputs = []
+    for index in range(variant.num_hosts):
+        with open(os.path.join(work, HOST_OUTPUT % HOST_NAMES[index])) as f:
+            outputs.append(json.load(f))
+    paths = sorted(glob.glob(os.path.join(work, PROGRESS_DIR, "*.jsonl")))
+    if len(paths) != variant.num_hosts:
+        raise ValueError("%s: %d progress file(s) in %s, expected %d"
+                         % (variant.name, len(paths), os.path.join(work, PROGRESS_DIR), variant.num_hosts))
+    # One training process per host; its progress file is named by its task (chief first).
+    progress = [strategies_bench.read_progress(path) for path in paths]
+    start, end, rate = strategies_bench.job_window(progress, [BATCH] * len(progress), config.warmup_steps)
+    for points in progress:
+        times, steps = zip(*points)
+        trainers.append(float(numpy.interp(end, times, steps) - numpy.interp(start, times, steps)))
+    for index, output in enumerate(outputs):
+        counters = output["counters"]
+        tx.append(_interp(counters, 1, end) - _interp(counters, 1, start))
+        rx.append(_interp(counters, 2, end) - _interp(counters, 2, start))
+        total = 0.0
+        for name, samples in output["processes"].items():
+            used = _interp(samples, 1, end) - _interp(samples, 1, start)
+            cpu[name] = used
+            total += used
+        host_cpu.append(total)
+    auc = None
+    metrics = os.path.join(work, "metrics.json")
+    if os.path.exists(metrics):
+        with open(metrics) as f:
+            auc = json.load(f).get("auc")
+    # Hosts and progress files are both in host order (chief / rank 0 on algo-1 sorts first).
+    return RunResult(examples_per_sec=rate, window_s=end - start, steps=trainers, cpu_seconds=cpu,
+                     tx_bytes=tx, rx_bytes=rx, host_cpu_seconds=host_cpu, auc=auc)
+
+
+def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.HostNetwork) -> RunResult:
+    """Runs `variant` once, every host's processes in a fresh host init, and measures it.
+
+    Raises:
+      RuntimeError: a host failed (the message holds the end of its logs).
+      TimeoutError: the run took longer than `config.timeout_s`.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-scale-out-") as work:
+        os.makedirs(os.path.join(work, PROGRESS_DIR))
+        launched = []
+        try:
+            for index in range(variant.num_hosts):
+                host = network.hosts[index]
+                spec = {"processes": host_processes(variant, config, work, index), "interface": network.interface,
+                        "output": os.path.join(work, HOST_OUTPUT % host.name), "cwd": _package_root()}
+                if variant.strategy == STRATEGY_HOROVOD:
+                    spec["rendezvous"] = {"serve": index == 0, "port_file": os.path.join(work, PORT_FILE),
+                                          "plan": ",".join("%s:%d" % (name, 1) for name in HOST_NAMES)}
+                spec_path = os.path.join(work, "host-%s.spec.json" % host.name)
+                with open(spec_path, "w") as f:
+                    json.dump(spec, f)
+                init = hosts_lib.InitSpec(
+                    hostname=host.name, argv=(sys.executable, "-m", "benchmarks.scale_out", "--child_host", spec_path),
+                    env=_base_env(variant), cpus=host.cpus, cwd=_package_root())
+                init_path = init.write(os.path.join(work, "init-%s.json" % host.name))
+                log = open(os.path.join(work, "init-%s.log" % host.name), "w")
+                launched.append(subprocess.Popen(network.command(host, init_path), stdout=log,
+                                                 stderr=subprocess.STDOUT))
+                log.close()
+            stopped = _wait_for_hosts(launched, config.timeout_s)
+            if stopped is None:
+                raise TimeoutError("%s ran longer than %.0f s" % (variant.name, config.timeout_s))
+            codes = [0 if index in stopped else proc.returncode for index, proc in enumerate(launched)]
+            for index in stopped:
+                _wait_for_file(os.path.join(work, HOST_OUTPUT % HOST_NAMES[index]), STRAGGLER_GRACE_S)
+            if any(codes):
+                raise RuntimeError("%s: host exit codes %s\n%s" % (variant.name, codes, _log_tails(work)))
+            result = measure_run(variant, config, work)
+            result.stopped_hosts = [HOST_NAMES[index] for index in stopped]
+            return result
+        finally:
+            for proc in launched:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+def _wait_for_hosts(launched: Sequence[subprocess.Popen], timeout_s: float) -> Optional[List[int]]:
+    """Waits for every host; returns the indices of those stopped as stragglers, None on timeout.
+
+    Once one host has exited successfully, the others get `STRAGGLER_GRACE_S`
+    more seconds, then SIGTERM (their supervisor stops its processes and
+    still writes what it measured).
+    """
+    deadline = time.monotonic() + timeout_s
+    grace_end = None
+    while time.monotonic() < deadline:
+        codes = [proc.poll() for proc in launched]
+        if all(code is not None for code in codes):
+            return []
+        if grace_end is None and any(code == 0 for code in codes):
+            grace_end = time.monotonic() + STRAGGLER_GRACE_S
+        if grace_end is not None and time.monotonic() > grace_end:
+            stragglers = [index for index, code in enumerate(codes) if code is None]
+            for index in stragglers:
+                launched[index].terminate()
+            if hosts_lib.wait_for_exit([launched[index] for index in stragglers], STRAGGLER_GRACE_S):
+                return stragglers
+            return None
+        time.sleep(0.2)
+    return None
+
+
+def _wait_for_file(path: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _log_tails(work: str, chars: int = 1500) -> str:
+    tails = []
+    for path in sorted(glob.glob(os.path.join(work, "*.log"))):
+        with open(path, errors="replace") as f:
+            tails.append("--- %s\n%s" % (os.path.basename(path), f.read()[-chars:]))
+    return "\n".join(tails)
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+
+def _stats(runs: Sequence[RunResult], field: str) -> common.Stats:
+    return common.Stats([getattr(r, field) for r in runs])
+
+
+def _auc(runs: Sequence[RunResult]) -> Optional[float]:
+    values = [r.auc for r in runs if r.auc is not None]
+    return common.Stats(values).median if values else None
+
+
+def summary_rows(config: BenchmarkConfig, results: Dict[str, List[RunResult]]) -> Dict[str, Dict]:
+    """Per measured variant, the medians the report shows (efficiency, split, AUC delta)."""
+    rows = {}
+    independent = results.get(INDEPENDENT)
+    independent_rate = _stats(independent, "examples_per_sec").median if independent else None
+    for variant in config.variants:
+        runs = results.get(variant.name)
+        if not runs:
+            continue
+        rate = _stats(runs, "examples_per_sec").median
+        # A lever's own single-process reference where it was measured, else `single`.
+        baseline = results.get(variant.baseline) or results.get(BASELINE)
+        base_rate = _stats(baseline, "examples_per_sec").median if baseline else None
+        compute_ms = _stats(baseline, "cpu_ms_per_step").median if baseline else None
+        row = {"examples_per_sec": rate, "stats": _stats(runs, "examples_per_sec"),
+               "efficiency": rate / (variant.num_hosts * base_rate) if base_rate else None,
+               "cpu_s_per_1k": _stats(runs, "cpu_seconds_per_1k").median,
+               "tx_mb_per_step": _stats(runs, "tx_bytes_per_step").median / MB,
+               "step_ms": _stats(runs, "step_ms").median, "cpu_ms_per_step": _stats(runs, "cpu_ms_per_step").median,
+               "auc": _auc(runs), "runs": len(runs),
+               "vs_independent": rate / independent_rate if independent_rate and variant.num_hosts > 1 else None}
+        row["split"] = (step_split(row["step_ms"], row["cpu_ms_per_step"], compute_ms)
+                        if compute_ms is not None and variant.num_hosts > 1 else None)
+        base_auc = _auc(baseline) if baseline else None
+        row["auc_delta"] = row["auc"] - base_auc if row["auc"] is not None and base_auc is not None else None
+        rows[variant.name] = row
+    return rows
+
+
+def report_body(config: BenchmarkConfig, results: Dict[str, List[RunResult]], failures: Dict[str, List[str]],
+                load: Tuple[float, float]) -> str:
+    """The markdown of the report: set-up, table, levers, target."""
+    rows = summary_rows(config, results)
+    table = []
+    for variant in config.variants:
+        failed = len(failures.get(variant.name, []))
+        note = " (%d of %d runs failed)" % (failed, config.runs) if failed else ""
+        stopped = sum(1 for r in results.get(variant.name, []) if r.stopped_hosts)
+        if stopped:
+            note += " (%d run(s): a host stopped %d s after the others, see below)" % (stopped, STRAGGLER_GRACE_S)
+        row = rows.get(variant.name)
+        if row is None:
+            table.append([variant.name, variant.note, "failed" + note] + ["n/a"] * 8)
+            continue
+        split = row["split"]
+        table.append([
+            variant.name, variant.note, row["stats"].fmt() + note,
+            "n/a" if row["efficiency"] is None else "%.2f" % row["efficiency"],
+            "-" if row["vs_independent"] is None else "%.2f" % row["vs_independent"],
+            "%.3f" % row["cpu_s_per_1k"],
+            "%.2f" % row["tx_mb_per_step"] if variant.num_hosts > 1 else "-",
+            "%.1f" % row["step_ms"],
+            "%.1f / %.1f / %.1f" % split if split else "-",
+            "n/a" if row["auc"] is None else "%.4f" % row["auc"],
+            "n/a" if row["auc_delta"] is None else "%+.4f" % row["auc_delta"]])
+    header = ["variant", "what", "examples/sec median (min-max)", "efficiency", "vs 2 independent singles",
+              "CPU-s per 1k examples",
+              "MB sent per step per host", "step ms", "compute / comm. CPU / waiting ms",
+              "AUC after %s examples" % format(config.examples, ","), "AUC vs its single"]
+    stragglers = ("A host stopped %d s after the others had finished: its training process had not exited "
+                  "(the run's measurements were complete)." % STRAGGLER_GRACE_S
+                  if any(r.stopped_hosts for runs in results.values() for r in runs) else "")
+    sections = [_setup_text(config, load), common.markdown_table(header, table), stragglers, _lever_text(rows),
+                _target_text(config, rows)]
+    return "\n\n".join(s for s in sections if s)
+
+
+def _setup_text(config: BenchmarkConfig, load: Tuple[float, float]) -> str:
+    link = ("a token-bucket egress limit of %g Gbit/s per host" % config.link_gbps if config.link_gbps
+            else "no bandwidth limit")
+    return (
+        "Emulated hosts (`jobs.hosts`: a network namespace per host, veth pairs on a bridge, %s; **no latency "
+        "model**: this kernel has no `netem`), each host pinned to its own core: `single` on `algo-1` (1 core); "
+        "`ps` and `horovod` on `algo-1` + `algo-2` (1 core each). DeepFM at the defaults (embedding 32, layers "
+        "128-64-32, lazy_adam) on `%s`, per-replica batch %d; %d run(s) per variant, interleaved, each a fresh "
+        "set of processes; every distributed process runs %d warm-up + %d timed steps, `single` twice as many, "
+        "so every variant trains %s examples. Efficiency = examples/sec / (hosts x examples/sec of the variant's "
+        "single-process reference: `single`, or `single+dedup` for the `+dedup` variants where it was "
+        "measured); vs 2 independent singles = examples/sec / that of `single_x2` (two unrelated "
+        "single processes, one per host, at once: what sharing the machine alone costs). MB sent per step per host: the host's interface tx bytes in the timed window / steps of "
+        "its training process (ps traffic of a host counts with it). Step split (medians): compute = the "
+        "reference `single`'s CPU ms per step; comm. CPU = the host's CPU ms per step beyond that; waiting = "
+        "the step beyond the host's CPU (its core idle). 1-minute load average before / after: %.2f / %.2f. %s"
+        % (link, os.path.basename(config.data_dir),
+           BATCH, config.runs, config.warmup_steps, config.steps, format(config.examples, ","), load[0], load[1],
+           config.shared_note))
+
+
+def _lever_text(rows: Dict[str, Dict]) -> str:
+    lines = ["- %s: x%.2f examples/sec, x%.2f CPU per example%s (%s vs %s)" % (
+        what, rows[name]["examples_per_sec"] / rows[ref]["examples_per_sec"],
+        rows[name]["cpu_s_per_1k"] / rows[ref]["cpu_s_per_1k"],
+        ", x%.2f bytes per step" % (rows[name]["tx_mb_per_step"] / rows[ref]["tx_mb_per_step"])
+        if rows[ref]["tx_mb_per_step"] and rows[name]["tx_mb_per_step"] else "",
+        name, ref) for what, name, ref in LEVER_COMPARISONS if name in rows and ref in rows]
+    return "Levers (ratios of medians):\n" + "\n".join(lines) if lines else ""
+
+
+def _target_text(config: BenchmarkConfig, rows: Dict[str, Dict]) -> str:
+    defaults = [v for v in config.variants if v.strategy != STRATEGY_SINGLE and not v.train_flags and not v.env
+                and v.name in rows and rows[v.name]["efficiency"] is not None]
+    if not defaults:
+        return ""
+    best = max(defaults, key=lambda v: rows[v.name]["efficiency"])
+    row = rows[best.name]
+    delta = row["auc_delta"]
+    return ("Target, best multi-host strategy at the defaults `%s`: efficiency %.2f (target >= %.2f: %s); AUC %s "
+            "`single`'s (target within %.3f: %s)." % (
+                best.name, row["efficiency"], TARGET_EFFICIENCY,
+                "met" if row["efficiency"] >= TARGET_EFFICIENCY else "not met",
+                "n/a vs" if delta is None else "%+.4f vs" % delta, TARGET_AUC_DELTA,
+                "n/a" if delta is None else "met" if abs(delta) <= TARGET_AUC_DELTA else "not met"))
+
+
+def raw_results(config: BenchmarkConfig, results: Dict[str, List[RunResult]],
+                failures: Dict[str, List[str]]) -> dict:
+    """The JSON of the report: the set-up and every run."""
+    return {
+        "setup": {"batch": BATCH, "steps": config.steps, "warmup_steps": config.warmup_steps, "runs": config.runs,
+                  "examples": config.examples, "link_gbps": config.link_gbps,
+                  "data": os.path.basename(config.data_dir), "shared_note": config.shared_note},
+        "variants": {v.name: {"strategy": v.strategy, "note": v.note, "train_flags": list(v.train_flags),
+                              "env": dict(v.env), "baseline": v.baseline,
+                              "runs": [dict(dataclasses.asdict(r), tx_bytes_per_step=r.tx_bytes_per_step,
+                                            cpu_seconds_per_1k=r.cpu_seconds_per_1k, step_ms=r.step_ms,
+                                            cpu_ms_per_step=r.cpu_ms_per_step)
+                                       for r in results.get(v.name, [])],
+                              "failures": failures.get(v.name, [])}
+                     for v in config.variants},
+    }
+
+
+def write_chart(config: BenchmarkConfig, results: Dict[str, List[RunResult]]) -> Optional[str]:
+    """Bars of examples/sec; the dashed line is 0.9 x 2 x `single` (the efficiency target)."""
+    shown = [v.name for v in config.variants if results.get(v.name)]
+    if not shown:
+        return None
+    reference = None
+    if results.get(BASELINE):
+        reference = TARGET_EFFICIENCY * len(HOST_NAMES) * _stats(results[BASELINE], "examples_per_sec").median
+    title = "DeepFM on emulated hosts, 1 core each, link %s" % (
+        "%g Gbit/s" % config.link_gbps if config.link_gbps else "unlimited")
+    return common.bar_chart(config.name, title, shown, [_stats(results[n], "examples_per_sec") for n in shown],
+                            "examples/sec", reference, "0.90 x 2 x single", results_dir=config.results_dir)
+
+
+# --- the entry point -----------------------------------------------------------------------------
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR)
+    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="rows of a generated dataset")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="timed steps per distributed process")
+    parser.add_argument("--warmup_steps", type=int, default=DEFAULT_WARMUP_STEPS)
+    parser.add_argument("--link_gbps", type=float, default=DEFAULT_LINK_GBPS, help="egress limit per host; 0: none")
+    parser.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
+    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
+    parser.add_argument("--name", default=NAME, help="the report's file name")
+    parser.add_argument("--timeout_s", type=float, default=RUN_TIMEOUT_S)
+    parser.add_argument("--shared_note", default="", help="what else ran on the machine, for the report")
+    parser.add_argument("--child_host", help=argparse.SUPPRESS)
+    parser.add_argument("--child_ps", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def make_config(args: argparse.Namespace) -> BenchmarkConfig:
+    """The `BenchmarkConfig` of the parsed arguments.
+
+    Raises:
+      ValueError: a bad argument; the message names it and its value.
+    """
+    variants = tuple(common.select_variants(args.variants, all_variants()))
+    for flag, value, least in (("runs", args.runs, 1), ("steps", args.steps, 2 * LOG_EVERY_STEPS),
+                               ("warmup_steps", args.warmup_steps, 0), ("link_gbps", args.link_gbps, 0),
+                               ("timeout_s", args.timeout_s, 1)):
+        if value < least:
+            raise ValueError("--%s must be >= %g, got %r" % (flag, least, value))
+    return BenchmarkConfig(
+        data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.runs, steps=args.steps,
+        warmup_steps=args.warmup_steps, link_gbps=args.link_gbps, variants=variants,
+        results_dir=args.results_dir, name=args.name, timeout_s=args.timeout_s, shared_note=args.shared_note)
+
+
+def measure(config: BenchmarkConfig) -> Tuple[Dict[str, List[RunResult]], Dict[str, List[str]]]:
+    """Runs every variant `config.runs` times, interleaved, on one set of emulated hosts."""
+    results = {v.name: [] for v in config.variants}
+    failures = {v.name: [] for v in config.variants}
+    cpus = hosts_lib.assign_cpus(len(HOST_NAMES), CORES_PER_HOST)
+    with hosts_lib.HostNetwork(HOST_NAMES, cpus=cpus, link=hosts_lib.LinkModel(gbps=config.link_gbps)) as network:
+        for run in range(config.runs):
+            for variant in config.variants:
+                started = time.time()
+                try:
+                    result = run_variant(variant, config, network)
+                except (RuntimeError, TimeoutError, ValueError, OSError) as e:
+                    failures[variant.name].append(str(e)[-3000:])
+                    print("run %d %-30s FAILED: %s" % (run, variant.name, str(e)[-3000:]), file=sys.stderr)
+                    continue
+                results[variant.name].append(result)
+                print("run %d %-30s %8.0f examples/sec  %.3f CPU-s/1k  %.2f MB/step  step %.1f ms  auc %s  (%.0f s)"
+                      % (run, variant.name, result.examples_per_sec, result.cpu_seconds_per_1k,
+                         result.tx_bytes_per_step / MB, result.step_ms,
+                         "n/a" if result.auc is None else "%.4f" % result.auc, time.time() - started),
+                      file=sys.stderr, flush=True)
+    return results, failures
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.child_host:
+        return run_host(args.child_host)
+    if args.child_ps:
+        return run_ps()
+    try:
+        config = make_config(args)
+    except ValueError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    reason = hosts_lib.check_privileges()
+    if reason:
+        print("error: %s" % reason, file=sys.stderr)
+        return 2
+    common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
+    load_before = os.getloadavg()[0]
+    results, failures = measure(config)
+    body = report_body(config, results, failures, (load_before, os.getloadavg()[0]))
+    info = common.machine_info()
+    info["cores used"] = "%d hosts x %d core (pinned)" % (len(HOST_NAMES), CORES_PER_HOST)
+    common.write_report(config.name, "Scale-out on emulated hosts", body, info,
+                        raw_results(config, results, failures), results_dir=config.results_dir)
+    write_chart(config, results)
+    print(body)
+    return 1 if any(failures.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""What a training or prediction run prints to its console, and nothing else.
+
+By default a run prints a short record: what it trains, one progress line per
+interval, the evaluations, a summary. TensorFlow's own output is kept to its
+real warnings and errors:
+
+* `TF_CPP_MIN_LOG_LEVEL` (TensorFlow's C++ log level) is set to 2 (the C++
+  runtime's INFO and WARNING lines dropped, its errors kept) before
+  TensorFlow is imported, unless the environment already sets it (to a
+  non-empty value);
+* the import's CUDA plugin-registration errors and GPU-discovery lines,
+  which TensorFlow prints on any machine (with or without a GPU) and which
+  say nothing about the run, are filtered out of stderr while TensorFlow is
+  imported; every other line of the import is written back;
+* Python-side, absl and TensorFlow log WARNING and above, without the
+  deprecation notices ("Instructions for updating: ...") TensorFlow's own
+  tf.estimator and tf.compat.v1 code emits.
+
+`--verbosity 0` (absl's flag; 1 for debug) brings every line back: the C++
+log level 0, no filter, Estimator's INFO lines, and a traceback for errors
+the user caused, which otherwise end with their message alone.
+
+Progress goes to stdout: plain lines, or a live single-line bar updated in
+place when stdout is a terminal (and not a Horovod rank's). Only the process
+that reports (the chief) prints it. The tasks of a multi-process job
+(parameter servers, Horovod) write to their own log files, which also keep
+this package's INFO lines (`configure_logging(task_logs=True)`).
+"""
+
+import contextlib
+import datetime
+import logging as std_logging
+import os
+import re
+import sys
+import tempfile
+from typing import Callable, List, Optional, Sequence, TextIO
+
+# TensorFlow's C++ log level (0 all, 1 no INFO, 2 no INFO/WARNING, 3 no ERROR either).
+TF_CPP_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
+QUIET_TF_CPP_LEVEL = "2"
+DETAILED_TF_CPP_LEVEL = "0"
+# absl's --verbosity values: -1 WARNING (our default), 0 INFO, 1 DEBUG.
+VERBOSITY_FLAG = "verbosity"
+QUIET_VERBOSITY = -1
+DETAIL_VERBOSITY = 0
+# Lines TensorFlow 2.14 prints while it is imported, on any machine, that say
+# nothing about the run: CUDA plugin double registration, GPU discovery,
+# TensorRT's absence, the CPU-instructions notice.
+IMPORT_NOISE = re.compile(
+    r"Unable to register cu(DNN|FFT|BLAS) factory|Could not find cuda drivers|"
+    r"TF-TRT Warning|cpu_feature_guard|To enable the following instructions|"
+    r"This TensorFlow binary is optimized")
+# TensorFlow's deprecation notices (tensorflow/python/util/deprecation.py).
+DEPRECATION_MARKERS = ("Instructions for updating", "is deprecated and will be removed")
+TENSORFLOW_LOGGER = "tensorflow"
+BAR_WIDTH = 24
+# Set in the processes horovodrun or mpirun start.
+RANK_ENVIRONMENT = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def explicit_verbosity(argv: Sequence[str]) -> Optional[int]:
+    """The `--verbosity` (or `-v`/`--v`) value on a command line, or None.
+
+    Read before flags are parsed, because TensorFlow's C++ log level must be
+    set before TensorFlow is imported. A value that is not an integer is left
+    to the flag parser to report.
+    """
+    value = None
+    args = list(argv[1:])
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        for name in ("--" + VERBOSITY_FLAG, "-" + VERBOSITY_FLAG, "--v", "-v"):
+            if arg == name and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg[len(name) + 1:]
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def wants_detail(verbosity: Optional[int]) -> bool:
+    """Whether `verbosity` asks for TensorFlow's full output (INFO or more)."""
+    return verbosity is not None and verbosity >= DETAIL_VERBOSITY
+
+
+def import_tensorflow(detail: bool, stderr_fd: int = 2):
+    """Sets TensorFlow's C++ log level, then imports it with the import noise filtered.
+
+    Args:
+      detail: keep everything (`--verbosity` 0 or more).
+      stderr_fd: the file descriptor TensorFlow's C++ runtime writes to.
+
+    Returns:
+      The `tensorflow` module.
+    """
+    if not os.environ.get(TF_CPP_LEVEL_ENV):
+        os.environ[TF_CPP_LEVEL_ENV] = DETAILED_TF_CPP_LEVEL if detail else QUIET_TF_CPP_LEVEL
+    if detail or "tensorflow" in sys.modules:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return tf
+    with filtered_fd(stderr_fd, IMPORT_NOISE):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf
+
+
+@contextlib.contextmanager
+def filtered_fd(fd: int, noise: "re.Pattern"):
+    """Captures what is written to `fd` inside the block, then writes back the lines not matching `noise`.
+
+    Works on the file descriptor, so it also catches what C++ code writes.
+    """
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), fd)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().decode("utf-8", errors="replace").splitlines(True)
+                    if not noise.search(line)]
+            if kept:
+                os.write(fd, "".join(kept).encode("utf-8"))
+
+
+class DeprecationFilter(std_logging.Filter):
+    """Drops TensorFlow's deprecation notices from the `tensorflow` logger."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(marker in message for marker in DEPRECATION_MARKERS)
+
+
+def configure_logging(detail: bool, task_logs: bool = False) -> None:
+    """Sets absl's and TensorFlow's Python log levels (call after flags are parsed).
+
+    Quiet: WARNING and above, without deprecation notices. Detail: absl's
+    `--verbosity` as given, everything TensorFlow logs.
+
+    Args:
+      detail: the user asked for detail (`--verbosity` 0 or more).
+      task_logs: this process is one task of a multi-process job (parameter
+        servers, Horovod), whose output goes to its own log file (the local
+        launcher's, SageMaker's per-host streams): this package's own INFO
+        lines (cluster start-up, the end of training, ...) are kept there;
+        TensorFlow's stay at WARNING.
+    """
+    from absl import logging  # pylint: disable=import-outside-toplevel
+    tf_logger = std_logging.getLogger(TENSORFLOW_LOGGER)
+    tf_logger.handlers = []  # absl's handler on the root logger prints TensorFlow's records.
+    for old in [f for f in tf_logger.filters if isinstance(f, DeprecationFilter)]:
+        tf_logger.removeFilter(old)
+    if detail:
+        tf_logger.setLevel(std_logging.DEBUG)
+        return
+    logging.set_verbosity(logging.INFO if task_logs else logging.WARNING)
+    tf_logger.setLevel(std_logging.WARNING)
+    tf_logger.addFilter(DeprecationFilter())
+
+
+def format_duration(seconds: Optional[float]) -> str:
+    """`H:MM:SS` (or `?` when unknown)."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "?"
+    return str(datetime.timedelta(seconds=int(round(seconds))))
+
+
+def format_progress(step: int, total: int, examples_per_sec: float, loss: Optional[float],
+                    elapsed: float, remaining: Optional[float], epoch: Optional[int] = None,
+                    num_epochs: Optional[int] = None) -> str:
+    """One progress line: step / total, epoch, examples/sec, loss, elapsed and remaining time."""
+    parts = ["step %d/%d" % (step, total)]
+    if epoch is not None:
+        parts.append("epoch %d/%d" % (epoch, num_epochs) if num_epochs else "epoch %d" % epoch)
+    parts.append("%s ex/s" % format(examples_per_sec, ",.0f"))
+    parts.append("loss %s" % ("n/a" if loss is None else "%.4f" % loss))
+    parts.append("elapsed %s" % format_duration(elapsed))
+    parts.append("left %s" % format_duration(remaining))
+    return " | ".join(parts)
+
+
+def progress_bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    """`[#####.....]  42%` for a fraction in [0, 1]."""
+    fraction = min(1.0, max(0.0, fraction))
+    filled = int(round(fraction * width))
+    return "[%s%s] %3d%%" % ("#" * filled, "." * (width - filled), int(fraction * 100))
+
+
+class Console:
+    """The console of a run: plain lines, and progress as lines or a live bar.
+
+    Args:
+      enabled: whether this process reports (the chief); a disabled console
+        prints nothing.
+      stream: where it prints (stdout by default).
+      live: update one line in place; by default when `stream` is a terminal.
+    """
+
+    def __init__(self, enabled: bool = True, stream: Optional[TextIO] = None, live: Optional[bool] = None):
+        self.enabled = enabled
+        self._stream = stream
+        self._live = live
+        self._bar_open = False
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream if self._stream is not None else sys.stdout
+
+    @property
+    def live(self) -> bool:
+        """Whether progress updates one line in place: stdout is a terminal and not a Horovod rank's.
+
+        (horovodrun gives its ranks a pseudo-terminal and prefixes their
+        lines, so a rank's stdout looks like a terminal but is a log.)
+        """
+        if self._live is not None:
+            return self._live
+        if any(name in os.environ for name in RANK_ENVIRONMENT):
+            return False
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
+
+    def line(self, text: str) -> None:
+        """Prints a line (after closing a live bar)."""
+        if not self.enabled:
+            return
+        self._close_bar()
+        self._write(text + "\n")
+
+    def progress(self, text: str, fraction: float) -> None:
+        """Shows a progress line: in place on a terminal, else as a new line."""
+        if not self.enabled:
+            return
+        if self.live:
+            self._bar_open = self._write("\r\033[K%s %s" % (progress_bar(fraction), text))
+        else:
+            self.line(text)
+
+    def close(self) -> None:
+        """Ends a live bar's line."""
+        self._close_bar()
+
+    def _close_bar(self) -> None:
+        if self._bar_open:
+            self._write("\n")
+            self._bar_open = False
+
+    def _write(self, text: str) -> bool:
+        """Writes and flushes; a reader that went away (a stopped job's log relay) silences the console.
+
+        A report must never cost training its last checkpoint.
+        """
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+            return True
+        except (BrokenPipeError, ValueError, OSError):
+            self.enabled = False
+            return False
+
+
+# Errors a user causes with bad flags, values or files: reported by their message alone.
+def user_errors() -> tuple:
+    """The exception types `run_main` reports without a traceback."""
+    from absl import app  # pylint: disable=import-outside-toplevel
+    errors: List[type] = [app.UsageError, ValueError, FileNotFoundError]
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        errors.append(tf.errors.InvalidArgumentError)
+    return tuple(errors)
+
+
+def error_message(error: BaseException) -> str:
+    """The user-facing text of `error`: TensorFlow's op errors without their graph trace."""
+    message = getattr(error, "message", None) or str(error)
+    return message.split("\n\t [[")[0].strip()
+
+
+def run_main(main: Callable[[List[str]], None], argv: List[str], program: str,
+             detail: Callable[[], bool]) -> None:
+    """Runs `main(argv)`; a user-caused error ends the process with its message, not a traceback.
+
+    Args:
+      main: the entry point's main, run inside `absl.app.run`.
+      argv: its arguments.
+      program: the program's name, for the error line.
+      detail: whether the user asked for detail (then the traceback is
+        kept: the error propagates).
+    """
+    try:
+        main(argv)
+    except user_errors() as e:  # pylint: disable=catching-non-exception
+        if detail():
+            raise
+        sys.stdout.flush()
+        sys.stderr.write("%s: error: %s\n" % (program, error_message(e)))
+        sys.stderr.write("(--verbosity 0 shows the traceback)\n")
+        sys.stderr.flush()
+        raise SystemExit(1) from None

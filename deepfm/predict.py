@@ -1,0 +1,182 @@
+"""Scores data files with an exported DeepFM SavedModel and writes a CSV.
+
+    python -m deepfm.predict --saved_model runs/m1/export/1795320872 \\
+        --data data/synthetic/validation --output predictions.csv
+
+The CSV has a header and one row per input row, in input order (the files in
+the sorted order `--data` resolves them to, each file's rows in order):
+`prob`, the model's click probability, and `label` when the data has labels
+(LibSVM always; TFRecord when its records hold the `label` feature). The data
+is read and scored a batch at a time, so memory stays constant whatever the
+size of the input. `--data` takes files, globs or directories; a dataset root
+means its `validation/` files.
+"""
+
+import csv
+import os
+import sys
+import time
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+from absl import app, flags
+
+from deepfm import console as console_lib
+from input_pipeline import schema
+
+FLAGS = flags.FLAGS
+PROGRAM = "deepfm.predict"
+DEFAULT_BATCH_SIZE = 4096
+PROB_COLUMN = "prob"
+LABEL_COLUMN = "label"
+# float32 probabilities keep all their digits in 9 significant ones.
+PROB_FORMAT = "%.9g"
+LABEL_FORMAT = "%g"
+
+
+def define_flags() -> None:
+    """Defines the flags of the entry point."""
+    flags.DEFINE_string("saved_model", None, "The SavedModel directory (one timestamped export).")
+    flags.DEFINE_list("data", None, "Files, globs or directories to score (a dataset root: its validation/ files).")
+    flags.DEFINE_enum("data_format", "tfrecord", list(schema.DATA_FORMATS), "Format of the data files.")
+    flags.DEFINE_string("output", None, "The CSV to write; an existing file is refused.")
+    flags.DEFINE_integer("batch_size", DEFAULT_BATCH_SIZE, "Rows scored per call of the model.")
+    flags.mark_flags_as_required(["saved_model", "data", "output"])
+
+
+def serving_signature(saved_model: str):
+    """The loaded SavedModel, its serving signature and its field size.
+
+    The loaded object owns the signature's variables: keep it while the
+    signature is used.
+
+    Raises:
+      ValueError: `saved_model` is not a SavedModel with the DeepFM serving
+        signature (`feat_ids`, `feat_vals` -> `prob`).
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from deepfm import model as model_lib  # pylint: disable=import-outside-toplevel
+
+    if not tf.saved_model.contains_saved_model(saved_model):
+        raise ValueError("--saved_model %r holds no SavedModel (saved_model.pb); pass one timestamped "
+                         "directory under the --export_dir of training" % saved_model)
+    loaded = tf.saved_model.load(saved_model)
+    signature = loaded.signatures.get(tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY)
+    if signature is None:
+        raise ValueError("--saved_model %r has no %r signature (it has %s)" % (
+            saved_model, tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY, sorted(loaded.signatures)))
+    inputs = signature.structured_input_signature[1]
+    missing = {schema.FEAT_IDS, schema.FEAT_VALS} - set(inputs)
+    if missing or model_lib.SERVING_SIGNATURE_OUTPUT not in signature.structured_outputs:
+        raise ValueError("--saved_model %r is not a DeepFM export: its serving signature takes %s and returns %s"
+                         % (saved_model, sorted(inputs), sorted(signature.structured_outputs)))
+    return loaded, signature, int(inputs[schema.FEAT_IDS].shape[1])
+
+
+def has_labels(path: str, data_format: str) -> bool:
+    """Whether the rows of `path` carry labels (LibSVM: always; TFRecord: a `label` feature)."""
+    if data_format == "libsvm":
+        return True
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from input_pipeline import files  # pylint: disable=import-outside-toplevel
+    example = tf.train.Example.FromString(files.read_first_record(path, data_format))
+    return schema.LABEL_KEY in example.features.feature
+
+
+def batches(paths: Sequence[str], data_format: str, field_size: int, batch_size: int, labelled: bool):
+    """The batches of `paths` in input order, every row once: `(features, labels)`, or `features` alone."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from input_pipeline import decoders, pipeline  # pylint: disable=import-outside-toplevel
+
+    if labelled:
+        config = pipeline.PipelineConfig(data_format=data_format, field_size=field_size, num_parallel_reads=1,
+                                         drop_remainder=False)
+        return pipeline.DatasetBuilder(list(paths), config, batch_size=batch_size, num_epochs=1)(None)
+    spec = decoders.tfrecord_feature_spec(field_size)
+    del spec[schema.LABEL_KEY]
+
+    def decode(serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        return {schema.FEAT_IDS: parsed[schema.IDS_KEY], schema.FEAT_VALS: parsed[schema.VALUES_KEY]}
+
+    return (tf.data.TFRecordDataset(list(paths)).batch(batch_size)
+            .map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE))
+
+
+def predict_rows(signature, dataset, labelled: bool) -> Iterator[Tuple[List, Optional[List]]]:
+    """Yields `(probabilities, labels or None)` per batch of `dataset`."""
+    from deepfm import model as model_lib  # pylint: disable=import-outside-toplevel
+    for element in dataset:
+        features, labels = element if labelled else (element, None)
+        prob = signature(**{schema.FEAT_IDS: features[schema.FEAT_IDS],
+                            schema.FEAT_VALS: features[schema.FEAT_VALS]})[model_lib.SERVING_SIGNATURE_OUTPUT]
+        yield prob.numpy().reshape(-1).tolist(), (labels.numpy().reshape(-1).tolist() if labelled else None)
+
+
+def write_predictions(saved_model: str, data: Sequence[str], data_format: str, output: str,
+                      batch_size: int = DEFAULT_BATCH_SIZE) -> Tuple[int, float]:
+    """Scores `data` with `saved_model` into the CSV `output`.
+
+    Returns:
+      (rows written, seconds).
+
+    Raises:
+      ValueError: a bad SavedModel, no data files, files of another field
+        size than the model's, or an existing `output`.
+    """
+    from input_pipeline import files  # pylint: disable=import-outside-toplevel
+
+    if batch_size < 1:
+        raise ValueError("--batch_size must be >= 1, got %r" % batch_size)
+    if os.path.exists(output):
+        raise ValueError("--output %r exists; remove it or choose another file" % output)
+    paths = files.resolve(list(data), data_format, split=schema.VALIDATION_SPLIT)
+    loaded, signature, field_size = serving_signature(saved_model)
+    labelled = has_labels(paths[0], data_format)
+    dataset = batches(paths, data_format, field_size, batch_size, labelled)
+    directory = os.path.dirname(os.path.abspath(output))
+    os.makedirs(directory, exist_ok=True)
+    start = time.perf_counter()
+    rows = 0
+    partial = output + ".partial"
+    with open(partial, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([PROB_COLUMN, LABEL_COLUMN] if labelled else [PROB_COLUMN])
+        for probs, labels in predict_rows(signature, dataset, labelled):
+            if labelled:
+                writer.writerows((PROB_FORMAT % p, LABEL_FORMAT % y) for p, y in zip(probs, labels))
+            else:
+                writer.writerows((PROB_FORMAT % p,) for p in probs)
+            rows += len(probs)
+    os.replace(partial, output)
+    del loaded
+    return rows, time.perf_counter() - start
+
+
+def main(argv):
+    console_lib.run_main(_main, argv, PROGRAM, _wants_detail)
+
+
+def _wants_detail() -> bool:
+    given = FLAGS[console_lib.VERBOSITY_FLAG]
+    return console_lib.wants_detail(given.value if given.present else None)
+
+
+def _main(argv):
+    if len(argv) > 1:
+        raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
+    console_lib.configure_logging(_wants_detail())
+    rows, seconds = write_predictions(FLAGS.saved_model, FLAGS.data, FLAGS.data_format, FLAGS.output,
+                                      FLAGS.batch_size)
+    print("scored %d rows in %.1f s (%s rows/sec) -> %s" % (
+        rows, seconds, format(rows / seconds if seconds > 0 else 0.0, ",.0f"), FLAGS.output))
+
+
+def run():
+    """Console-script entry point."""
+    console_lib.import_tensorflow(console_lib.wants_detail(console_lib.explicit_verbosity(sys.argv)))
+    define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

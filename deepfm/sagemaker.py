@@ -1,0 +1,169 @@
+"""A SageMaker training job: run here on emulated hosts, or submit it.
+
+    python -m deepfm.sagemaker local --instance_count 2 --distribution parameter_server \\
+        --channel train=data/synthetic --output_dir runs/sm-ps -- --num_epochs 1
+
+    python -m deepfm.sagemaker submit --instance_count 2 --distribution parameter_server \\
+        --channel train=s3://bucket/synthetic --role arn:aws:iam::123456789012:role/SageMaker \\
+        --output_path s3://bucket/jobs --checkpoint_s3_uri s3://bucket/checkpoints --dry_run -- --num_epochs 1
+
+Both take the same job: `--instance_count` hosts, `--distribution`
+(`none`, `parameter_server`, `mpi` with `--processes_per_host`),
+`--channel NAME=PATH` (repeatable), `--input_mode File|Pipe`,
+`--distribution_type ShardedByS3Key` (for the training channels), and the
+hyperparameters after `--`, which reach `sagemaker_entry_point.py` as
+SageMaker passes them.
+
+`local` runs SageMaker's own training toolkit on `algo-1..N`, each a network
+namespace pinned to `--cpus_per_host` cores (root needed; see
+`jobs.sagemaker_local`); its outputs, checkpoints and one log per host go to
+`--output_dir`, and it exits with the job's exit code. `submit` builds the
+job with the SageMaker Python SDK and submits it; `--dry_run` prints the
+`CreateTrainingJob` request as JSON and contacts nothing.
+"""
+
+import sys
+
+from absl import app, flags
+
+from jobs import hosts as hosts_lib
+from jobs import processes
+from jobs import sagemaker_job
+
+COMMANDS = ("local", "submit")
+CHANNEL_SEPARATOR = "="
+TRAIN_CHANNEL_PREFIX = "train"
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The flags of both commands (`local` and `submit` each ignore the other's)."""
+    flags.DEFINE_string("job_name", None, "Training job name (default: deepfm-<time>).")
+    flags.DEFINE_integer("instance_count", 1, "Hosts (algo-1 .. algo-N).")
+    flags.DEFINE_enum("distribution", sagemaker_job.DISTRIBUTION_NONE, list(sagemaker_job.DISTRIBUTIONS),
+                      "none, parameter_server, or mpi (Horovod).")
+    flags.DEFINE_integer("processes_per_host", 1, "mpi: processes per host.")
+    flags.DEFINE_string("custom_mpi_options", "", "mpi: extra mpirun options.")
+    flags.DEFINE_multi_string("channel", [], "NAME=PATH (local) or NAME=s3://... (submit); repeatable.")
+    flags.DEFINE_enum("input_mode", sagemaker_job.FILE_MODE, list(sagemaker_job.INPUT_MODES),
+                      "File or Pipe, for every channel.")
+    flags.DEFINE_enum("distribution_type", sagemaker_job.FULLY_REPLICATED, list(sagemaker_job.S3_DISTRIBUTIONS),
+                      "S3 distribution of the training channels (train, train_<k>); others are replicated.")
+    flags.DEFINE_bool("checkpoints", True, "Configure a checkpoint location (/opt/ml/checkpoints) that a "
+                      "restarted job resumes from.")
+    flags.DEFINE_string("region", sagemaker_job.DEFAULT_REGION, "AWS region.")
+    # local
+    flags.DEFINE_string("output_dir", None, "local: where hosts' /opt/ml, checkpoints and logs go.")
+    flags.DEFINE_integer("cpus_per_host", 0, "local: cores each host is pinned to (0: not pinned).")
+    flags.DEFINE_float("link_gbps", 0.0, "local: each host's egress bandwidth in Gbit/s (0: unlimited).")
+    flags.DEFINE_bool("restart", False, "local: run again in --output_dir, resuming from its checkpoints.")
+    flags.DEFINE_float("timeout_s", 0.0, "local: stop every host and fail after this many seconds (0: none).")
+    # submit
+    flags.DEFINE_string("instance_type", "ml.c5.xlarge", "submit: instance type.")
+    flags.DEFINE_string("role", None, "submit: IAM role ARN of the job.")
+    flags.DEFINE_string("output_path", None, "submit: s3:// prefix for the model artifacts and the source.")
+    flags.DEFINE_string("checkpoint_s3_uri", None, "submit: s3:// prefix synced with /opt/ml/checkpoints.")
+    flags.DEFINE_bool("use_spot", False, "submit: managed spot training.")
+    flags.DEFINE_integer("max_run", 24 * 3600, "submit: the job's time limit in seconds.")
+    flags.DEFINE_integer("max_wait", None, "submit, spot: seconds to wait for capacity plus run.")
+    flags.DEFINE_bool("dry_run", False, "submit: print the CreateTrainingJob request as JSON; contact nothing.")
+
+
+def parse_channels(values, distribution_type: str):
+    """`--channel NAME=PATH` values as `Channel`s; `distribution_type` applies to training channels.
+
+    Raises:
+      ValueError: a value without `=`, or a bad channel name.
+    """
+    channels = []
+    for value in values:
+        name, separator, uri = value.partition(CHANNEL_SEPARATOR)
+        if not separator or not name or not uri:
+            raise ValueError("--channel %r must be NAME=PATH" % value)
+        distribution = distribution_type if name.startswith(TRAIN_CHANNEL_PREFIX) else sagemaker_job.FULLY_REPLICATED
+        channels.append(sagemaker_job.Channel(name=name, uri=uri, distribution=distribution))
+    return tuple(channels)
+
+
+def parse_spec(flag_values, hyperparameter_args, instance_type: str) -> sagemaker_job.JobSpec:
+    """The `JobSpec` of the parsed flags and the arguments after `--`.
+
+    Raises:
+      ValueError: a bad flag or hyperparameter, named.
+    """
+    f = flag_values
+    return sagemaker_job.JobSpec(
+        job_name=f.job_name or sagemaker_job.default_job_name(), instance_count=f.instance_count,
+        instance_type=instance_type, distribution=f.distribution, processes_per_host=f.processes_per_host,
+        custom_mpi_options=f.custom_mpi_options, input_mode=f.input_mode,
+        channels=parse_channels(f.channel, f.distribution_type),
+        hyperparameters=sagemaker_job.parse_hyperparameters(hyperparameter_args),
+        checkpoints=f.checkpoints, region=f.region)
+
+
+def run_local(spec: sagemaker_job.JobSpec) -> int:
+    """Runs the job on emulated hosts; returns its exit code."""
+    from jobs import sagemaker_local  # pylint: disable=import-outside-toplevel
+    if not FLAGS.output_dir:
+        raise app.UsageError("local needs --output_dir")
+    try:
+        config = sagemaker_local.LocalConfig(spec=spec, output_dir=FLAGS.output_dir,
+                                             cpus_per_host=FLAGS.cpus_per_host, link_gbps=FLAGS.link_gbps,
+                                             restart=FLAGS.restart, timeout_s=FLAGS.timeout_s)
+        sagemaker_local.run(config)
+    except (ValueError, FileExistsError, hosts_lib.HostSetupError) as e:
+        print("deepfm.sagemaker local: %s" % e, file=sys.stderr)
+        return EXIT_USAGE
+    except (sagemaker_local.JobFailedError, TimeoutError) as e:
+        print("deepfm.sagemaker local: job %s failed: %s" % (spec.job_name, e), file=sys.stderr)
+        print(sagemaker_local.summary(config), file=sys.stderr)
+        return getattr(e, "returncode", EXIT_FAILURE) or EXIT_FAILURE
+    except processes.Terminated as e:
+        print("deepfm.sagemaker local: stopped by %s; every host was stopped" % e, file=sys.stderr)
+        return processes.SIGNAL_EXIT_BASE + e.signum
+    print("job %s completed\n%s" % (spec.job_name, sagemaker_local.summary(config)))
+    return 0
+
+
+def run_submit(spec: sagemaker_job.JobSpec) -> int:
+    """Submits the job (or prints its request); returns 0."""
+    from jobs import sagemaker_submit  # pylint: disable=import-outside-toplevel
+    for flag in ("role", "output_path"):
+        if not getattr(FLAGS, flag):
+            raise app.UsageError("submit needs --%s" % flag)
+    try:
+        config = sagemaker_submit.SubmitConfig(
+            spec=spec, role=FLAGS.role, output_path=FLAGS.output_path, instance_type=FLAGS.instance_type,
+            checkpoint_s3_uri=FLAGS.checkpoint_s3_uri or None, use_spot=FLAGS.use_spot, max_run_s=FLAGS.max_run,
+            max_wait_s=FLAGS.max_wait, dry_run=FLAGS.dry_run)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
+    result = sagemaker_submit.submit(config)
+    print(sagemaker_submit.request_json(result))
+    return 0
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] not in COMMANDS:
+        raise app.UsageError("the first argument must be one of %s, got %r"
+                             % (", ".join(COMMANDS), argv[1] if len(argv) > 1 else None))
+    command, hyperparameter_args = argv[1], argv[2:]
+    instance_type = FLAGS.instance_type if command == "submit" else sagemaker_job.LOCAL_INSTANCE_TYPE
+    try:
+        spec = parse_spec(FLAGS, hyperparameter_args, instance_type)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
+    sys.exit(run_local(spec) if command == "local" else run_submit(spec))
+
+
+def run():
+    """Console-script entry point."""
+    define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

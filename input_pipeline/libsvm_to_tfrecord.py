@@ -1,0 +1,125 @@
+"""Converts LibSVM files to TFRecord once, so that training reads the fast format.
+
+Each `X.libsvm` becomes `X.tfrecord` (beside it, or in `--output_dir`) with
+the same rows in the same order, in the layout of `input_pipeline.schema`
+(`label`, `ids`, `values`). Lines are decoded with the pipeline's own
+decoder (`decoders.decode_libsvm`, so a bad line stops the conversion naming
+`file:line`) and written with `writers.encode_tfrecord`.
+
+Usage (the line the input pipeline logs when it reads LibSVM)::
+
+    python -m input_pipeline.libsvm_to_tfrecord --field_size 39 --input 'data/train/*.libsvm'
+"""
+
+import glob
+import os
+from typing import List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+from input_pipeline import decoders, schema, writers
+
+LINES_PER_BATCH = 8192
+
+
+def output_path(path: str, output_dir: Optional[str]) -> str:
+    """Where the TFRecord twin of a LibSVM file goes."""
+    stem = os.path.splitext(os.path.basename(path))[0] + schema.FORMAT_EXTENSIONS["tfrecord"]
+    return os.path.join(output_dir or os.path.dirname(os.path.abspath(path)), stem)
+
+
+def expand(patterns: Sequence[str]) -> List[str]:
+    """Files named by paths or globs, in the order given.
+
+    Raises:
+      FileNotFoundError: a pattern names no file.
+    """
+    paths = []
+    for pattern in patterns:
+        matched = sorted(glob.glob(pattern))
+        if not matched:
+            raise FileNotFoundError("--input %r names no file" % pattern)
+        paths.extend(matched)
+    return paths
+
+
+def convert_file(path: str, target: str, field_size: int) -> int:
+    """Writes the rows of one LibSVM file to `target`; returns the rows written.
+
+    Raises:
+      tf.errors.InvalidArgumentError: a bad line; the message names `path:line`.
+    """
+    lines = tf.data.TextLineDataset(path).batch(LINES_PER_BATCH).enumerate()
+
+    def decode(index, batch):
+        count = tf.shape(batch, out_type=tf.int64)[0]
+        numbers = index * LINES_PER_BATCH + 1 + tf.range(count)
+        return decoders.decode_libsvm(batch, field_size, file_index=tf.zeros([count], tf.int32),
+                                      line_number=numbers, file_names=[path])
+
+    rows = 0
+    tmp = target + ".tmp"
+    try:
+        with open(tmp, "wb") as out:
+            for features, labels in lines.map(decode).prefetch(2).as_numpy_iterator():
+                out.write(writers.encode_tfrecord(labels, features[schema.FEAT_IDS],
+                                                  features[schema.FEAT_VALS].astype(np.float64)))
+                rows += labels.shape[0]
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return rows
+
+
+def convert(patterns: Sequence[str], field_size: int, output_dir: Optional[str] = None,
+            overwrite: bool = False) -> List[str]:
+    """Converts every LibSVM file named; returns the TFRecord files written.
+
+    Raises:
+      FileNotFoundError: a pattern names no file.
+      FileExistsError: a target exists and not `overwrite` (checked before
+        anything is written).
+    """
+    paths = expand(patterns)
+    targets = [output_path(path, output_dir) for path in paths]
+    existing = [t for t in targets if os.path.exists(t)]
+    if existing and not overwrite:
+        raise FileExistsError("%s already exist(s); pass --overwrite to replace" % ", ".join(existing[:3]))
+    if output_dir:
+        os.makedirs(output_dir, exist_ok=True)
+    for path, target in zip(paths, targets):
+        rows = convert_file(path, target, field_size)
+        print("%s -> %s: %d rows" % (path, target, rows))
+    return targets
+
+
+def define_flags() -> None:
+    """Defines the command-line flags of this tool."""
+    flags.DEFINE_multi_string("input", None, "LibSVM file or glob; repeat the flag for more.")
+    flags.DEFINE_integer("field_size", schema.FIELD_SIZE, "id:value pairs per line.")
+    flags.DEFINE_string("output_dir", None, "Directory for the TFRecord files (default: beside each input).")
+    flags.DEFINE_bool("overwrite", False, "Replace TFRecord files that exist.")
+    flags.mark_flag_as_required("input")
+
+
+def main(argv: Sequence[str]) -> None:
+    """Converts the files named by the flags."""
+    del argv
+    cfg = flags.FLAGS
+    try:
+        convert(cfg.input, cfg.field_size, cfg.output_dir, cfg.overwrite)
+    except (ValueError, OSError, tf.errors.InvalidArgumentError) as e:
+        raise SystemExit("error: %s" % e) from e
+
+
+def run() -> None:
+    """Console entry point."""
+    define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

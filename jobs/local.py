@@ -1,0 +1,280 @@
+"""Local multi-process jobs: a parameter-server cluster or Horovod ranks on this machine.
+
+The library behind `python -m deepfm.launch` (see there for the command
+line). Every process is supervised by `jobs.processes.ProcessGroup`.
+
+Restarts (`LaunchConfig.max_restarts`, torchrun's `--max_restarts`): when a
+task fails, every task is stopped (the training tasks first, so that a chief
+saves a checkpoint at its step on SIGTERM while the parameter servers are
+still up) and the whole job starts again, on new ports, from the latest
+checkpoint of its `--model_dir`; the step budget is the same global step,
+so a restarted job ends where an uninterrupted one would. Attempt 0 logs to
+`log_dir`, restart k to `log_dir/restart_<k>`.
+"""
+
+import dataclasses
+import os
+import shutil
+import sys
+import time
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from jobs import processes
+from strategies import cluster as cluster_lib
+
+STRATEGY_PS = "ps"
+STRATEGY_HOROVOD = "horovod"
+STRATEGIES = (STRATEGY_PS, STRATEGY_HOROVOD)
+CONTROLLERS = ("auto", "gloo", "mpi")
+TRAIN_MODULE = "deepfm.train"
+HOROVODRUN = "horovodrun"
+MPIRUN = "mpirun"
+HOROVOD_TASK = "horovodrun_0"
+HOROVOD_RANK_LOGS = "ranks"
+# Flags the launcher sets itself; they may not follow `--`.
+RESERVED_TRAIN_FLAGS = ("strategy",)
+EXIT_FAILURE = 1
+RESTART_LOG_DIR = "restart_%d"
+# A training task stopped by SIGTERM finishes its step and saves a
+# checkpoint (`deepfm.interrupt`) before it exits; it gets this long.
+DEFAULT_STOP_GRACE_S = 30.0
+# Horovod's stall check: a rank that waits this long in a collective for
+# another rank is reported, and after the shutdown time the job fails (so
+# that a restart can apply) instead of hanging. Set in the tasks'
+# environment unless it already sets them.
+HOROVOD_STALL_CHECK_VARIABLE = "HOROVOD_STALL_CHECK_TIME_SECONDS"
+HOROVOD_STALL_SHUTDOWN_VARIABLE = "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"
+HOROVOD_STALL_CHECK_S = 60
+HOROVOD_STALL_SHUTDOWN_S = 300
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """What to launch.
+
+    Attributes:
+      strategy: `ps` or `horovod`.
+      num_ps: parameter servers (ps).
+      num_workers: training tasks, the chief included (ps).
+      num_processes: Horovod ranks (horovod).
+      log_dir: where the task logs go.
+      controller: Horovod controller: `gloo`, `mpi`, or `auto` (MPI where
+        `mpirun` is installed and Horovod was built with it, else Gloo).
+      timeout_s: stop everything and fail after this many seconds (all
+        attempts together); 0: no limit.
+      host: the host name the tasks use to reach each other.
+      max_restarts: restart the whole job from its latest checkpoint after
+        a task failed, at most this many times; 0: fail at once.
+      stop_grace_s: how long a stopped task may take to save and exit
+        before it is killed.
+    """
+
+    strategy: str
+    log_dir: str
+    num_ps: int = 1
+    num_workers: int = 2
+    num_processes: int = 2
+    controller: str = "auto"
+    timeout_s: float = 0.0
+    host: str = "localhost"
+    max_restarts: int = 0
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise ValueError("--strategy must be one of %s, got %r" % (", ".join(STRATEGIES), self.strategy))
+        if self.controller not in CONTROLLERS:
+            raise ValueError("--horovod_controller must be one of %s, got %r"
+                             % (", ".join(CONTROLLERS), self.controller))
+        for flag, value in (("num_ps", self.num_ps), ("num_workers", self.num_workers),
+                            ("np", self.num_processes)):
+            if value < 1:
+                raise ValueError("--%s must be >= 1, got %r" % (flag, value))
+        for flag, value in (("timeout_s", self.timeout_s), ("max_restarts", self.max_restarts),
+                            ("stop_grace_s", self.stop_grace_s)):
+            if value < 0:
+                raise ValueError("--%s must be >= 0, got %r" % (flag, value))
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """One process to start.
+
+    Attributes:
+      name: `<task>_<index>`, e.g. `ps_0`, `chief_0`, `worker_0`.
+      argv: the command line.
+      env: its whole environment.
+      service: whether it exits by itself once the training tasks are done
+        (a parameter server).
+    """
+
+    name: str
+    argv: List[str]
+    env: Dict[str, str]
+    service: bool = False
+
+
+def check_train_args(train_args: Sequence[str]) -> None:
+    """Rejects training flags the launcher sets itself.
+
+    Raises:
+      ValueError: a reserved flag (e.g. `--strategy`) follows `--`.
+    """
+    for arg in train_args:
+        name = arg.lstrip("-").split("=", 1)[0]
+        if arg.startswith("-") and name in RESERVED_TRAIN_FLAGS:
+            raise ValueError("%r: the launcher sets --%s itself; pass it before --, not after"
+                             % (arg, name))
+
+
+def train_command(strategy: str, train_args: Sequence[str], python: str = sys.executable) -> List[str]:
+    """`python -m deepfm.train --strategy <strategy> <train_args>`."""
+    return [python, "-m", TRAIN_MODULE, "--strategy", strategy] + list(train_args)
+
+
+def task_environment(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The environment of every task: `environ`, unbuffered, with this package importable.
+
+    A `TF_CONFIG` of `environ` is dropped: the launcher describes the
+    cluster itself.
+    """
+    env = {key: value for key, value in environ.items() if key != cluster_lib.TF_CONFIG_VARIABLE}
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, environ.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    # Several processes share this machine's GPUs.
+    env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    return env
+
+
+def ps_tasks(config: LaunchConfig, train_args: Sequence[str], ports: Sequence[int],
+             environ: Mapping[str, str], python: str = sys.executable) -> List[TaskSpec]:
+    """The tasks of a parameter-server job: the ps first, then the chief and the workers.
+
+    Args:
+      config: `num_ps`, `num_workers` and `host` are used.
+      train_args: flags for `deepfm.train`.
+      ports: one free port per task (chief, workers, ps, in that order).
+      environ: the base environment.
+      python: the interpreter of the tasks.
+
+    Returns:
+      One `TaskSpec` per task; the parameter servers are services and see
+      no GPU.
+    """
+    jobs = cluster_lib.local_cluster(config.num_ps, config.num_workers, ports, host=config.host)
+    argv = train_command(STRATEGY_PS, train_args, python)
+    base_env = task_environment(environ)
+    specs = []
+    for job in (cluster_lib.PS, cluster_lib.CHIEF, cluster_lib.WORKER):
+        for index in range(len(jobs.get(job, ()))):
+            task = cluster_lib.ClusterInfo(jobs=jobs, task_type=job, task_index=index)
+            env = dict(base_env, **{cluster_lib.TF_CONFIG_VARIABLE: task.to_tf_config()})
+            if task.is_ps:
+                env["CUDA_VISIBLE_DEVICES"] = ""
+            specs.append(TaskSpec(name=task.task_name, argv=argv, env=env, service=task.is_ps))
+    return specs
+
+
+def find_horovodrun(python: str = sys.executable) -> str:
+    """`horovodrun` beside `python` (its virtual environment), else on PATH.
+
+    Raises:
+      FileNotFoundError: no horovodrun.
+    """
+    beside = os.path.join(os.path.dirname(python), HOROVODRUN)
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which(HOROVODRUN)
+    if found is None:
+        raise FileNotFoundError("%s is neither beside %s nor on PATH: install horovod" % (HOROVODRUN, python))
+    return found
+
+
+def horovod_controller_args(controller: str) -> List[str]:
+    """horovodrun's controller flag.
+
+    `auto` leaves the choice to horovodrun (MPI when it was built with MPI)
+    where `mpirun` is installed, and asks for Gloo otherwise.
+    """
+    if controller == "auto":
+        return [] if shutil.which(MPIRUN) else ["--gloo"]
+    return ["--" + controller]
+
+
+def horovod_task(config: LaunchConfig, train_args: Sequence[str], environ: Mapping[str, str],
+                 python: str = sys.executable) -> TaskSpec:
+    """The `horovodrun` task of a Horovod job with `config.num_processes` ranks on this host.
+
+    Each rank's output also goes to `<log_dir>/ranks/rank.<rank>/`.
+    """
+    n = config.num_processes
+    argv = ([find_horovodrun(python)] + horovod_controller_args(config.controller)
+            + ["-np", str(n), "-H", "%s:%d" % (config.host, n),
+               "--output-filename", os.path.join(config.log_dir, HOROVOD_RANK_LOGS)]
+            + train_command(STRATEGY_HOROVOD, train_args, python))
+    env = task_environment(environ)
+    env.setdefault(HOROVOD_STALL_CHECK_VARIABLE, str(HOROVOD_STALL_CHECK_S))
+    env.setdefault(HOROVOD_STALL_SHUTDOWN_VARIABLE, str(HOROVOD_STALL_SHUTDOWN_S))
+    return TaskSpec(name=HOROVOD_TASK, argv=argv, env=env)
+
+
+def attempt_log_dir(log_dir: str, attempt: int) -> str:
+    """Where attempt `attempt` logs: `log_dir` itself for the first, `log_dir/restart_<k>` for restart k."""
+    return log_dir if attempt == 0 else os.path.join(log_dir, RESTART_LOG_DIR % attempt)
+
+
+def launch(config: LaunchConfig, train_args: Sequence[str], environ: Optional[Mapping[str, str]] = None,
+           python: str = sys.executable) -> int:
+    """Runs the job until every task has finished, restarting it up to `config.max_restarts` times.
+
+    Args:
+      config: what to launch.
+      train_args: flags for `deepfm.train`, passed through unchanged.
+      environ: the base environment of the tasks (default: this process's).
+      python: the interpreter of the tasks.
+
+    Returns:
+      The number of restarts the job needed.
+
+    Raises:
+      ValueError: a reserved flag in `train_args`.
+      processes.TaskFailedError: a task failed and no restart was left;
+        every task was stopped.
+      TimeoutError: the job ran past `config.timeout_s`; every task was stopped.
+      processes.Terminated: SIGTERM or SIGHUP; every task was stopped.
+    """
+    check_train_args(train_args)
+    environ = os.environ if environ is None else environ
+    deadline = time.monotonic() + config.timeout_s if config.timeout_s else None
+    attempt = 0
+    with processes.signals_raise():
+        while True:
+            log_dir = attempt_log_dir(config.log_dir, attempt)
+            try:
+                _run_attempt(dataclasses.replace(config, log_dir=log_dir), train_args, environ, python, deadline)
+                return attempt
+            except processes.TaskFailedError as e:
+                if attempt >= config.max_restarts:
+                    raise
+                attempt += 1
+                print("restart %d of %d: task %s failed with %s; every task was stopped; restarting the job "
+                      "from the latest checkpoint (logs in %s)" % (
+                          attempt, config.max_restarts, e.task, processes.describe_returncode(e.returncode),
+                          attempt_log_dir(config.log_dir, attempt)), flush=True)
+
+
+def _run_attempt(config: LaunchConfig, train_args: Sequence[str], environ: Mapping[str, str], python: str,
+                 deadline: Optional[float]) -> None:
+    """Starts every task of the job once and supervises them until they end."""
+    if config.strategy == STRATEGY_PS:
+        ports = processes.free_ports(config.num_ps + config.num_workers, host=config.host)
+        specs = ps_tasks(config, train_args, ports, environ, python)
+    else:
+        specs = [horovod_task(config, train_args, environ, python)]
+    with processes.ProcessGroup(config.log_dir, stop_grace_seconds=config.stop_grace_s) as group:
+        for spec in specs:
+            group.start(spec.name, spec.argv, env=spec.env, service=spec.service)
+        print("started %s; logs in %s" % (", ".join(spec.name for spec in specs), config.log_dir), flush=True)
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        group.wait(timeout=timeout)

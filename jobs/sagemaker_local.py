@@ -1,0 +1,408 @@
+"""A SageMaker training job on this machine, run by SageMaker's own training toolkit.
+
+`run(config)` does what SageMaker does for a TensorFlow 2.14 training job,
+without Docker or an AWS account:
+
+* one emulated host per instance (`jobs.hosts`: `algo-1` .. `algo-N`, each a
+  network namespace with its own address and name resolution, its own PID,
+  mount and UTS namespaces, optionally pinned to its own cores);
+* each host's `/opt/ml` is `<output_dir>/<host>/`, bind-mounted at
+  `/opt/ml`, holding the source tarball (`source/`, where S3 would hold
+  it),  `input/config/{hyperparameters,resourceconfig,
+  inputdataconfig,checkpointconfig}.json` as SageMaker writes them and
+  `input/data/<channel>` (File mode: the channel's files, or with
+  `ShardedByS3Key` this host's part of them; Pipe mode: FIFOs fed by
+  `input_pipeline.pipe_feeder`, one reader per FIFO as SageMaker has it);
+* `/opt/ml/checkpoints` is one directory, `<output_dir>/checkpoints`,
+  shared by every host, as the job's checkpoint S3 prefix is; a restarted
+  job (`restart=True`) resumes from it;
+* each host runs the container's entry command, the toolkit's `train`, with
+  `SAGEMAKER_TRAINING_MODULE` set as in the SageMaker TensorFlow container:
+  the toolkit, not this module, builds `TF_CONFIG` and starts the parameter
+  servers, or starts sshd and runs `mpirun` over ssh from `algo-1`;
+* each host has a private `/tmp` (its `HOME` is `/tmp/home`), and private `/etc/ssh`
+  (an ssh server and client set-up made for the job: a key pair, no host
+  key checking), so that nothing of the machine's own ssh set-up is used
+  or changed.
+
+The job's exit code is 0 when every host's toolkit exits with 0; otherwise
+every host is stopped and `JobFailedError` names the first host that
+failed and the end of its log (`<output_dir>/logs/<host>.log`).
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Dict, List, Optional, Sequence
+
+from jobs import hosts as hosts_lib
+from jobs import processes
+from jobs import sagemaker_job
+
+BASE_DIR = "/opt/ml"
+LOGS = "logs"
+CHECKPOINTS = "checkpoints"
+SOURCE = "source"
+PRIVATE = ".hosts"
+SSH = "ssh"
+KEY_NAME = "id_ed25519"
+HOST_KEY_NAME = "ssh_host_ed25519_key"
+SSHD_PRIVSEP_DIR = "/run/sshd"
+TRAIN_COMMAND = "train"
+# Each host's HOME, inside its private /tmp: the toolkit's ssh checks
+# (paramiko) find the job's key in ~/.ssh there.
+HOME_IN_TMP = "home"
+TASKSET = "taskset"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PASSED_VARIABLES = ("TF_CPP_MIN_LOG_LEVEL", "LANG", "LC_ALL", "TZ")
+SSHD_CONFIG = """\
+Port 22
+HostKey /etc/ssh/{host_key}
+AuthorizedKeysFile /etc/ssh/authorized_keys
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile none
+PrintMotd no
+Subsystem sftp internal-sftp
+"""
+SSH_CLIENT_CONFIG = """\
+Host *
+  StrictHostKeyChecking no
+  UserKnownHostsFile /dev/null
+  IdentityFile /etc/ssh/{key}
+  LogLevel ERROR
+"""
+EXIT_FAILURE = 1
+DEFAULT_STOP_GRACE_S = 30.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class JobFailedError(RuntimeError):
+    """A host of the job failed; every host was stopped.
+
+    Attributes:
+      host: the host that failed first.
+      returncode: its toolkit's exit code.
+      log_path: its log.
+    """
+
+    def __init__(self, host: str, returncode: int, log_path: str, detail: str):
+        self.host = host
+        self.returncode = returncode
+        self.log_path = log_path
+        super().__init__("host %s failed (%s)" % (host, detail))
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalConfig:
+    """How to run a `JobSpec` here.
+
+    Attributes:
+      spec: the job.
+      output_dir: where everything goes (see the module docstring).
+      cpus_per_host: cores each host is pinned to; 0 pins nothing.
+      link_gbps: each host's egress bandwidth limit; 0 for none.
+      restart: run again in an `output_dir` that holds an earlier run of
+        this job: the hosts' directories are replaced (as new containers
+        would be) and the checkpoints are kept.
+      timeout_s: stop every host and fail after this many seconds; 0: none.
+      pipe_epochs: Pipe mode: epochs the feeders stream per channel
+        (default: the `num_epochs` hyperparameter, else 1).
+      stop_grace_s: when the job is stopped (SIGTERM, Ctrl-C, a failed
+        host), how long every host's processes have after SIGTERM before
+        SIGKILL (SageMaker gives 120 s).
+    """
+
+    spec: sagemaker_job.JobSpec
+    output_dir: str
+    cpus_per_host: int = 0
+    link_gbps: float = 0.0
+    restart: bool = False
+    timeout_s: float = 0.0
+    pipe_epochs: Optional[int] = None
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
+
+    def __post_init__(self):
+        if self.timeout_s < 0:
+            raise ValueError("--timeout_s must be >= 0, got %r" % self.timeout_s)
+        for channel in self.spec.channels:
+            if not os.path.exists(channel.uri):
+                raise ValueError("--channel %s=%s: no such file or directory" % (channel.name, channel.uri))
+
+    @property
+    def epochs_to_stream(self) -> int:
+        if self.pipe_epochs is not None:
+            return self.pipe_epochs
+        epochs = self.spec.hyperparameters.get("num_epochs", 1)
+        return int(epochs) if isinstance(epochs, (int, float, str)) and str(epochs).isdigit() else 1
+
+
+def channel_files(uri: str) -> List[str]:
+    """The files of a channel, relative to it, sorted (as S3 lists keys); a file is its own channel."""
+    if os.path.isfile(uri):
+        return [os.path.basename(uri)]
+    found = []
+    for directory, subdirs, names in os.walk(uri):
+        subdirs.sort()
+        found += [os.path.relpath(os.path.join(directory, name), uri) for name in sorted(names)]
+    return sorted(found)
+
+
+def host_share(files: Sequence[str], distribution: str, host_index: int, num_hosts: int) -> List[str]:
+    """The files a host receives: all of them, or with `ShardedByS3Key` every `num_hosts`-th.
+
+    Raises:
+      ValueError: a sharded channel with fewer files than hosts (a host would
+        get none).
+    """
+    if distribution != sagemaker_job.SHARDED_BY_S3_KEY:
+        return list(files)
+    if len(files) < num_hosts:
+        raise ValueError("a ShardedByS3Key channel has %d file(s) for %d hosts: every host needs at least one"
+                         % (len(files), num_hosts))
+    return list(files[host_index::num_hosts])
+
+
+def _place(source: str, target: str) -> None:
+    """A hard link where the file system allows one, else a copy (what a File-mode download gives)."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _write_json(path: str, value) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(value, f, indent=1)
+
+
+class LocalJob:
+    """The directories, hosts and processes of one local run; see `run`."""
+
+    def __init__(self, config: LocalConfig, python: str = sys.executable):
+        self.config = config
+        self.spec = config.spec
+        self.python = python
+        self.output_dir = os.path.abspath(config.output_dir)
+        self.log_dir = os.path.join(self.output_dir, LOGS)
+        self.checkpoint_dir = os.path.join(self.output_dir, CHECKPOINTS)
+        self.private_dir = os.path.join(self.output_dir, PRIVATE)
+        self.use_namespaces = hosts_lib.check_privileges() is None
+        if not self.use_namespaces and self.spec.instance_count > 1:
+            raise hosts_lib.HostSetupError(
+                "--instance_count %d: %s" % (self.spec.instance_count, hosts_lib.check_privileges()))
+        if not self.use_namespaces and self.spec.distribution == sagemaker_job.DISTRIBUTION_MPI:
+            raise hosts_lib.HostSetupError(
+                "--distribution mpi: the toolkit's hostname shim reads /opt/ml itself, so even one host "
+                "needs its own mount namespace: %s" % hosts_lib.check_privileges())
+
+    def host_dir(self, host: str) -> str:
+        """What `host` sees as `/opt/ml` (also what SageMaker would upload from it)."""
+        return os.path.join(self.output_dir, host)
+
+    def prepare(self) -> None:
+        """Creates the output layout, refusing to overwrite an earlier run unless restarting.
+
+        Raises:
+          FileExistsError: an earlier run is there and `restart` is not set.
+        """
+        earlier = [host for host in self.spec.hosts if os.path.exists(self.host_dir(host))]
+        if earlier and not self.config.restart:
+            raise FileExistsError(
+                "--output_dir %s already holds a run of a job (%s): pass --restart to run it again from its "
+                "checkpoints, or use a new --output_dir" % (self.output_dir, ", ".join(earlier)))
+        for host in self.spec.hosts:
+            shutil.rmtree(self.host_dir(host), ignore_errors=True)
+        for directory in (self.private_dir, self.log_dir):
+            shutil.rmtree(directory, ignore_errors=True)
+            os.makedirs(directory)
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        self._make_keys()
+        for index, host in enumerate(self.spec.hosts):
+            root = self.host_dir(host)
+            # Where S3 would hold the source tarball: a path each host can read.
+            tarball = os.path.join(root, SOURCE, sagemaker_job.SOURCE_TARBALL)
+            os.makedirs(os.path.dirname(tarball))
+            sagemaker_job.write_source_tarball(tarball)
+            seen_as = tarball if not self.use_namespaces else os.path.join(
+                BASE_DIR, SOURCE, sagemaker_job.SOURCE_TARBALL)
+            hyperparameters = sagemaker_job.encoded_hyperparameters(
+                self.spec, seen_as, sagemaker_job.model_dir_for(self.spec))
+            config_dir = os.path.join(root, "input", "config")
+            _write_json(os.path.join(config_dir, "hyperparameters.json"), hyperparameters)
+            _write_json(os.path.join(config_dir, "resourceconfig.json"),
+                        sagemaker_job.resource_config(self.spec, host))
+            _write_json(os.path.join(config_dir, "inputdataconfig.json"), sagemaker_job.input_data_config(self.spec))
+            if self.spec.checkpoints:
+                _write_json(os.path.join(config_dir, "checkpointconfig.json"),
+                            sagemaker_job.checkpoint_config("file://" + self.checkpoint_dir))
+            for name in ("model", os.path.join("output", "data"), "code", CHECKPOINTS):
+                os.makedirs(os.path.join(root, name), exist_ok=True)
+            if self.spec.input_mode == sagemaker_job.FILE_MODE:
+                for channel in self.spec.channels:
+                    target = os.path.join(root, "input", "data", channel.name)
+                    os.makedirs(target, exist_ok=True)
+                    for name in self.host_files(channel, index):
+                        source = channel.uri if os.path.isfile(channel.uri) else os.path.join(channel.uri, name)
+                        _place(source, os.path.join(target, name))
+            else:
+                os.makedirs(os.path.join(root, "input", "data"), exist_ok=True)
+            home_ssh = os.path.join(self.private_dir, host, "tmp", HOME_IN_TMP, ".ssh")
+            shutil.copytree(os.path.join(self.private_dir, SSH), home_ssh)
+
+    def host_files(self, channel: sagemaker_job.Channel, host_index: int) -> List[str]:
+        """The files of `channel` that host `host_index` receives, relative to the channel."""
+        return host_share(channel_files(channel.uri), channel.distribution, host_index, self.spec.instance_count)
+
+    def _make_keys(self) -> None:
+        ssh_dir = os.path.join(self.private_dir, SSH)
+        os.makedirs(ssh_dir, mode=0o700)
+        for name in (KEY_NAME, HOST_KEY_NAME):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", self.spec.job_name,
+                            "-f", os.path.join(ssh_dir, name)], check=True)
+        shutil.copy(os.path.join(ssh_dir, KEY_NAME + ".pub"), os.path.join(ssh_dir, "authorized_keys"))
+        with open(os.path.join(ssh_dir, "sshd_config"), "w") as f:
+            f.write(SSHD_CONFIG.format(host_key=HOST_KEY_NAME))
+        with open(os.path.join(ssh_dir, "ssh_config"), "w") as f:
+            f.write(SSH_CLIENT_CONFIG.format(key=KEY_NAME))
+
+    def environment(self, host: str) -> Dict[str, str]:
+        """The environment the container's entry command starts with."""
+        env = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
+        env.update({
+            "PATH": os.pathsep.join([os.path.dirname(self.python), SYSTEM_PATH]),
+            "HOME": os.path.join("/tmp", HOME_IN_TMP) if self.use_namespaces else os.path.join(
+                self.private_dir, host, "tmp", HOME_IN_TMP),
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "SAGEMAKER_TRAINING_MODULE": sagemaker_job.TRAINING_MODULE,
+            "AWS_REGION": self.spec.region,
+        })
+        if not self.use_namespaces:
+            env["SAGEMAKER_BASE_DIR"] = self.host_dir(host)
+        return env
+
+    def entry_command(self) -> List[str]:
+        """The container's entry command: the toolkit's `train`."""
+        train = os.path.join(os.path.dirname(self.python), TRAIN_COMMAND)
+        if not os.path.exists(train):
+            raise FileNotFoundError("the SageMaker training toolkit's %r command is not beside %s: install "
+                                    "sagemaker-training" % (TRAIN_COMMAND, self.python))
+        return [self.python, train]
+
+    def init_spec(self, host: hosts_lib.Host) -> hosts_lib.InitSpec:
+        """What `jobs.host_init` sets up in `host` before the entry command."""
+        private = os.path.join(self.private_dir, host.name)
+        binds = ((self.host_dir(host.name), BASE_DIR),
+                 (self.checkpoint_dir, os.path.join(BASE_DIR, CHECKPOINTS)),
+                 (os.path.join(private, "tmp"), "/tmp"))
+        return hosts_lib.InitSpec(hostname=host.name, argv=tuple(self.entry_command()),
+                                  env=self.environment(host.name), binds=binds, cpus=host.cpus, cwd="/")
+
+    def write_etc(self, network: hosts_lib.HostNetwork, host: hosts_lib.Host) -> None:
+        """Gives `host` the job's ssh set-up as its `/etc/ssh`."""
+        etc_ssh = os.path.join(network.etc_dir(host), SSH)
+        shutil.copytree(os.path.join(self.private_dir, SSH), etc_ssh)
+        os.chmod(os.path.join(etc_ssh, HOST_KEY_NAME), 0o600)
+        os.chmod(os.path.join(etc_ssh, KEY_NAME), 0o600)
+
+    def feeders(self):
+        """Pipe mode: one feeder per host, streaming that host's share of every channel."""
+        from input_pipeline import pipe_feeder  # pylint: disable=import-outside-toplevel
+        started = []
+        for index, host in enumerate(self.spec.hosts):
+            channels = {}
+            for channel in self.spec.channels:
+                base = channel.uri if os.path.isdir(channel.uri) else os.path.dirname(channel.uri)
+                channels[channel.name] = [os.path.join(base, name) for name in self.host_files(channel, index)]
+            started.append(pipe_feeder.PipeFeeder(self.host_dir(host), channels,
+                                                  epochs=self.config.epochs_to_stream).start())
+        return started
+
+
+def run(config: LocalConfig, python: str = sys.executable) -> None:
+    """Runs the job to its end; see the module docstring.
+
+    Raises:
+      hosts_lib.HostSetupError: emulated hosts cannot be created here.
+      FileExistsError: `output_dir` holds an earlier run and `restart` is
+        not set.
+      ValueError: a bad channel (e.g. fewer files than hosts to shard over).
+      JobFailedError: a host failed (every host was stopped).
+      TimeoutError: the job ran past `timeout_s` (every host was stopped).
+      processes.Terminated: SIGTERM or SIGHUP (every host was stopped).
+    """
+    job = LocalJob(config, python)
+    cpus = hosts_lib.assign_cpus(config.spec.instance_count, config.cpus_per_host)
+    job.prepare()
+    feeders = []
+    network = None
+    try:
+        with processes.signals_raise(), processes.ProcessGroup(
+                job.log_dir, stop_grace_seconds=config.stop_grace_s,
+                terminate_descendants=not job.use_namespaces) as group:
+            if job.use_namespaces:
+                os.makedirs(SSHD_PRIVSEP_DIR, exist_ok=True)
+                os.makedirs(BASE_DIR, exist_ok=True)
+                network = hosts_lib.HostNetwork(config.spec.hosts, cpus=cpus,
+                                                link=hosts_lib.LinkModel(config.link_gbps))
+            if config.spec.input_mode == sagemaker_job.PIPE_MODE:
+                feeders = job.feeders()
+            for index, name in enumerate(config.spec.hosts):
+                if network is not None:
+                    host = network.host(name)
+                    job.write_etc(network, host)
+                    spec_path = job.init_spec(host).write(os.path.join(job.private_dir, name, "init.json"))
+                    group.start(name, network.command(host, spec_path, python))
+                else:
+                    pin = [TASKSET, "-c", ",".join(map(str, cpus[index]))] if cpus[index] else []
+                    group.start(name, pin + job.entry_command(), env=job.environment(name))
+            print("started %s; logs in %s" % (", ".join(config.spec.hosts), os.path.join(config.output_dir, LOGS)),
+                  flush=True)
+            try:
+                group.wait(timeout=config.timeout_s or None)
+            except processes.TaskFailedError as e:
+                raise JobFailedError(e.task, e.returncode, e.log_path, str(e)) from e
+            except processes.Terminated:
+                # The hosts now get their grace period to stop (leaving the
+                # group stops them): a second signal must not cut it short.
+                for signum in STOP_SIGNALS:
+                    signal.signal(signum, signal.SIG_IGN)
+                raise
+    finally:
+        for feeder in feeders:
+            feeder.stop()
+        if network is not None:
+            network.close()
+
+
+def summary(config: LocalConfig) -> str:
+    """What each host left behind: its status, model files and `metrics.json`."""
+    lines = []
+    for host in config.spec.hosts:
+        root = os.path.join(os.path.abspath(config.output_dir), host)
+        model = sorted(os.path.relpath(os.path.join(d, n), root)
+                       for d, _, names in os.walk(os.path.join(root, "model")) for n in names)
+        metrics_path = os.path.join(root, "output", "data", "metrics.json")
+        status = "success" if os.path.exists(os.path.join(root, "output", "success")) else (
+            "failure" if os.path.exists(os.path.join(root, "output", "failure")) else "no status")
+        line = "%s: %s, %d model file(s)" % (host, status, len(model))
+        if os.path.exists(metrics_path):
+            with open(metrics_path) as f:
+                metrics = json.load(f)
+            auc = metrics.get("auc")
+            line += ", metrics.json: AUC %s at global step %s%s" % (
+                "n/a" if auc is None else "%.4f" % auc, metrics.get("global_step"),
+                " (interrupted)" if metrics.get("interrupted") else "")
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,157 @@
+"""Tests of the scale-out benchmark: its measurement arithmetic, the host layouts, and a tiny real run."""
+
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+from benchmarks import scale_out as bench
+from deepfm import hooks
+from input_pipeline import synthetic
+from jobs import hosts as hosts_lib
+
+ROWS = 3000
+FEATURE_SIZE = 2000
+STEPS = 20
+WARMUP = 10
+
+
+def _config(variants="single,ps,horovod", **overrides):
+    args = ["--variants", variants, "--runs", "1", "--steps", str(STEPS), "--warmup_steps", str(WARMUP)]
+    for key, value in overrides.items():
+        args += ["--" + key, str(value)]
+    return bench.make_config(bench.parse_args(args))
+
+
+def _write_progress(path, points):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    progress_file = hooks.ProgressFile(path)
+    for when, step in points:
+        progress_file(hooks.ProgressRecord(time=when, elapsed=when, step=step, global_step=step,
+                                           examples_per_sec=0.0, loss=None, interval_steps=10))
+
+
+class StepSplitTest(tf.test.TestCase):
+
+    def test_compute_communication_and_waiting_add_up_to_the_step(self):
+        compute, comm, waiting = bench.step_split(step_ms=50.0, cpu_ms_per_step=40.0, compute_ms=30.0)
+        self.assertEqual((30.0, 10.0, 10.0), (compute, comm, waiting))
+
+    def test_a_busy_core_has_no_waiting_and_a_fast_step_no_negative_parts(self):
+        self.assertEqual((30.0, 20.0, 0.0), bench.step_split(50.0, 60.0, 30.0))
+        self.assertEqual((20.0, 0.0, 0.0), bench.step_split(20.0, 15.0, 30.0))
+
+
+class ConfigTest(tf.test.TestCase):
+
+    def test_every_variant_trains_the_same_examples(self):
+        config = _config(variants="single,single_x2,ps,horovod")
+        for variant in config.variants:
+            # Independent copies of single each train what single does.
+            processes = 1 if variant.strategy == bench.STRATEGY_SINGLE else variant.num_hosts
+            self.assertEqual(config.examples, config.max_steps(variant) * processes * bench.BATCH,
+                             variant.name)
+
+    def test_bad_arguments_are_named(self):
+        with self.assertRaisesRegex(ValueError, "unknown 'mirrored'"):
+            _config(variants="mirrored")
+        with self.assertRaisesRegex(ValueError, "--link_gbps must be >= 0, got -1"):
+            _config(link_gbps=-1)
+
+    def test_lever_references_are_variants(self):
+        names = {v.name for v in bench.all_variants()}
+        for _, name, reference in bench.LEVER_COMPARISONS:
+            self.assertIn(name, names)
+            self.assertIn(reference, names)
+        for variant in bench.all_variants():
+            self.assertIn(variant.baseline, names)
+
+
+class HostProcessesTest(tf.test.TestCase):
+
+    def test_ps_layout_is_sagemakers(self):
+        config = _config()
+        ps_variant = [v for v in config.variants if v.name == "ps"][0]
+        tasks = []
+        for index in range(2):
+            for process in bench.host_processes(ps_variant, config, self.get_temp_dir(), index):
+                tasks.append((index, json.loads(process["env"]["TF_CONFIG"])))
+        self.assertEqual([(0, "ps", 0), (0, "master", 0), (1, "ps", 1), (1, "worker", 0)],
+                         [(i, t["task"]["type"], t["task"]["index"]) for i, t in tasks])
+        for index in range(2):
+            ps, trainer = bench.host_processes(ps_variant, config, self.get_temp_dir(), index)
+            # The toolkit's kind of parameter server: a plain server, stopped when the host's trainer ends.
+            self.assertTrue(ps["service"])
+            self.assertIn("--child_ps", ps["argv"])
+            self.assertFalse(trainer["service"])
+        cluster = tasks[0][1]["cluster"]
+        self.assertEqual(["algo-1:2222"], cluster["master"])
+        self.assertEqual(["algo-1:2223", "algo-2:2223"], cluster["ps"])
+
+    def test_horovod_ranks_get_horovodruns_environment(self):
+        config = _config()
+        horovod = [v for v in config.variants if v.name == "horovod"][0]
+        for index in range(2):
+            (process,) = bench.host_processes(horovod, config, self.get_temp_dir(), index)
+            env = process["env"]
+            self.assertEqual(str(index), env["HOROVOD_RANK"])
+            self.assertEqual(str(index), env["HOROVOD_CROSS_RANK"])
+            self.assertEqual("2", env["HOROVOD_SIZE"])
+            self.assertEqual("algo-1", env["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
+            self.assertEqual("gloo", env["HOROVOD_CONTROLLER"])
+            self.assertIn("--max_steps", process["argv"])
+
+
+class MeasureRunTest(tf.test.TestCase):
+
+    def test_rates_bytes_and_cpu_in_the_window(self):
+        config = _config(variants="horovod")
+        (variant,) = config.variants
+        work = self.get_temp_dir()
+        # Both ranks: step 10 at t=10, step 30 at t=12 -> window 10..12 s, 20 steps each.
+        for name in ("rank0", "rank1"):
+            _write_progress(os.path.join(work, bench.PROGRESS_DIR, name + ".jsonl"),
+                            [(0.0, 0), (10.0, 10), (12.0, 30)])
+        for index, host in enumerate(bench.HOST_NAMES):
+            # tx grows 1 MB per second (2 MB in the window), rx 0.5; the rank uses 0.8 CPU-s per second.
+            counters = [(t, 1e6 * t, 0.5e6 * t) for t in (0.0, 10.0, 12.0)]
+            cpu = [(t, 0.8 * t) for t in (0.0, 10.0, 12.0)]
+            with open(os.path.join(work, bench.HOST_OUTPUT % host), "w") as f:
+                json.dump({"counters": counters, "failed": None, "processes": {"rank%d" % index: cpu}}, f)
+        with open(os.path.join(work, "metrics.json"), "w") as f:
+            json.dump({"auc": 0.7}, f)
+        result = bench.measure_run(variant, config, work)
+        self.assertAllClose(2 * 20 * bench.BATCH / 2.0, result.examples_per_sec)
+        self.assertAllClose([20.0, 20.0], result.steps)
+        self.assertAllClose(2e6 / 20, result.tx_bytes_per_step)
+        self.assertAllClose(100.0, result.step_ms)
+        self.assertAllClose(1000 * 1.6 / 20, result.cpu_ms_per_step)
+        self.assertAllClose(1000 * 3.2 / (40 * bench.BATCH), result.cpu_seconds_per_1k)
+        self.assertEqual(0.7, result.auc)
+
+
+@pytest.mark.slow
+class RealRunTest(tf.test.TestCase):
+    """`single` and `horovod` on two real emulated hosts, a few steps (needs root)."""
+
+    def test_single_and_horovod_run_and_are_measured(self):
+        reason = hosts_lib.check_privileges()
+        if reason:
+            self.skipTest(reason)
+        data = self.create_tempdir().full_path
+        synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
+        config = _config(variants="single,horovod", data_dir=data, link_gbps=10)
+        results, failures = bench.measure(config)
+        self.assertEqual({"single": [], "horovod": []}, failures)
+        horovod = results["horovod"][0]
+        self.assertGreater(horovod.examples_per_sec, 0)
+        # Horovod's exchange crossed each host's link in the window; single has no second host.
+        self.assertLen(horovod.tx_bytes, 2)
+        self.assertGreater(min(horovod.tx_bytes), 0)
+        self.assertIsNotNone(horovod.auc)
+        self.assertLen(results["single"][0].tx_bytes, 1)
+
+
+if __name__ == "__main__":
+    tf.test.main()

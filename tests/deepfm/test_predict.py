@@ -1,0 +1,121 @@
+"""Tests of batch prediction: `python -m deepfm.predict` against the SavedModel's own serving signature."""
+
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+import strategies
+from deepfm import config, model as model_lib, predict, trainer
+from input_pipeline import files, pipeline, schema, synthetic
+
+REPO_ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+ROWS = 2_500
+FEATURE_SIZE = 300
+BATCH = 128
+# float32 probabilities written with 9 significant digits.
+PROB_TOLERANCE = 1e-6
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], rows[1:]
+
+
+def read_examples(paths, field_size):
+    """Every example of TFRecord `paths`, in order, without the pipeline: (ids, values, labels)."""
+    ids, values, labels = [], [], []
+    for path in paths:
+        for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            feature = tf.train.Example.FromString(record).features.feature
+            ids.append(list(feature[schema.IDS_KEY].int64_list.value))
+            values.append(list(feature[schema.VALUES_KEY].float_list.value))
+            labels.append(feature[schema.LABEL_KEY].float_list.value[0])
+    return (np.array(ids, np.int64).reshape(-1, field_size), np.array(values, np.float32).reshape(-1, field_size),
+            np.array(labels, np.float32))
+
+
+class PredictTest(tf.test.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root = tempfile.mkdtemp(dir=tf.compat.v1.test.get_temp_dir())
+        cls.data_dir = os.path.join(cls.root, "data")
+        cls.metadata = synthetic.generate(ROWS, cls.data_dir, feature_size=FEATURE_SIZE, seed=4, shards=3)
+        model_dir = os.path.join(cls.root, "model")
+        train = config.TrainConfig(
+            model_dir=model_dir, train_files=tuple(files.resolve([cls.data_dir], "tfrecord")),
+            export_dir=os.path.join(model_dir, "export"), batch_size=BATCH, max_steps=30, seed=1)
+        model = config.ModelConfig(feature_size=FEATURE_SIZE, embedding_size=4, deep_layers=(8,), dropout=(0.0,))
+        cls.result = trainer.run(train, model, pipeline.PipelineConfig(),
+                                 strategies.get(strategies.StrategyConfig(name="single")))
+        cls.val_files = files.default_validation([cls.data_dir], "tfrecord")
+
+    def expected(self, paths):
+        """The serving signature called directly on every example, in file order."""
+        ids, values, labels = read_examples(paths, schema.FIELD_SIZE)
+        signature = tf.saved_model.load(self.result.export_path).signatures["serving_default"]
+        prob = signature(feat_ids=tf.constant(ids), feat_vals=tf.constant(values))[model_lib.SERVING_SIGNATURE_OUTPUT]
+        return prob.numpy().reshape(-1), labels
+
+    def test_cli_writes_the_signature_probabilities_in_input_order(self):
+        output = os.path.join(self.get_temp_dir(), "out", "predictions.csv")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        proc = subprocess.run(
+            [sys.executable, "-m", "deepfm.predict", "--saved_model", self.result.export_path,
+             "--data", os.path.join(self.data_dir, "validation"), "--output", output, "--batch_size", "64"],
+            capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
+        self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+        self.assertRegex(proc.stdout, r"scored %d rows in [\d.]+ s \([\d,]+ rows/sec\)" % len(self.expected(
+            self.val_files)[0]))
+        header, rows = read_csv(output)
+        self.assertEqual(["prob", "label"], header)
+        prob, labels = self.expected(self.val_files)
+        self.assertLen(rows, len(prob))
+        self.assertAllClose(prob, [float(r[0]) for r in rows], atol=PROB_TOLERANCE)
+        self.assertAllEqual(labels, [float(r[1]) for r in rows])
+
+    def test_libsvm_input_gives_the_same_predictions(self):
+        tfrecord_out = os.path.join(self.get_temp_dir(), "tfrecord.csv")
+        libsvm_out = os.path.join(self.get_temp_dir(), "libsvm.csv")
+        predict.write_predictions(self.result.export_path, [self.data_dir], "tfrecord", tfrecord_out)
+        rows, _ = predict.write_predictions(self.result.export_path, [self.data_dir], "libsvm", libsvm_out)
+        self.assertEqual(len(self.expected(self.val_files)[0]), rows)
+        _, by_tfrecord = read_csv(tfrecord_out)
+        _, by_libsvm = read_csv(libsvm_out)
+        self.assertAllClose(np.array(by_tfrecord, float), np.array(by_libsvm, float), atol=PROB_TOLERANCE)
+
+    def test_unlabelled_records_give_a_prob_column_only(self):
+        path = os.path.join(self.get_temp_dir(), "unlabelled.tfrecord")
+        ids, values, _ = read_examples(self.val_files[:1], schema.FIELD_SIZE)
+        with tf.io.TFRecordWriter(path) as writer:
+            for row_ids, row_values in zip(ids, values):
+                writer.write(tf.train.Example(features=tf.train.Features(feature={
+                    schema.IDS_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=row_ids)),
+                    schema.VALUES_KEY: tf.train.Feature(float_list=tf.train.FloatList(value=row_values)),
+                })).SerializeToString())
+        output = os.path.join(self.get_temp_dir(), "unlabelled.csv")
+        predict.write_predictions(self.result.export_path, [path], "tfrecord", output, batch_size=7)
+        header, rows = read_csv(output)
+        self.assertEqual(["prob"], header)
+        self.assertAllClose(self.expected(self.val_files[:1])[0], [float(r[0]) for r in rows], atol=PROB_TOLERANCE)
+
+    def test_bad_inputs_are_named(self):
+        existing = os.path.join(self.get_temp_dir(), "exists.csv")
+        with open(existing, "w") as f:
+            f.write("prob\n")
+        with self.assertRaisesRegex(ValueError, "--output .*exists.csv' exists"):
+            predict.write_predictions(self.result.export_path, [self.data_dir], "tfrecord", existing)
+        with self.assertRaisesRegex(ValueError, "--saved_model .*holds no SavedModel"):
+            predict.write_predictions(self.root, [self.data_dir], "tfrecord",
+                                      os.path.join(self.get_temp_dir(), "never.csv"))
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -1,0 +1,263 @@
+"""Real SageMaker jobs on emulated hosts: `python -m deepfm.sagemaker local` with SageMaker's own toolkit.
+
+Each test runs a tiny job end to end: the toolkit builds `TF_CONFIG` and
+starts the parameter servers, or runs `mpirun` over ssh between the hosts'
+network namespaces. They need root (namespaces), Open MPI and an ssh server,
+and skip with the reason otherwise.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from input_pipeline import synthetic
+from jobs import hosts, sagemaker_local
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOB_TIMEOUT_S = 300
+FEATURE_SIZE = 500
+ROWS = 6_000
+SHARDS = 2
+BATCH = 128
+HYPERPARAMETERS = ("--batch_size", str(BATCH), "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0",
+                   "--learning_rate", "0.01", "--num_epochs", "2", "--feature_size", str(FEATURE_SIZE))
+TRAIN_ROWS = 5_400  # 90% of ROWS; the rest is validation
+MIN_AUC = 0.6
+
+
+def missing_requirements():
+    reason = hosts.check_privileges()
+    if reason:
+        return reason
+    for tool in ("mpirun", "orted", "ssh-keygen", "curl"):
+        if shutil.which(tool) is None:
+            return "%s is not installed (Debian packages openmpi-bin, openssh-client, curl)" % tool
+    if not os.path.exists("/usr/sbin/sshd"):
+        return "/usr/sbin/sshd is not installed (Debian package openssh-server)"
+    return None
+
+
+@pytest.mark.slow
+class LocalJobTest(tf.test.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root = os.path.join(tf.compat.v1.test.get_temp_dir(), "sagemaker_local")
+        cls.data = os.path.join(cls.root, "data")
+        if not os.path.exists(cls.data):
+            synthetic.generate(ROWS, cls.data, feature_size=FEATURE_SIZE, seed=3, shards=SHARDS)
+        # Channels of TFRecord files only, as an S3 prefix would hold them.
+        cls.channels = {}
+        for name, pattern in (("a", "train/part-00000"), ("b", "train/part-0000"), ("val", "validation/part-0000")):
+            directory = os.path.join(cls.root, "channels", name)
+            os.makedirs(directory, exist_ok=True)
+            for path in tf.io.gfile.glob(os.path.join(cls.data, pattern + "*.tfrecord")):
+                shutil.copy(path, directory)
+            cls.channels[name] = directory
+
+    def setUp(self):
+        super().setUp()
+        reason = missing_requirements()
+        if reason:
+            self.skipTest(reason)
+
+    def start(self, output_dir, *args, hyperparameters=HYPERPARAMETERS):
+        argv = [sys.executable, "-m", "deepfm.sagemaker", "local", "--output_dir", output_dir,
+                "--timeout_s", str(JOB_TIMEOUT_S), *args, "--", *hyperparameters]
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
+                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), start_new_session=True)
+        self.addCleanup(self._stop, process)
+        return process
+
+    def _stop(self, process):
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        leftover = [name for name in hosts.list_namespaces()
+                    if name.startswith("%s-%d-" % (hosts.NAMESPACE_PREFIX, process.pid))]
+        for name in leftover:
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+        self.assertEqual([], leftover, "namespaces left behind")
+
+    def run_job(self, *args, hyperparameters=HYPERPARAMETERS):
+        output_dir = self.create_tempdir().full_path
+        process = self.start(output_dir, *args, hyperparameters=hyperparameters)
+        out, err = process.communicate(timeout=JOB_TIMEOUT_S + 60)
+        self.assertEqual(0, process.returncode, "stdout:\n%s\nstderr:\n%s" % (out[-3000:], err[-5000:]))
+        self.assert_no_leftovers(process.pid)
+        return output_dir, out
+
+    def assert_no_leftovers(self, pid):
+        self.assertEqual([], [name for name in hosts.list_namespaces()
+                              if name.startswith("%s-%d-" % (hosts.NAMESPACE_PREFIX, pid))])
+        self.assertEqual([], [name for name in os.listdir(hosts.NETNS_ETC)
+                              if name.startswith("%s-%d-" % (hosts.NAMESPACE_PREFIX, pid))]
+                         if os.path.isdir(hosts.NETNS_ETC) else [])
+
+    def metrics(self, output_dir, host="algo-1"):
+        with open(os.path.join(output_dir, host, "output", "data", "metrics.json")) as f:
+            return json.load(f)
+
+    def exports(self, output_dir, host):
+        return tf.io.gfile.glob(os.path.join(output_dir, host, "model", "*", "saved_model.pb"))
+
+    def test_two_host_parameter_servers(self):
+        output_dir, out = self.run_job("--instance_count", "2", "--distribution", "parameter_server",
+                                       "--cpus_per_host", "1", "--channel", "train=%s" % self.data)
+        metrics = self.metrics(output_dir)
+        self.assertIn("master_0", metrics["strategy"])
+        self.assertIn("2 parameter server(s), 2 worker(s)", metrics["strategy"])
+        # Two asynchronous workers, each 2 epochs of its half: the global step sums them
+        # (a worker may take a step more while the other's last one lands).
+        budget = 2 * 2 * ((TRAIN_ROWS // SHARDS) // BATCH)
+        self.assertBetween(metrics["global_step"], budget, budget + 2)
+        self.assertGreater(metrics["auc"], MIN_AUC)
+        self.assertLen(self.exports(output_dir, "algo-1"), 1)
+        self.assertEqual([], self.exports(output_dir, "algo-2"))
+        for host in ("algo-1", "algo-2"):
+            self.assertTrue(os.path.exists(os.path.join(output_dir, host, "output", "success")))
+        with open(os.path.join(output_dir, "algo-2", "input", "config", "resourceconfig.json")) as f:
+            self.assertEqual("algo-2", json.load(f)["current_host"])
+        # The chief's last checkpoint needs the ps of every host: algo-2's stayed up for it.
+        latest = tf.train.latest_checkpoint(os.path.join(output_dir, "checkpoints"))
+        self.assertEqual(metrics["global_step"], int(latest.rsplit("-", 1)[1]))
+        self.assertIn("algo-1: success", out)
+
+    def test_two_host_mpi_with_sharded_channels(self):
+        output_dir, _ = self.run_job("--instance_count", "2", "--distribution", "mpi",
+                                     "--channel", "train=%s" % self.channels["b"],
+                                     "--channel", "validation=%s" % self.channels["val"],
+                                     "--distribution_type", "ShardedByS3Key")
+        shares = [sorted(os.listdir(os.path.join(output_dir, host, "input", "data", "train")))
+                  for host in ("algo-1", "algo-2")]
+        self.assertEqual([["part-00000.tfrecord"], ["part-00001.tfrecord"]], shares)
+        metrics = self.metrics(output_dir)
+        self.assertIn("rank 0 of 2 (local rank 0 of 1)", metrics["strategy"])
+        self.assertEqual(2 * ((TRAIN_ROWS // SHARDS) // BATCH), metrics["global_step"])
+        self.assertGreater(metrics["auc"], MIN_AUC)
+        self.assertLen(self.exports(output_dir, "algo-1"), 1)
+        self.assertEqual([], self.exports(output_dir, "algo-2"))
+        with open(os.path.join(output_dir, "logs", "algo-1.log")) as f:
+            log = f.read()
+        self.assertIn("mpirun --host algo-1,algo-2 -np 2", log)
+        self.assertRegex(log, r"Data for node: algo-2\s+Num slots: 1")
+
+    def test_one_host_two_process_mpi_pipe_mode_with_unequal_channels(self):
+        output_dir, _ = self.run_job("--distribution", "mpi", "--processes_per_host", "2", "--input_mode", "Pipe",
+                                     "--channel", "train_0=%s" % self.channels["a"],
+                                     "--channel", "train_1=%s" % self.channels["b"],
+                                     "--channel", "validation=%s" % self.channels["val"])
+        metrics = self.metrics(output_dir)
+        self.assertIn("rank 0 of 2 (local rank 0 of 2)", metrics["strategy"])
+        # train_0 holds one shard, train_1 two: the ranks stop together when train_0's
+        # second epoch (its last FIFO) ends.
+        self.assertEqual(2 * ((TRAIN_ROWS // SHARDS) // BATCH), metrics["global_step"])
+        self.assertGreater(metrics["auc"], MIN_AUC)
+        self.assertLen(self.exports(output_dir, "algo-1"), 1)
+        with open(os.path.join(output_dir, "algo-1", "input", "config", "inputdataconfig.json")) as f:
+            self.assertEqual("Pipe", json.load(f)["train_1"]["TrainingInputMode"])
+
+    def test_single_host_and_an_existing_output_dir_is_not_overwritten(self):
+        output_dir, _ = self.run_job("--channel", "train=%s" % self.data, "--cpus_per_host", "1",
+                                     "--job_name", "single-host-job")
+        metrics = self.metrics(output_dir)
+        self.assertIn("single", metrics["strategy"])
+        self.assertEqual(2 * ((TRAIN_ROWS // BATCH)), metrics["global_step"])
+        self.assertLen(self.exports(output_dir, "algo-1"), 1)
+        with open(os.path.join(output_dir, "algo-1", "input", "config", "hyperparameters.json")) as f:
+            hyperparameters = json.load(f)
+        self.assertEqual('"single-host-job"', hyperparameters["sagemaker_job_name"])
+        self.assertEqual("2", hyperparameters["num_epochs"])
+        again = subprocess.run([sys.executable, "-m", "deepfm.sagemaker", "local", "--output_dir", output_dir,
+                                "--channel", "train=%s" % self.data], capture_output=True, text=True, cwd=REPO_ROOT,
+                               timeout=120)
+        self.assertEqual(2, again.returncode)
+        self.assertIn("already holds a run of a job (algo-1): pass --restart", again.stderr)
+        self.assertLen(self.exports(output_dir, "algo-1"), 1)
+
+    def test_a_dead_host_process_fails_the_job_naming_the_host(self):
+        output_dir = self.create_tempdir().full_path
+        process = self.start(output_dir, "--instance_count", "2", "--distribution", "parameter_server",
+                             "--channel", "train=%s" % self.data,
+                             hyperparameters=HYPERPARAMETERS[:-4] + ("--num_epochs", "1000", "--feature_size",
+                                                                     str(FEATURE_SIZE)))
+        victim = self.wait_for_training_process(process.pid, "algo-2")
+        os.kill(victim, signal.SIGKILL)
+        out, err = process.communicate(timeout=JOB_TIMEOUT_S)
+        self.assertNotEqual(0, process.returncode, out[-2000:])
+        self.assertIn("host algo-2 failed", err)
+        self.assertIn(os.path.join(output_dir, "logs", "algo-2.log"), err)
+        self.assert_no_leftovers(process.pid)
+
+    def test_spot_stop_checkpoints_and_a_restarted_job_resumes_from_that_step(self):
+        output_dir = self.create_tempdir().full_path
+        args = ("--channel", "train=%s" % self.data, "--job_name", "spot-job")
+        long_run = HYPERPARAMETERS[:-4] + ("--num_epochs", "40", "--feature_size", str(FEATURE_SIZE),
+                                           "--save_checkpoints_steps", "50")
+        budget = 40 * (TRAIN_ROWS // BATCH)
+        process = self.start(output_dir, *args, hyperparameters=long_run)
+        checkpoints = os.path.join(output_dir, "checkpoints")
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while not tf.io.gfile.glob(os.path.join(checkpoints, "model.ckpt-*.index")) and process.poll() is None:
+            self.assertLess(time.monotonic(), deadline, "no checkpoint appeared")
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)  # SageMaker stopping the job (a spot interruption)
+        _, err = process.communicate(timeout=JOB_TIMEOUT_S)
+        self.assertEqual(128 + signal.SIGTERM, process.returncode, err[-3000:])
+        self.assertIn("stopped by received SIGTERM", err)
+        self.assert_no_leftovers(process.pid)
+        interrupted = self.metrics(output_dir)
+        self.assertTrue(interrupted["interrupted"])
+        stopped_at = interrupted["global_step"]
+        self.assertLess(stopped_at, budget)
+        self.assertEqual(stopped_at, int(tf.train.latest_checkpoint(checkpoints).rsplit("-", 1)[1]))
+
+        again = self.start(output_dir, "--restart", *args, hyperparameters=long_run + ("--verbosity", "0"))
+        out, err = again.communicate(timeout=JOB_TIMEOUT_S + 60)
+        self.assertEqual(0, again.returncode, err[-3000:])
+        finished = self.metrics(output_dir)
+        self.assertEqual(budget, finished["global_step"])
+        self.assertFalse(finished.get("interrupted"))
+        with open(os.path.join(output_dir, "logs", "algo-1.log")) as f:
+            self.assertIn("at global step %d" % stopped_at, f.read())
+
+    def wait_for_training_process(self, emulator_pid, host, timeout_s=120):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for namespace in hosts.list_namespaces():
+                if namespace.startswith("%s-%d-" % (hosts.NAMESPACE_PREFIX, emulator_pid)) and namespace.endswith(
+                        "-" + host):
+                    for pid in hosts.namespace_pids(namespace):
+                        try:
+                            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                                argv = f.read().split(b"\0")
+                        except OSError:
+                            continue
+                        # The script's Python process, not the shell the toolkit starts it with.
+                        if argv[0] == sys.executable.encode() and argv[1:2] == [b"sagemaker_entry_point.py"]:
+                            return pid
+            time.sleep(0.5)
+        self.fail("no training process appeared on %s within %d s" % (host, timeout_s))
+
+
+class HostShareTest(tf.test.TestCase):
+
+    def test_sharded_channels_split_files_across_hosts(self):
+        files = ["a", "b", "c", "d", "e"]
+        self.assertEqual(["a", "c", "e"], sagemaker_local.host_share(files, "ShardedByS3Key", 0, 2))
+        self.assertEqual(["b", "d"], sagemaker_local.host_share(files, "ShardedByS3Key", 1, 2))
+        self.assertEqual(files, sagemaker_local.host_share(files, "FullyReplicated", 1, 2))
+        with self.assertRaisesRegex(ValueError, "1 file\\(s\\) for 2 hosts"):
+            sagemaker_local.host_share(["a"], "ShardedByS3Key", 0, 2)
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -1,0 +1,124 @@
+"""Tests of `deepfm.sagemaker submit --dry_run`: the CreateTrainingJob request, field by field.
+
+The request is built by the real SageMaker Python SDK and checked by
+botocore against the SageMaker API model (botocore's `Stubber` answers it);
+nothing is contacted.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl.testing import parameterized
+import tensorflow as tf
+
+from jobs import sagemaker_job
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+JOB = "deepfm-dry-run"
+
+
+def sdk_missing():
+    try:
+        import sagemaker  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError as e:
+        return str(e)
+    return None
+
+
+class SubmitDryRunTest(parameterized.TestCase, tf.test.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        reason = sdk_missing()
+        if reason:
+            self.skipTest("the SageMaker Python SDK (the 'sdk' extra) is not installed: %s" % reason)
+
+    def dry_run(self, *args, hyperparameters=("--num_epochs", "2")):
+        argv = [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--job_name", JOB,
+                "--role", ROLE, "--output_path", "s3://bucket/jobs", "--checkpoint_s3_uri", "s3://bucket/ckpt",
+                "--channel", "train=s3://bucket/data/train", "--channel", "validation=s3://bucket/data/validation",
+                *args, "--", *hyperparameters]
+        env = dict(os.environ, AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="", AWS_CONFIG_FILE="/nonexistent",
+                   AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=180)
+        self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+        return json.loads(proc.stdout)
+
+    @parameterized.named_parameters(
+        ("none_file", [], "File", {}),
+        ("parameter_server_file", ["--instance_count", "2", "--distribution", "parameter_server"], "File",
+         {"sagemaker_parameter_server_enabled": "true"}),
+        ("mpi_pipe_sharded", ["--instance_count", "2", "--distribution", "mpi", "--processes_per_host", "2",
+                              "--input_mode", "Pipe", "--distribution_type", "ShardedByS3Key",
+                              "--custom_mpi_options", "-x HOROVOD_FUSION_THRESHOLD=0"], "Pipe",
+         {"sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": "2",
+          "sagemaker_mpi_custom_mpi_options": '"-x HOROVOD_FUSION_THRESHOLD=0"'}),
+    )
+    def test_request(self, args, input_mode, distribution_hyperparameters):
+        request = self.dry_run(*args)
+        instances = 2 if "--instance_count" in args else 1
+        self.assertEqual(JOB, request["TrainingJobName"])
+        self.assertEqual(ROLE, request["RoleArn"])
+        self.assertEqual(input_mode, request["AlgorithmSpecification"]["TrainingInputMode"])
+        self.assertRegex(request["AlgorithmSpecification"]["TrainingImage"], r"tensorflow-training:2\.14-cpu-py310$")
+        self.assertEqual({"InstanceCount": instances, "InstanceType": "ml.c5.xlarge", "VolumeSizeInGB": 30},
+                         request["ResourceConfig"])
+        self.assertEqual({"S3OutputPath": "s3://bucket/jobs"}, request["OutputDataConfig"])
+        self.assertEqual({"LocalPath": "/opt/ml/checkpoints", "S3Uri": "s3://bucket/ckpt"}, request["CheckpointConfig"])
+        channels = {channel["ChannelName"]: channel for channel in request["InputDataConfig"]}
+        self.assertEqual({"train", "validation"}, set(channels))
+        sharded = "ShardedByS3Key" if "ShardedByS3Key" in args else "FullyReplicated"
+        self.assertEqual({"S3DataSource": {"S3DataDistributionType": sharded, "S3DataType": "S3Prefix",
+                                           "S3Uri": "s3://bucket/data/train"}}, channels["train"]["DataSource"])
+        self.assertEqual("FullyReplicated",
+                         channels["validation"]["DataSource"]["S3DataSource"]["S3DataDistributionType"])
+        self.assertEqual(input_mode, channels["train"]["InputMode"])
+        expected = {
+            "num_epochs": "2", "model_dir": '"/opt/ml/checkpoints"', "sagemaker_container_log_level": "20",
+            "sagemaker_job_name": '"%s"' % JOB, "sagemaker_program": '"sagemaker_entry_point.py"',
+            "sagemaker_region": '"us-east-1"',
+            "sagemaker_submit_directory": '"s3://bucket/jobs/%s/source/sourcedir.tar.gz"' % JOB,
+        }
+        expected.update(distribution_hyperparameters)
+        self.assertEqual(expected, request["HyperParameters"])
+        self.assertNotIn("EnableManagedSpotTraining", request)
+
+    def test_spot_request_and_limits(self):
+        request = self.dry_run("--use_spot", "--max_run", "3600", "--max_wait", "7200",
+                               "--instance_type", "ml.c5.18xlarge")
+        self.assertTrue(request["EnableManagedSpotTraining"])
+        self.assertEqual({"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200}, request["StoppingCondition"])
+        self.assertEqual("ml.c5.18xlarge", request["ResourceConfig"]["InstanceType"])
+
+    def test_same_hyperparameters_as_the_local_job(self):
+        request = self.dry_run("--instance_count", "2", "--distribution", "mpi",
+                               hyperparameters=("--num_epochs", "2", "--deep_layers", "64,32", "--batch_norm"))
+        spec = sagemaker_job.JobSpec(job_name=JOB, instance_count=2, distribution="mpi",
+                                     hyperparameters=sagemaker_job.parse_hyperparameters(
+                                         ["--num_epochs", "2", "--deep_layers", "64,32", "--batch_norm"]))
+        local = sagemaker_job.encoded_hyperparameters(spec, "/opt/ml/source/sourcedir.tar.gz",
+                                                      sagemaker_job.model_dir_for(spec))
+        submitted = dict(request["HyperParameters"])
+        self.assertEqual(submitted.pop("sagemaker_submit_directory"),
+                         '"s3://bucket/jobs/%s/source/sourcedir.tar.gz"' % JOB)
+        local.pop("sagemaker_submit_directory")
+        self.assertEqual(local, submitted)
+
+    @parameterized.named_parameters(
+        ("local_channel", ["--channel", "test=data/x"], "a submitted job reads its channels from S3"),
+        ("role", ["--role", "SageMakerRole"], "--role must be an IAM role ARN"),
+        ("spot_without_checkpoints", ["--use_spot", "--checkpoint_s3_uri", ""], "--use_spot needs"),
+    )
+    def test_bad_submissions_are_refused_before_anything_is_built(self, args, message):
+        argv = [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--role", ROLE,
+                "--output_path", "s3://bucket/jobs", "--checkpoint_s3_uri", "s3://bucket/ckpt", *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+        self.assertNotEqual(0, proc.returncode)
+        self.assertIn(message, proc.stderr)
+
+
+if __name__ == "__main__":
+    tf.test.main()
