@@ -24,11 +24,15 @@ train: setup $(DATA_DIR)/metadata.json
 	    --model_dir $(RUN_DIR)/model --export_dir $(RUN_DIR)/export \
 	    --metrics_file $(RUN_DIR)/metrics.json --num_epochs 3
 
+# Two test processes (pytest-xdist), each test class in one of them: most multi-process
+# tests spend much of their time starting processes and waiting, so two at once halve the run.
+PYTEST = $(PY) -m pytest -q -p no:warnings -n 2 --dist loadscope
+
 test: setup
-	$(PY) -m pytest -q -p no:warnings tests
+	$(PYTEST) tests
 
 test-fast: setup
-	$(PY) -m pytest -q -p no:warnings -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 # The benchmarks one after the other on the main job's dataset; each writes benchmarks/results/<name>.*
 bench: setup $(DATA_DIR)/metadata.json

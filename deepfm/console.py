@@ -89,6 +89,13 @@ def wants_detail(verbosity: Optional[int]) -> bool:
     return verbosity is not None and verbosity >= DETAIL_VERBOSITY
 
 
+def flags_want_detail() -> bool:
+    """Whether the parsed `--verbosity` flag asks for TensorFlow's full output (call after parsing)."""
+    from absl import flags
+    given = flags.FLAGS[VERBOSITY_FLAG]
+    return wants_detail(given.value if given.present else None)
+
+
 def import_tensorflow(detail: bool, stderr_fd: int = 2):
     """Sets TensorFlow's C++ log level, then imports it with the import noise filtered.
 
@@ -306,3 +313,16 @@ def run_main(main: Callable[[List[str]], None], argv: List[str], program: str,
         sys.stderr.write("(--verbosity 0 shows the traceback)\n")
         sys.stderr.flush()
         raise SystemExit(1) from None
+
+
+def entry_point(define_flags: Callable[[], None], main: Callable[[List[str]], None]) -> None:
+    """A console script's start: TensorFlow imported quietly (unless `--verbosity`), flags defined, `main` run.
+
+    Args:
+      define_flags: defines the program's flags.
+      main: the program's `main(argv)` for `absl.app.run`.
+    """
+    from absl import app
+    import_tensorflow(wants_detail(explicit_verbosity(sys.argv)))
+    define_flags()
+    app.run(main)

@@ -14,7 +14,6 @@ means its `validation/` files.
 
 import csv
 import os
-import sys
 import time
 from typing import Iterator, List, Optional, Sequence, Tuple
 
@@ -153,18 +152,13 @@ def write_predictions(saved_model: str, data: Sequence[str], data_format: str, o
 
 
 def main(argv):
-    console_lib.run_main(_main, argv, PROGRAM, _wants_detail)
-
-
-def _wants_detail() -> bool:
-    given = FLAGS[console_lib.VERBOSITY_FLAG]
-    return console_lib.wants_detail(given.value if given.present else None)
+    console_lib.run_main(_main, argv, PROGRAM, console_lib.flags_want_detail)
 
 
 def _main(argv):
     if len(argv) > 1:
         raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
-    console_lib.configure_logging(_wants_detail())
+    console_lib.configure_logging(console_lib.flags_want_detail())
     rows, seconds = write_predictions(FLAGS.saved_model, FLAGS.data, FLAGS.data_format, FLAGS.output,
                                       FLAGS.batch_size)
     print("scored %d rows in %.1f s (%s rows/sec) -> %s" % (
@@ -173,9 +167,7 @@ def _main(argv):
 
 def run():
     """Console-script entry point."""
-    console_lib.import_tensorflow(console_lib.wants_detail(console_lib.explicit_verbosity(sys.argv)))
-    define_flags()
-    app.run(main)
+    console_lib.entry_point(define_flags, main)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ a progress line per `--log_every_n_steps` and a summary; `--verbosity 0`
 brings back TensorFlow's own logging (`deepfm.console`).
 """
 
-import sys
 
 from absl import app, flags
 
@@ -188,14 +187,8 @@ def find_metadata(spec):
     return None
 
 
-def wants_detail(flag_values=FLAGS) -> bool:
-    """Whether `--verbosity` asked for TensorFlow's full output (0 or more)."""
-    given = flag_values[console_lib.VERBOSITY_FLAG]
-    return console_lib.wants_detail(given.value if given.present else None)
-
-
 def main(argv):
-    console_lib.run_main(_main, argv, PROGRAM, wants_detail)
+    console_lib.run_main(_main, argv, PROGRAM, console_lib.flags_want_detail)
 
 
 def _main(argv):
@@ -203,7 +196,7 @@ def _main(argv):
     import strategies
     from deepfm import trainer
 
-    console_lib.configure_logging(wants_detail())
+    console_lib.configure_logging(console_lib.flags_want_detail())
     metadata = find_metadata(FLAGS.train_data or [])
     train, model, input_config, strategy_config = parse_flags(FLAGS, metadata)
     try:
@@ -212,7 +205,7 @@ def _main(argv):
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     multi_process = strategy.role != "worker" or strategy.num_workers > 1
-    console_lib.configure_logging(wants_detail(), task_logs=multi_process)
+    console_lib.configure_logging(console_lib.flags_want_detail(), task_logs=multi_process)
     console = console_lib.Console(enabled=strategy.role == "worker" and strategy.is_chief)
     result = trainer.run(train, model, input_config, strategy, console=console)
     if result is not None and strategy.is_chief:
@@ -224,9 +217,7 @@ def _main(argv):
 
 def run():
     """Console-script entry point."""
-    console_lib.import_tensorflow(console_lib.wants_detail(console_lib.explicit_verbosity(sys.argv)))
-    define_flags()
-    app.run(main)
+    console_lib.entry_point(define_flags, main)
 
 
 if __name__ == "__main__":

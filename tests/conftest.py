@@ -1,5 +1,14 @@
 """pytest configuration shared by the whole suite."""
 
+import os
+import shutil
+import tempfile
+
+# absl's default test directory is named after the main module, which is
+# `<string>` in a pytest-xdist worker: a path no shell command survives.
+TEST_TMPDIR_VARIABLE = "TEST_TMPDIR"
+_created_tmpdir = None
+
 
 def pytest_collection_modifyitems(config, items):
     """Drops `tf.test.TestCase.test_session`, a context manager, not a test."""
@@ -7,7 +16,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
-    """Marks absl flags parsed, as `tf.test.main` would, so `create_tempdir` works."""
+    """Gives absl a plain test directory; marks absl flags parsed, as `tf.test.main` would, so
+    `create_tempdir` works."""
+    global _created_tmpdir
+    if TEST_TMPDIR_VARIABLE not in os.environ:
+        _created_tmpdir = tempfile.mkdtemp(prefix="deepfm-tests-")
+        os.environ[TEST_TMPDIR_VARIABLE] = _created_tmpdir
     from absl import flags
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
+
+
+def pytest_unconfigure(config):
+    """Removes the test directory `pytest_configure` created."""
+    if _created_tmpdir is not None:
+        shutil.rmtree(_created_tmpdir, ignore_errors=True)

@@ -275,6 +275,32 @@ class RestartTest(FaultTestCase):
     def test_killed_parameter_server(self):
         self.kill_and_restart("ps_0")
 
+    def test_killed_horovod_rank(self):
+        if "horovod" not in strategies.names():
+            self.skipTest("the horovod strategy is not registered")
+        args = ["--strategy", "horovod", "--np", "2"]
+        baseline = self.uninterrupted(args)
+        job, model_dir, metrics_file = self.start(args + ["--max_restarts", "1"])
+        self.assertTrue(job.wait_for_checkpoints(model_dir, count=3), job.output())
+        ranks = job.rank_pids()
+        self.assertEqual(sorted(ranks), [0, 1], job.output())
+        killed_at = checkpoint_step(model_dir)
+        os.kill(ranks[1], signal.SIGKILL)
+        returncode, output = job.wait()
+        self.assertEqual(returncode, 0, output)
+        self.assertRegex(output, r"restart 1 of 1: task %s failed with exit code" % launch.HOROVOD_TASK)
+        self.assertIn("the job finished after 1 restart(s)", output)
+        job.assert_no_process_left()
+        metrics = read_json(metrics_file)
+        # Synchronous ranks: the restarted job ends exactly at the uninterrupted job's step,
+        # resumed from a checkpoint at or after the one seen before the kill.
+        self.assertEqual(baseline["global_step"], metrics["global_step"])
+        resumed = re.findall(r"resuming from the checkpoint in .* at global step (\d+)",
+                             job.rank_logs(os.path.join("restart_1", launch.HOROVOD_RANK_LOGS)))
+        self.assertTrue(resumed, "no rank of the restart resumed")
+        self.assertGreaterEqual(min(int(step) for step in resumed), killed_at)
+        self.assertGreaterEqual(metrics["auc"], baseline["auc"] - AUC_LOSS_TOLERANCE)
+
     def test_killed_parameter_server_without_restarts_fails_in_bounded_time(self):
         job, model_dir, _ = self.start(self.PS_ARGS)
         self.assertTrue(job.wait_for_checkpoints(model_dir), job.output())

@@ -1,0 +1,309 @@
+"""A cost model of data-parallel DeepFM training: examples/sec for N hosts x C cores at a link speed.
+
+Pure arithmetic on one measured step (`StepProfile`: what one training step
+of one process on one core costs, and what it would exchange) and a cluster
+shape (`Cluster`). Every layout runs one training process per core
+(`hosts x cores_per_host` replicas of `batch_size` examples); a step of one
+process costs, with nothing overlapped:
+
+    step = compute + overhead + cpu_per_byte x bytes the process's cores handle
+           + bytes on its host's link / link bandwidth + latency x rounds
+
+`overhead` (a distributed step's fixed CPU cost: the collective's or RPC's
+bookkeeping, the extra ops) and `cpu_per_byte` are machine constants, one
+pair for Horovod's collectives and one for the parameter servers' gRPC,
+fitted by `calibrate` to measured steps (`benchmarks/scale_out.py`).
+
+* `horovod` (sparse): embedding gradients are `IndexedSlices`, allgathered
+  (ring: each host link carries every other process's rows once), dense
+  gradients ring-allreduced; every process handles (sends and receives) all
+  the other processes' rows.
+* `horovod_dense` (`--sparse_as_dense`): the whole embedding tables are
+  ring-allreduced with the dense gradients.
+* `ps` (asynchronous, a parameter server on every host as SageMaker lays it
+  out): every step pulls the rows and dense weights it needs and pushes their
+  gradients; (hosts - 1) / hosts of that goes to another host, and both the
+  worker and the ps side of each transfer run on the host's cores.
+* `single`: one process on one core: `batch_size / compute`.
+
+Rows per step are the distinct ids of a batch with `--dedup_lookups`,
+every id (batch x fields) without. Efficiency = compute / step (a process
+of a multi-process job against one process alone on one core).
+"""
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
+
+FLOAT_BYTES = 4
+INDEX_BYTES = 8
+BITS_PER_BYTE = 8
+GIGA = 1e9
+# Two embedding tables: the FM weights (1 float per row) and factors (k floats per row).
+EMBEDDING_TABLES = 2
+# A ps step is two request/response exchanges (pull, push), each a round trip.
+PS_ROUND_TRIPS = 2
+DEFAULT_LATENCY_S = 50e-6
+# The link of hosts without a bandwidth limit (a veth pair; memory speed).
+DEFAULT_UNLIMITED_GBPS = 100.0
+
+SINGLE, PS, HOROVOD, HOROVOD_DENSE = "single", "ps", "horovod", "horovod_dense"
+STRATEGIES = (SINGLE, PS, HOROVOD, HOROVOD_DENSE)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepProfile:
+    """One measured training step of one process on one core.
+
+    Attributes:
+      compute_s: wall seconds of one step, alone on one core.
+      batch_size: examples per step.
+      ids_per_step: ids per batch (batch x fields).
+      distinct_ids_per_step: distinct ids per batch (mean).
+      embedding_size: k, floats per row of the factor table.
+      feature_size: rows of each embedding table.
+      dense_params: parameters outside the embedding tables.
+      cpu_s_per_byte: CPU seconds a process spends per byte it sends or
+        receives (serialization, copies, applying received rows).
+      overhead_s: fixed CPU seconds a distributed step costs beyond
+        compute and bytes.
+      ps_cpu_s_per_byte: `cpu_s_per_byte` of the parameter servers' gRPC
+        exchange, when it differs from the collectives' (None: the same).
+      ps_overhead_s: `overhead_s` of a parameter-server step (None: the same).
+      dedup: whether lookups are deduplicated (`distinct_ids_per_step` rows move).
+    """
+
+    compute_s: float
+    batch_size: int
+    ids_per_step: int
+    distinct_ids_per_step: float
+    embedding_size: int
+    feature_size: int
+    dense_params: int
+    cpu_s_per_byte: float
+    overhead_s: float = 0.0
+    ps_cpu_s_per_byte: Optional[float] = None
+    ps_overhead_s: Optional[float] = None
+    dedup: bool = True
+
+    def __post_init__(self):
+        if self.compute_s <= 0:
+            raise ValueError("compute_s must be > 0, got %r" % self.compute_s)
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1, got %r" % self.batch_size)
+        if not 0 < self.distinct_ids_per_step <= self.ids_per_step:
+            raise ValueError("distinct_ids_per_step must be in (0, ids_per_step=%d], got %r"
+                             % (self.ids_per_step, self.distinct_ids_per_step))
+        if self.cpu_s_per_byte < 0:
+            raise ValueError("cpu_s_per_byte must be >= 0, got %r" % self.cpu_s_per_byte)
+
+    def costs(self, strategy: str) -> Tuple[float, float]:
+        """`(overhead_s, cpu_s_per_byte)` of a distributed step of `strategy`."""
+        if strategy == PS:
+            return (self.overhead_s if self.ps_overhead_s is None else self.ps_overhead_s,
+                    self.cpu_s_per_byte if self.ps_cpu_s_per_byte is None else self.ps_cpu_s_per_byte)
+        return self.overhead_s, self.cpu_s_per_byte
+
+    @property
+    def rows(self) -> float:
+        """Embedding rows one step moves per table."""
+        return self.distinct_ids_per_step if self.dedup else float(self.ids_per_step)
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row of both tables together."""
+        return (self.embedding_size + 1) * FLOAT_BYTES
+
+    @property
+    def sparse_bytes(self) -> float:
+        """Bytes of one step's embedding rows (or their gradients) with their indices."""
+        return self.rows * (self.row_bytes + EMBEDDING_TABLES * INDEX_BYTES)
+
+    @property
+    def dense_bytes(self) -> int:
+        """Bytes of the parameters (or gradients) outside the embedding tables."""
+        return self.dense_params * FLOAT_BYTES
+
+    @property
+    def table_bytes(self) -> int:
+        """Bytes of both embedding tables, whole."""
+        return self.feature_size * self.row_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """A cluster shape.
+
+    Attributes:
+      hosts: hosts.
+      cores_per_host: cores of each host (one training process per core).
+      link_gbps: each host's link, Gbit/s each way.
+      latency_s: one-way latency of a message between hosts.
+    """
+
+    hosts: int
+    cores_per_host: int
+    link_gbps: float
+    latency_s: float = DEFAULT_LATENCY_S
+
+    def __post_init__(self):
+        if self.hosts < 1 or self.cores_per_host < 1:
+            raise ValueError("hosts and cores_per_host must be >= 1, got %r x %r"
+                             % (self.hosts, self.cores_per_host))
+        if self.link_gbps <= 0:
+            raise ValueError("link_gbps must be > 0, got %r" % self.link_gbps)
+        if self.latency_s < 0:
+            raise ValueError("latency_s must be >= 0, got %r" % self.latency_s)
+
+    @property
+    def processes(self) -> int:
+        return self.hosts * self.cores_per_host
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        return self.link_gbps * GIGA / BITS_PER_BYTE
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """The predicted step of one strategy on one cluster.
+
+    Attributes:
+      strategy: one of `STRATEGIES`.
+      processes: training processes.
+      compute_s: compute per step.
+      cpu_comm_s: CPU time per step moving bytes.
+      link_s: time per step on the host link.
+      latency_s: latency per step.
+      link_bytes: bytes per step on each host's link (each way).
+      handled_bytes: bytes per step each process's cores send and receive.
+      examples_per_sec: the job's predicted throughput.
+      efficiency: compute / step.
+    """
+
+    strategy: str
+    processes: int
+    compute_s: float
+    cpu_comm_s: float
+    link_s: float
+    latency_s: float
+    link_bytes: float
+    handled_bytes: float
+    examples_per_sec: float
+    efficiency: float
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.cpu_comm_s + self.link_s + self.latency_s
+
+    def bottleneck(self) -> str:
+        """The largest term of the step besides compute."""
+        terms = {"CPU moving bytes": self.cpu_comm_s, "link bandwidth": self.link_s, "latency": self.latency_s}
+        return max(terms, key=terms.get)
+
+
+def traffic(strategy: str, profile: StepProfile, cluster: Cluster) -> Tuple[float, float, int]:
+    """`(link bytes per host, bytes handled per process, latency rounds)` of one step.
+
+    Raises:
+      ValueError: an unknown strategy.
+    """
+    processes, hosts = cluster.processes, cluster.hosts
+    if strategy == SINGLE:
+        return 0.0, 0.0, 0
+    remote = 1.0 if hosts > 1 else 0.0
+    if strategy == HOROVOD:
+        # Ring allgather: each link carries the rows of every process but one.
+        gathered = (processes - 1) * profile.sparse_bytes
+        reduced = 2.0 * (processes - 1) / processes * profile.dense_bytes
+        return remote * (gathered + reduced), 2.0 * (gathered + reduced), 3 * (processes - 1)
+    if strategy == HOROVOD_DENSE:
+        reduced = 2.0 * (processes - 1) / processes * (profile.table_bytes + profile.dense_bytes)
+        return remote * reduced, 2.0 * reduced, 2 * (processes - 1)
+    if strategy == PS:
+        # Pull: ids out, rows and dense weights in; push: the same as gradients (with indices).
+        per_worker = 2.0 * (profile.sparse_bytes + profile.dense_bytes)
+        link = cluster.cores_per_host * (hosts - 1) / hosts * per_worker
+        # Worker and ps ends of every transfer run on the host's cores.
+        return link, 2.0 * per_worker, 2 * PS_ROUND_TRIPS
+    raise ValueError("strategy must be one of %s, got %r" % (", ".join(STRATEGIES), strategy))
+
+
+def predict(strategy: str, profile: StepProfile, cluster: Cluster) -> Prediction:
+    """Predicted examples/sec of `strategy` on `cluster` (see the module docstring).
+
+    `single` runs one process on one core whatever the cluster.
+    """
+    link_bytes, handled, rounds = traffic(strategy, profile, cluster)
+    processes = 1 if strategy == SINGLE else cluster.processes
+    latency = rounds * cluster.latency_s if cluster.hosts > 1 else 0.0
+    overhead, per_byte = profile.costs(strategy)
+    cpu = handled * per_byte + (overhead if strategy != SINGLE else 0.0)
+    link = link_bytes / cluster.link_bytes_per_s
+    step = profile.compute_s + cpu + link + latency
+    return Prediction(strategy=strategy, processes=processes, compute_s=profile.compute_s, cpu_comm_s=cpu,
+                      link_s=link, latency_s=latency, link_bytes=link_bytes, handled_bytes=handled,
+                      examples_per_sec=processes * profile.batch_size / step, efficiency=profile.compute_s / step)
+
+
+def predict_all(profile: StepProfile, cluster: Cluster) -> List[Prediction]:
+    """Every strategy's prediction, best first."""
+    return sorted((predict(s, profile, cluster) for s in STRATEGIES), key=lambda p: -p.examples_per_sec)
+
+
+def choose(profile: StepProfile, cluster: Cluster) -> Tuple[str, str]:
+    """`(strategy, reason)`: the strategy with the highest predicted examples/sec, and why."""
+    ranked = predict_all(profile, cluster)
+    best = ranked[0]
+    runner_up = ranked[1]
+    if best.strategy == SINGLE:
+        reason = ("one process on one core beats every multi-process layout: their step (%.1f ms at best, "
+                  "%s) costs more than %d processes gain" % (1000 * runner_up.step_s, runner_up.bottleneck(),
+                                                             runner_up.processes))
+    else:
+        reason = ("%s: %s examples/sec predicted, efficiency %.2f, %.2f MB per step on each host link; "
+                  "%s is next (%s examples/sec, limited by %s)" % (
+                      best.strategy, format(best.examples_per_sec, ",.0f"), best.efficiency, best.link_bytes / 1e6,
+                      runner_up.strategy, format(runner_up.examples_per_sec, ",.0f"), runner_up.bottleneck()))
+    return best.strategy, reason
+
+
+def calibrate(handled_bytes: Sequence[float], extra_cpu_s: Sequence[float]) -> Tuple[float, float]:
+    """`(overhead_s, cpu_s_per_byte)`: the least-squares line through measured distributed steps.
+
+    Args:
+      handled_bytes: per measured configuration, the bytes a process handles per step (`traffic`).
+      extra_cpu_s: per configuration, the CPU seconds per step beyond compute it measured.
+
+    Raises:
+      ValueError: fewer than two configurations, or all with the same bytes.
+    """
+    if len(handled_bytes) != len(extra_cpu_s) or len(handled_bytes) < 2:
+        raise ValueError("calibrate needs >= 2 (bytes, cpu) pairs of equal length, got %d and %d"
+                         % (len(handled_bytes), len(extra_cpu_s)))
+    count = len(handled_bytes)
+    mean_x = sum(handled_bytes) / count
+    mean_y = sum(extra_cpu_s) / count
+    spread = sum((x - mean_x) ** 2 for x in handled_bytes)
+    if spread == 0:
+        raise ValueError("calibrate needs configurations with different bytes, got %r" % (list(handled_bytes),))
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(handled_bytes, extra_cpu_s)) / spread
+    slope = max(0.0, slope)
+    return max(0.0, mean_y - slope * mean_x), slope
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured."""
+    if measured <= 0:
+        raise ValueError("measured must be > 0, got %r" % measured)
+    return (predicted - measured) / measured
+
+
+def as_row(prediction: Prediction) -> Dict[str, str]:
+    """A prediction as strings for a table."""
+    return {
+        "strategy": prediction.strategy, "processes": str(prediction.processes),
+        "examples/sec": format(prediction.examples_per_sec, ",.0f"), "efficiency": "%.2f" % prediction.efficiency,
+        "step ms": "%.2f" % (1000 * prediction.step_s), "compute ms": "%.2f" % (1000 * prediction.compute_s),
+        "comm. CPU ms": "%.2f" % (1000 * prediction.cpu_comm_s), "link ms": "%.2f" % (1000 * prediction.link_s),
+        "latency ms": "%.2f" % (1000 * prediction.latency_s),
+        "MB per step per host link": "%.2f" % (prediction.link_bytes / 1e6)}
