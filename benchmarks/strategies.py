@@ -590,7 +590,7 @@ def _setup_text(config: BenchmarkConfig, load: Tuple[float, float]) -> str:
         "validation split after %s training examples in every variant. Ratio to lower ceiling: median / "
         "min(input ceiling, compute ceiling with the variant's optimizer). 1-minute load average before / "
         "after the benchmark: %.2f / %.2f (other work on the machine lowers the CPU share of the runs)."
-        % (config.data_dir, config.global_batch, config.runs, config.warmup_steps, config.steps,
+        % (os.path.basename(config.data_dir), config.global_batch, config.runs, config.warmup_steps, config.steps,
            os.cpu_count() or 1, format(config.examples, ","), load[0], load[1]))
 
 
@@ -641,7 +641,7 @@ def raw_results(results: Dict[str, List[RunResult]], failures: Dict[str, List[st
     """The JSON of the report: the setup and every run."""
     return {
         "setup": {"global_batch": config.global_batch, "steps": config.steps, "warmup_steps": config.warmup_steps,
-                  "runs": config.runs, "examples": config.examples, "data_dir": config.data_dir,
+                  "runs": config.runs, "examples": config.examples, "data_dir": os.path.basename(config.data_dir),
                   "log_every_n_steps": LOG_EVERY_STEPS},
         "variants": {
             v.name: {"group": v.group, "note": v.note, "kind": v.kind, "strategy": v.strategy,
