@@ -110,26 +110,25 @@ def decode_one(variant: str, roots: Dict[str, str]) -> dict:
 
     import tensorflow as tf
 
-    from input_pipeline import decoders, schema
+    from input_pipeline import formats, pipeline, schema
 
-    data_format = "tfrecord" if variant.endswith("tfrecord") else "libsvm"
+    fmt = formats.TFRECORD if variant.endswith(formats.TFRECORD.name) else formats.LIBSVM
     root = roots["compact" if variant.endswith("compact") else "fixed"]
-    files = sorted(glob.glob(os.path.join(root, schema.TRAIN_SPLIT, "*" + schema.FORMAT_EXTENSIONS[data_format])))
+    files = sorted(glob.glob(os.path.join(root, schema.TRAIN_SPLIT, "*" + fmt.extension)))
+    config = pipeline.PipelineConfig(data_format=fmt, field_size=schema.FIELD_SIZE)
 
-    def decode(batch):
-        if data_format == "tfrecord":
-            return decoders.decode_tfrecord(batch, schema.FIELD_SIZE)
-        return decoders.decode_libsvm(batch, schema.FIELD_SIZE)
+    def decode(*batch):
+        return fmt.decode_batch(batch, config, file_names=files)
 
-    reader = tf.data.TFRecordDataset if data_format == "tfrecord" else tf.data.TextLineDataset
-    cached = next(iter(reader(files[0]).batch(DECODE_BATCH))).numpy() if variant.startswith("decode_") else None
+    cached = None
+    if variant.startswith("decode_"):
+        first = next(iter(fmt.records(files[:1], config).batch(DECODE_BATCH)))
+        cached = tuple(part.numpy() for part in (first if isinstance(first, tuple) else (first,)))
     with tf.Graph().as_default():
         if cached is not None:
-            dataset = tf.data.Dataset.from_tensors(tf.constant(cached)).repeat()
+            dataset = tf.data.Dataset.from_tensors(tuple(tf.constant(part) for part in cached)).repeat()
         else:
-            dataset = tf.data.Dataset.from_tensor_slices(files).interleave(
-                reader, cycle_length=len(files), num_parallel_calls=tf.data.AUTOTUNE).repeat().batch(
-                    DECODE_BATCH, drop_remainder=True)
+            dataset = fmt.records(files, config).repeat().batch(DECODE_BATCH, drop_remainder=True)
         dataset = dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
         features, labels = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
         step = tf.group(tf.reduce_sum(labels), tf.reduce_sum(features[schema.FEAT_IDS]),
@@ -185,9 +184,9 @@ def report(args, convert_results: Dict[str, List[dict]], decode_results: Dict[st
             "4 shards, min_count 10, fixed-width LibSVM and TFRecord), %d runs per row, each a fresh process, rows "
             "interleaved. Time: the whole command, both passes and the join. Rows accounted: rows written == lines "
             "of the input. RSS: `VmHWM` of each process of the tree (the converter and its spawned workers), "
-            "largest one and sum of all peaks (an upper bound of the total at any moment). The machine was shared "
-            "with other engineers' work while measured (1-minute load average %.2f at the start, %.2f at the end, "
-            "this benchmark included)." % (format(args.rows, ","), args.memory_mb, args.runs, load[0], load[1]),
+            "largest one and sum of all peaks (an upper bound of the total at any moment). 1-minute load average "
+            "%.2f at the start, %.2f at the end, this benchmark included." % (
+                format(args.rows, ","), args.memory_mb, args.runs, load[0], load[1]),
             "", "## Conversion", "",
             common.markdown_table(["row", "rows/s median (min-max)", "MB/s", "seconds", "peak RSS MiB, largest process",
                                    "peak RSS MiB, sum of processes", "every row accounted"], rows), ""]

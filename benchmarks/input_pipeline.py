@@ -53,7 +53,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import common
-from input_pipeline import files, schema
+from input_pipeline import files, formats, schema
 
 NAME = "input_pipeline"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -95,7 +95,7 @@ ORDER_NO_PREFETCH = "no_prefetch"  # no prefetch at the end, none injected by tf
 ORDER_CACHE_AFTER_REPEAT = "cache_after_repeat"  # cache("memory") after repeat
 SLOW_ORDERS = (ORDER_SCALAR_MAP, ORDER_NO_PREFETCH, ORDER_CACHE_AFTER_REPEAT)
 
-REFERENCE = "tfrecord"
+REFERENCE = formats.TFRECORD.name
 
 NOTES = """## Reading the rows
 
@@ -119,7 +119,7 @@ class Variant:
       name: row name (also the value of `--variants`).
       description: what the row measures.
       kind: how the dataset is made (`KIND_*`).
-      data_format: `tfrecord` or `libsvm`.
+      data_format: the name of its `input_pipeline.formats` format.
       order: `ORDER_DEFAULT` or one of `SLOW_ORDERS`.
       cache: `PipelineConfig.cache` (the builder's cache, before repeat).
       pipe: read in Pipe mode (a `PipeFeeder` streams the train files).
@@ -130,7 +130,7 @@ class Variant:
     name: str
     description: str
     kind: str = KIND_BUILDER
-    data_format: str = "tfrecord"
+    data_format: str = formats.TFRECORD.name
     order: str = ORDER_DEFAULT
     cache: Optional[str] = None
     pipe: bool = False
@@ -146,9 +146,10 @@ class Variant:
 VARIANTS = (
     Variant(REFERENCE, "TFRecord, default pipeline: chunked parallel interleave, batch, vectorized "
             "parse_example (the reference)"),
-    Variant("libsvm", "LibSVM, default pipeline (batch, then vectorized decode)", data_format="libsvm"),
+    Variant(formats.LIBSVM.name, "LibSVM, default pipeline (batch, then vectorized decode)",
+            data_format=formats.LIBSVM.name),
     Variant("tfrecord_scalar_map", "TFRecord, decode then batch (order scalar_map)", order=ORDER_SCALAR_MAP),
-    Variant("libsvm_scalar_map", "LibSVM, decode then batch (order scalar_map)", data_format="libsvm",
+    Variant("libsvm_scalar_map", "LibSVM, decode then batch (order scalar_map)", data_format=formats.LIBSVM.name,
             order=ORDER_SCALAR_MAP),
     Variant("tfrecord_no_prefetch", "TFRecord, no prefetch (order no_prefetch)", order=ORDER_NO_PREFETCH),
     Variant("tfrecord_pipe", "TFRecord, Pipe mode: the same files through a FIFO to PipeModeDataset",
@@ -169,7 +170,7 @@ VARIANTS = (
             "accounting", kind=KIND_BARE_CHUNKED),
     Variant("decode_tfrecord", "profile: parse_example alone, on one cached batch", kind=KIND_DECODE_ONLY),
     Variant("decode_libsvm", "profile: LibSVM decode alone, on one cached batch", kind=KIND_DECODE_ONLY,
-            data_format="libsvm"),
+            data_format=formats.LIBSVM.name),
 )
 VARIANTS_BY_NAME = {variant.name: variant for variant in VARIANTS}
 
@@ -258,12 +259,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> BenchConfig:
 
 
 # --- data ----------------------------------------------------------------------
-def train_files(data_dir: str, data_format: str) -> List[str]:
+def train_files(data_dir: str, data_format: formats.DataFormatLike) -> List[str]:
     """The train shards of a dataset root, sorted."""
     return files.resolve([data_dir], data_format)
 
 
-def train_rows(paths: Sequence[str], data_format: str) -> int:
+def train_rows(paths: Sequence[str], data_format: formats.DataFormatLike) -> int:
     """Rows of `paths` from their dataset root's metadata.
 
     Raises:
@@ -300,9 +301,9 @@ def split_tfrecords(paths: Sequence[str], out_dir: str, parts: int) -> List[str]
         with open(path, "rb") as f:
             data = f.read()
         offsets = [0]
-        while offsets[-1] + files.TFRECORD_LENGTH_BYTES <= len(data):
+        while offsets[-1] + formats.TFRECORD_LENGTH_BYTES <= len(data):
             (length,) = struct.unpack_from("<Q", data, offsets[-1])
-            offsets.append(offsets[-1] + files.TFRECORD_FRAMING_BYTES + length)
+            offsets.append(offsets[-1] + formats.TFRECORD_FRAMING_BYTES + length)
         if offsets[-1] != len(data):
             raise ValueError("TFRecord file %s ends inside a record (at byte %d of %d)"
                              % (path, offsets[-2] if len(offsets) > 1 else 0, len(data)))
@@ -313,7 +314,7 @@ def split_tfrecords(paths: Sequence[str], out_dir: str, parts: int) -> List[str]
         stem = os.path.splitext(os.path.basename(path))[0]
         for part in range(parts):
             begin, end = offsets[part * records // parts], offsets[(part + 1) * records // parts]
-            out = os.path.join(out_dir, "%s-%dof%d.tfrecord" % (stem, part, parts))
+            out = os.path.join(out_dir, "%s-%dof%d%s" % (stem, part, parts, formats.TFRECORD.extension))
             with open(out, "wb") as f:
                 f.write(data[begin:end])
             written.append(out)
@@ -324,26 +325,28 @@ def split_tfrecords(paths: Sequence[str], out_dir: str, parts: int) -> List[str]
 def build_dataset(variant: Variant, config: BenchConfig, num_epochs: Optional[int]):
     """The `tf.data.Dataset` of `variant`'s batches (in the current graph)."""
     import tensorflow as tf
-    from input_pipeline import decoders, pipeline
+    from input_pipeline import pipeline
 
-    def decode(batch):
-        if variant.data_format == "tfrecord":
-            return decoders.decode_tfrecord(batch, schema.FIELD_SIZE)
-        return decoders.decode_libsvm(batch, schema.FIELD_SIZE)
+    data_format = formats.get(variant.data_format)
+    decode_config = pipeline.PipelineConfig(data_format=data_format)
+    paths = train_files(config.data_dir, data_format)
 
-    paths = train_files(config.data_dir, variant.data_format)
+    def decode(*batch):
+        return data_format.decode_batch(batch, decode_config, file_names=paths)
+
     if variant.kind == KIND_DECODE_ONLY:
-        reader = tf.data.TFRecordDataset if variant.data_format == "tfrecord" else tf.data.TextLineDataset
-        one_batch = reader(paths[0]).batch(config.batch_size, drop_remainder=True).take(1).cache()
+        one_batch = (data_format.records(paths[:1], decode_config)
+                     .batch(config.batch_size, drop_remainder=True).take(1).cache())
         return one_batch.repeat().map(decode, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
     if variant.kind in (KIND_BARE_SEQUENTIAL, KIND_BARE_CHUNKED):
+        # The references read TFRecord without the format's damaged-file accounting.
         if variant.kind == KIND_BARE_SEQUENTIAL:
             records = tf.data.TFRecordDataset(paths, buffer_size=pipeline.DEFAULT_READ_BUFFER_BYTES)
         else:
             records = tf.data.Dataset.from_tensor_slices(paths).interleave(
                 lambda path: tf.data.TFRecordDataset(path, buffer_size=pipeline.DEFAULT_READ_BUFFER_BYTES)
-                .batch(pipeline.READ_CHUNK_RECORDS),
-                cycle_length=min(len(paths), pipeline.DEFAULT_PARALLEL_READS),
+                .batch(formats.READ_CHUNK_RECORDS),
+                cycle_length=min(len(paths), formats.DEFAULT_PARALLEL_READS),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
         return (records.batch(config.batch_size, drop_remainder=True)
                 .map(decode, num_parallel_calls=tf.data.AUTOTUNE).repeat().prefetch(tf.data.AUTOTUNE))
@@ -358,7 +361,7 @@ def build_dataset(variant: Variant, config: BenchConfig, num_epochs: Optional[in
     elif variant.pipe:
         source = PIPE_CHANNEL
         options.update(input_mode=pipeline.INPUT_MODE_PIPE, pipe_base_dir=config.pipe_base_dir)
-    pipeline_config = pipeline.PipelineConfig(data_format=variant.data_format, cache=variant.cache, **options)
+    pipeline_config = pipeline.PipelineConfig(data_format=data_format, cache=variant.cache, **options)
     builder = pipeline.DatasetBuilder(source, pipeline_config, config.batch_size, num_epochs=num_epochs)
     if variant.order == ORDER_DEFAULT:
         return builder()
@@ -516,7 +519,7 @@ def run_all(config: BenchConfig) -> Tuple[Dict[str, Dict[str, list]], Tuple[floa
     with tempfile.TemporaryDirectory(prefix="input_pipeline_benchmark_") as work:
         split_dir, pipe_base_dir = os.path.join(work, "split"), os.path.join(work, "sagemaker")
         if any(VARIANTS_BY_NAME[name].files == FILES_SPLIT for name in config.variants):
-            split_tfrecords(train_files(config.data_dir, "tfrecord"), split_dir, SPLIT_PARTS)
+            split_tfrecords(train_files(config.data_dir, formats.TFRECORD), split_dir, SPLIT_PARTS)
         for run in range(config.runs):
             for name in config.variants:
                 out = measure(config, name, split_dir, pipe_base_dir)
@@ -540,7 +543,7 @@ def targets(results: dict) -> List[Tuple[str, Optional[float], str, str, Optiona
 
     `measured` and `met` are None when a row the target needs was not measured.
     """
-    tfrecord, libsvm = _median(results, REFERENCE), _median(results, "libsvm")
+    tfrecord, libsvm = _median(results, REFERENCE), _median(results, formats.LIBSVM.name)
     scalar = _median(results, "libsvm_scalar_map")
     rows = [("vectorized TFRecord >= %s examples/sec" % format(TARGET_TFRECORD_EXAMPLES_PER_SEC, ","),
              tfrecord, "examples/sec", ",.0f", tfrecord >= TARGET_TFRECORD_EXAMPLES_PER_SEC)]
@@ -576,7 +579,7 @@ def profile_text(results: dict) -> str:
     cpu = {name: _median(results, name, "cpu_us_per_example") for name in results}
     speed = {name: _median(results, name) for name in results}
     lines = []
-    for data_format in ("tfrecord", "libsvm"):
+    for data_format in formats.names():
         full, decode = cpu.get(data_format), cpu.get("decode_" + data_format)
         if full is not None and decode is not None:
             lines.append("- %s: the default pipeline costs %.2f us of CPU per example; its decode alone %.2f us "
@@ -606,7 +609,7 @@ def profile_text(results: dict) -> str:
                TARGET_LIBSVM_SLOWDOWN, tfrecord, TARGET_LIBSVM_SLOWDOWN,
                "cannot be met by a faster pipeline around the same decode"
                if decode_libsvm > TARGET_LIBSVM_SLOWDOWN * tfrecord else "is within reach of the decode"))
-    for data_format in ("tfrecord", "libsvm"):
+    for data_format in formats.names():
         scalar = data_format + "_scalar_map"
         if data_format in results and scalar in results:
             lines.append("- %s: vectorized decode %.1fx the examples/sec of the scalar one (%.2f against %.2f us "
@@ -637,9 +640,9 @@ def report(results: dict, config: BenchConfig, info: Dict[str, str], load: Tuple
         "CPU time of all the process's threads per timed example (Pipe mode: the reader only; the feeder runs "
         "in the parent process). Machine: %s cores, shared with other work while measured (1-minute load average "
         "%.2f at the start, %.2f at the end, this benchmark included)."
-        % (config.batch_size, config.data_dir, format(train_rows(train_files(config.data_dir, "tfrecord"),
-                                                                 "tfrecord"), ","),
-           len(train_files(config.data_dir, "tfrecord")), config.runs, config.warmup, config.batches,
+        % (config.batch_size, config.data_dir,
+           format(train_rows(train_files(config.data_dir, formats.TFRECORD), formats.TFRECORD), ","),
+           len(train_files(config.data_dir, formats.TFRECORD)), config.runs, config.warmup, config.batches,
            config.cache_epochs, CACHE_SHARDS, info["cores"], load[0], load[1]),
         table,
         "## Targets (2 cores, batch %d)\n\n" % config.batch_size

@@ -47,7 +47,20 @@ Per run, in the window where every training process is past warm-up
   core); communication CPU = the host's CPU time per step minus compute
   (serialization, Gloo/gRPC, the ps's work); waiting = step minus the
   host's CPU time per step (its core idle: the network and the other host);
-* AUC: the chief's `metrics.json`.
+* AUC: the chief's `metrics.json`;
+* other load: the machine's CPU time in the window (`/proc/stat`) not used by
+  the job's processes, in cores: what else ran at the same time (this
+  machine is shared); a run that had other load is still reported, with it.
+
+The efficiency column is the median over rounds of each round's ratio (the
+variant against its reference measured in the same round, back to back),
+steadier on a machine whose speed drifts than a ratio of medians.
+
+`--trace_steps N` adds, after the timed rounds, one traced run of every
+variant: its training processes trace N steps (`deepfm.step_trace`) and the
+report shows where the first process's step goes (compute, waiting on the
+exchange alone, the tail after the backward pass, op time by scope). Traced
+steps are slower than untimed ones; the traced run is not in the timings.
 
 Results go to `benchmarks/results/scale_out.{md,json,png}`.
 """
@@ -94,6 +107,9 @@ STRAGGLER_GRACE_S = 30
 TARGET_EFFICIENCY = 0.90
 TARGET_AUC_DELTA = 0.005
 MB = 1e6
+PROC_STAT = "/proc/stat"
+IDLE_FIELD, IOWAIT_FIELD = 3, 4
+TRACES = "traces"
 
 STRATEGY_SINGLE, STRATEGY_PS, STRATEGY_HOROVOD = "single", "ps", "horovod"
 BASELINE = "single"
@@ -140,7 +156,7 @@ def all_variants() -> Tuple[Variant, ...]:
         Variant(INDEPENDENT, STRATEGY_SINGLE, "2 independent singles, 1 per host, at once (no exchange)",
                 copies=len(HOST_NAMES)),
         Variant("ps", STRATEGY_PS, "ps + worker per host, async (defaults)"),
-        Variant("horovod", STRATEGY_HOROVOD, "1 rank per host, Gloo (defaults)"),
+        Variant("horovod", STRATEGY_HOROVOD, "1 rank per host, Gloo (defaults: learning rate x1.5)"),
         Variant("single+dedup", STRATEGY_SINGLE, "--dedup_lookups", ("--dedup_lookups",)),
         Variant("single+no_check_ids", STRATEGY_SINGLE, "--nocheck_ids", ("--nocheck_ids",)),
         Variant("ps+dedup", STRATEGY_PS, "--dedup_lookups", ("--dedup_lookups",),
@@ -158,6 +174,8 @@ def all_variants() -> Tuple[Variant, ...]:
                 ("--hvd_fusion_threshold_bytes", "0")),
         Variant("horovod+threads1", STRATEGY_HOROVOD, "intra/inter-op threads 1/1",
                 ("--intra_op_threads", "1", "--inter_op_threads", "1")),
+        Variant("horovod+lr_none", STRATEGY_HOROVOD, "--lr_scaling none (learning rate x1)",
+                ("--lr_scaling", "none")),
         Variant("horovod+lr_sqrt", STRATEGY_HOROVOD, "--lr_scaling sqrt", ("--lr_scaling", "sqrt")),
         Variant("horovod+lr_linear", STRATEGY_HOROVOD, "--lr_scaling linear", ("--lr_scaling", "linear")),
     )
@@ -175,6 +193,7 @@ LEVER_COMPARISONS = (
     ("cycle time 5 ms, horovod", "horovod+cycle5ms", "horovod"),
     ("no tensor fusion, horovod", "horovod+fusion0", "horovod"),
     ("threads 1/1, horovod", "horovod+threads1", "horovod"),
+    ("learning rate x1 instead of x1.5, horovod", "horovod+lr_none", "horovod"),
     ("learning rate x sqrt(2), horovod", "horovod+lr_sqrt", "horovod"),
     ("learning rate x 2, horovod", "horovod+lr_linear", "horovod"),
 )
@@ -196,6 +215,8 @@ class BenchmarkConfig:
       name: the report's file name (without extension).
       timeout_s: the longest one run may take.
       shared_note: what else ran on the machine, for the report.
+      trace_steps: steps each training process traces in one extra run of
+        every variant after the timed rounds (0: no traced run).
     """
 
     data_dir: str
@@ -209,6 +230,7 @@ class BenchmarkConfig:
     name: str = NAME
     timeout_s: float = RUN_TIMEOUT_S
     shared_note: str = ""
+    trace_steps: int = 0
 
     def max_steps(self, variant: Variant) -> int:
         """`--max_steps` of each training process: the same examples in every variant."""
@@ -237,6 +259,11 @@ class RunResult:
       auc: validation AUC after training.
       stopped_hosts: hosts stopped after the others had finished
         (`STRAGGLER_GRACE_S`); their measurements are complete.
+      traces: a traced run's step breakdowns (`deepfm.step_trace`'s
+        medians) by training process; empty for a timed run.
+      round: the round (0-based) the run belongs to.
+      machine_busy_s: the machine's busy CPU seconds in the window, every
+        process on it (None: not sampled).
     """
 
     examples_per_sec: float
@@ -248,6 +275,9 @@ class RunResult:
     host_cpu_seconds: List[float]
     auc: Optional[float] = None
     stopped_hosts: List[str] = dataclasses.field(default_factory=list)
+    round: int = 0
+    machine_busy_s: Optional[float] = None
+    traces: Dict[str, Dict] = dataclasses.field(default_factory=dict)
 
     @property
     def examples(self) -> float:
@@ -256,7 +286,14 @@ class RunResult:
     @property
     def cpu_seconds_per_1k(self) -> float:
         """CPU seconds of every process of the job per 1,000 examples."""
-        return 1000.0 * sum(self.cpu_seconds.values()) / self.examples
+        return 1000.0 * sum(self.host_cpu_seconds) / self.examples
+
+    @property
+    def other_cores(self) -> Optional[float]:
+        """The machine's CPU in the window not used by the job's processes, in cores."""
+        if self.machine_busy_s is None:
+            return None
+        return max(0.0, self.machine_busy_s - sum(self.host_cpu_seconds)) / self.window_s
 
     @property
     def tx_bytes_per_step(self) -> float:
@@ -307,6 +344,21 @@ class CounterSampler(common.PeriodicSampler):
             with open(path) as f:
                 values.append(int(f.read()))
         self.samples.append((time.time(), values[0], values[1]))
+
+
+class MachineCpuSampler(common.PeriodicSampler):
+    """Samples the machine's busy CPU seconds (every core, `/proc/stat`) every `interval_s` seconds."""
+
+    def __init__(self, interval_s: float):
+        super().__init__(interval_s, "machine-cpu-sampler")
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def sample(self) -> None:
+        with open(PROC_STAT) as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        # user nice system idle iowait irq softirq steal ...: busy = all but idle and iowait.
+        busy = sum(fields) - fields[IDLE_FIELD] - fields[IOWAIT_FIELD]
+        self.samples.append((time.time(), busy / self._tick))
 
 
 def _start_rendezvous(plan: str, port_file: str):
@@ -411,7 +463,7 @@ def _base_env(variant: Variant) -> Dict[str, str]:
     return env
 
 
-def _train_argv(variant: Variant, config: BenchmarkConfig, work: str, index: int) -> List[str]:
+def _train_argv(variant: Variant, config: BenchmarkConfig, work: str, index: int, traced: bool) -> List[str]:
     # Independent copies keep their own files (the first copy's metrics are the run's).
     suffix = "-%d" % index if variant.strategy == STRATEGY_SINGLE and index else ""
     progress = "{task}-%d.jsonl" % index if variant.copies > 1 else "{task}.jsonl"
@@ -420,7 +472,9 @@ def _train_argv(variant: Variant, config: BenchmarkConfig, work: str, index: int
             "--metrics_file", os.path.join(work, "metrics%s.json" % suffix), "--batch_size", str(BATCH),
             "--max_steps", str(config.max_steps(variant)), "--log_every_n_steps", str(LOG_EVERY_STEPS),
             "--progress_file", os.path.join(work, PROGRESS_DIR, progress),
-            "--save_checkpoints_steps", str(NO_CHECKPOINT_STEPS)] + list(variant.train_flags)
+            "--save_checkpoints_steps", str(NO_CHECKPOINT_STEPS)] + list(variant.train_flags) + (
+                ["--trace_steps", str(config.trace_steps), "--trace_dir", os.path.join(work, TRACES)]
+                if traced else [])
 
 
 def _ps_cluster() -> Dict[str, List[str]]:
@@ -430,9 +484,10 @@ def _ps_cluster() -> Dict[str, List[str]]:
             "ps": ["%s:%d" % (name, PS_PORT) for name in HOST_NAMES]}
 
 
-def host_processes(variant: Variant, config: BenchmarkConfig, work: str, index: int) -> List[Dict]:
+def host_processes(variant: Variant, config: BenchmarkConfig, work: str, index: int,
+                   traced: bool = False) -> List[Dict]:
     """The processes of host `index` for one run of `variant`: name, argv, env, log."""
-    argv = _train_argv(variant, config, work, index)
+    argv = _train_argv(variant, config, work, index, traced)
     env = _base_env(variant)
     host = HOST_NAMES[index]
 
@@ -463,8 +518,16 @@ def _interp(samples: Sequence[Sequence[float]], column: int, when: float) -> flo
     return float(numpy.interp(when, times, [s[column] for s in samples]))
 
 
-def measure_run(variant: Variant, config: BenchmarkConfig, work: str) -> RunResult:
+def measure_run(variant: Variant, config: BenchmarkConfig, work: str,
+                machine_cpu: Sequence[Sequence[float]] = ()) -> RunResult:
     """Measures a finished run from its files under `work` (see the module docstring).
+
+    Args:
+      variant: what ran.
+      config: the benchmark's set-up.
+      work: the run's directory.
+      machine_cpu: `MachineCpuSampler` samples taken during the run (none:
+        other load unknown).
 
     Raises:
       ValueError: a file is missing or the progress allows no window.
@@ -493,7 +556,8 @@ def measure_run(variant: Variant, config: BenchmarkConfig, work: str) -> RunResu
         total = 0.0
         for name, samples in output["processes"].items():
             used = _interp(samples, 1, end) - _interp(samples, 1, start)
-            cpu[name] = used
+            # Independent copies run under the same name on every host.
+            cpu[name if variant.copies == 1 else "%s_%s" % (HOST_NAMES[index], name)] = used
             total += used
         host_cpu.append(total)
     auc = None
@@ -501,13 +565,26 @@ def measure_run(variant: Variant, config: BenchmarkConfig, work: str) -> RunResu
     if os.path.exists(metrics):
         with open(metrics) as f:
             auc = json.load(f).get("auc")
+    busy = None
+    if len(machine_cpu) >= 2:
+        busy = _interp(machine_cpu, 1, end) - _interp(machine_cpu, 1, start)
+    from deepfm import step_trace  # TensorFlow: only where traces are read, not in every host's supervisor
+
+    traces = {}
+    for path in sorted(glob.glob(os.path.join(work, TRACES, "*" + step_trace.SUMMARY_SUFFIX))):
+        summary = step_trace.read_summary(path)
+        traces[summary["task"]] = summary["median"]
     # Hosts and progress files are both in host order (chief / rank 0 on algo-1 sorts first).
     return RunResult(examples_per_sec=rate, window_s=end - start, steps=trainers, cpu_seconds=cpu,
-                     tx_bytes=tx, rx_bytes=rx, host_cpu_seconds=host_cpu, auc=auc)
+                     tx_bytes=tx, rx_bytes=rx, host_cpu_seconds=host_cpu, auc=auc, machine_busy_s=busy,
+                     traces=traces)
 
 
-def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.HostNetwork) -> RunResult:
+def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.HostNetwork,
+                traced: bool = False) -> RunResult:
     """Runs `variant` once, every host's processes in a fresh host init, and measures it.
+
+    With `traced`, its training processes trace `config.trace_steps` steps.
 
     Raises:
       RuntimeError: a host failed (the message holds the end of its logs).
@@ -516,10 +593,13 @@ def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.Ho
     with tempfile.TemporaryDirectory(prefix="bench-scale-out-") as work:
         os.makedirs(os.path.join(work, PROGRESS_DIR))
         launched = []
+        machine = MachineCpuSampler(SAMPLE_SECONDS)
         try:
+            machine.__enter__()
             for index in range(variant.num_hosts):
                 host = network.hosts[index]
-                spec = {"processes": host_processes(variant, config, work, index), "interface": network.interface,
+                spec = {"processes": host_processes(variant, config, work, index, traced),
+                        "interface": network.interface,
                         "output": os.path.join(work, HOST_OUTPUT % host.name), "cwd": _package_root()}
                 if variant.strategy == STRATEGY_HOROVOD:
                     spec["rendezvous"] = {"serve": index == 0, "port_file": os.path.join(work, PORT_FILE),
@@ -536,6 +616,7 @@ def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.Ho
                                                  stderr=subprocess.STDOUT))
                 log.close()
             stopped = _wait_for_hosts(launched, config.timeout_s)
+            machine.__exit__(None, None, None)
             if stopped is None:
                 raise TimeoutError("%s ran longer than %.0f s" % (variant.name, config.timeout_s))
             codes = [0 if index in stopped else proc.returncode for index, proc in enumerate(launched)]
@@ -543,10 +624,11 @@ def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.Ho
                 _wait_for_file(os.path.join(work, HOST_OUTPUT % HOST_NAMES[index]), STRAGGLER_GRACE_S)
             if any(codes):
                 raise RuntimeError("%s: host exit codes %s\n%s" % (variant.name, codes, _log_tails(work)))
-            result = measure_run(variant, config, work)
+            result = measure_run(variant, config, work, machine.samples)
             result.stopped_hosts = [HOST_NAMES[index] for index in stopped]
             return result
         finally:
+            machine.__exit__(None, None, None)
             for proc in launched:
                 if proc.poll() is None:
                     proc.kill()
@@ -605,6 +687,17 @@ def _auc(runs: Sequence[RunResult]) -> Optional[float]:
     return common.Stats(values).median if values else None
 
 
+def round_efficiencies(variant: Variant, runs: Sequence[RunResult],
+                       baseline: Sequence[RunResult]) -> Optional[common.Stats]:
+    """Each round's efficiency: the variant's examples/sec / (hosts x its reference's in the same round).
+
+    None when no round has both.
+    """
+    reference = {r.round: r.examples_per_sec for r in baseline}
+    values = [r.examples_per_sec / (variant.num_hosts * reference[r.round]) for r in runs if r.round in reference]
+    return common.Stats(values) if values else None
+
+
 def summary_rows(config: BenchmarkConfig, results: Dict[str, List[RunResult]]) -> Dict[str, Dict]:
     """Per measured variant, the medians the report shows (efficiency, split, AUC delta)."""
     rows = {}
@@ -617,10 +710,12 @@ def summary_rows(config: BenchmarkConfig, results: Dict[str, List[RunResult]]) -
         rate = _stats(runs, "examples_per_sec").median
         # A lever's own single-process reference where it was measured, else `single`.
         baseline = results.get(variant.baseline) or results.get(BASELINE)
-        base_rate = _stats(baseline, "examples_per_sec").median if baseline else None
         compute_ms = _stats(baseline, "cpu_ms_per_step").median if baseline else None
+        efficiency = round_efficiencies(variant, runs, baseline or [])
+        others = [r.other_cores for r in runs if r.other_cores is not None]
         row = {"examples_per_sec": rate, "stats": _stats(runs, "examples_per_sec"),
-               "efficiency": rate / (variant.num_hosts * base_rate) if base_rate else None,
+               "efficiency": efficiency.median if efficiency else None, "efficiency_stats": efficiency,
+               "other_cores": common.Stats(others).median if others else None,
                "cpu_s_per_1k": _stats(runs, "cpu_seconds_per_1k").median,
                "tx_mb_per_step": _stats(runs, "tx_bytes_per_step").median / MB,
                "step_ms": _stats(runs, "step_ms").median, "cpu_ms_per_step": _stats(runs, "cpu_ms_per_step").median,
@@ -635,8 +730,8 @@ def summary_rows(config: BenchmarkConfig, results: Dict[str, List[RunResult]]) -
 
 
 def report_body(config: BenchmarkConfig, results: Dict[str, List[RunResult]], failures: Dict[str, List[str]],
-                load: Tuple[float, float]) -> str:
-    """The markdown of the report: set-up, table, levers, target."""
+                load: Optional[Tuple[float, float]], traced: Optional[Dict[str, Dict]] = None) -> str:
+    """The markdown of the report: set-up, table, levers, traced steps, target."""
     rows = summary_rows(config, results)
     table = []
     for variant in config.variants:
@@ -647,32 +742,34 @@ def report_body(config: BenchmarkConfig, results: Dict[str, List[RunResult]], fa
             note += " (%d run(s): a host stopped %d s after the others, see below)" % (stopped, STRAGGLER_GRACE_S)
         row = rows.get(variant.name)
         if row is None:
-            table.append([variant.name, variant.note, "failed" + note] + ["n/a"] * 8)
+            table.append([variant.name, variant.note, "failed" + note] + ["n/a"] * 9)
             continue
         split = row["split"]
         table.append([
             variant.name, variant.note, row["stats"].fmt() + note,
-            "n/a" if row["efficiency"] is None else "%.2f" % row["efficiency"],
+            "n/a" if row["efficiency"] is None else row["efficiency_stats"].fmt(".2f"),
             "-" if row["vs_independent"] is None else "%.2f" % row["vs_independent"],
             "%.3f" % row["cpu_s_per_1k"],
             "%.2f" % row["tx_mb_per_step"] if variant.num_hosts > 1 else "-",
             "%.1f" % row["step_ms"],
             "%.1f / %.1f / %.1f" % split if split else "-",
             "n/a" if row["auc"] is None else "%.4f" % row["auc"],
-            "n/a" if row["auc_delta"] is None else "%+.4f" % row["auc_delta"]])
-    header = ["variant", "what", "examples/sec median (min-max)", "efficiency", "vs 2 independent singles",
+            "n/a" if row["auc_delta"] is None else "%+.4f" % row["auc_delta"],
+            "n/a" if row["other_cores"] is None else "%.2f" % row["other_cores"]])
+    header = ["variant", "what", "examples/sec median (min-max)", "efficiency median (min-max)",
+              "vs 2 independent singles",
               "CPU-s per 1k examples",
               "MB sent per step per host", "step ms", "compute / comm. CPU / waiting ms",
-              "AUC after %s examples" % format(config.examples, ","), "AUC vs its single"]
+              "AUC after %s examples" % format(config.examples, ","), "AUC vs its single", "other load (cores)"]
     stragglers = ("A host stopped %d s after the others had finished: its training process had not exited "
                   "(the run's measurements were complete)." % STRAGGLER_GRACE_S
                   if any(r.stopped_hosts for runs in results.values() for r in runs) else "")
     sections = [_setup_text(config, load), common.markdown_table(header, table), stragglers, _lever_text(rows),
-                _target_text(config, rows)]
+                _trace_text(config, traced or {}), _target_text(config, rows)]
     return "\n\n".join(s for s in sections if s)
 
 
-def _setup_text(config: BenchmarkConfig, load: Tuple[float, float]) -> str:
+def _setup_text(config: BenchmarkConfig, load: Optional[Tuple[float, float]]) -> str:
     link = ("a token-bucket egress limit of %g Gbit/s per host" % config.link_gbps if config.link_gbps
             else "no bandwidth limit")
     return (
@@ -682,15 +779,45 @@ def _setup_text(config: BenchmarkConfig, load: Tuple[float, float]) -> str:
         "128-64-32, lazy_adam) on `%s`, per-replica batch %d; %d run(s) per variant, interleaved, each a fresh "
         "set of processes; every distributed process runs %d warm-up + %d timed steps, `single` twice as many, "
         "so every variant trains %s examples. Efficiency = examples/sec / (hosts x examples/sec of the variant's "
-        "single-process reference: `single`, or `single+dedup` for the `+dedup` variants where it was "
-        "measured); vs 2 independent singles = examples/sec / that of `single_x2` (two unrelated "
-        "single processes, one per host, at once: what sharing the machine alone costs). MB sent per step per host: the host's interface tx bytes in the timed window / steps of "
+        "single-process reference in the same round: `single`, or `single+dedup` for the `+dedup` variants "
+        "where it was measured), median over rounds; vs 2 independent singles = examples/sec / that of "
+        "`single_x2` (two unrelated single processes, one per host, at once: what sharing the machine alone "
+        "costs). MB sent per step per host: the host's interface tx bytes in the timed window / steps of "
         "its training process (ps traffic of a host counts with it). Step split (medians): compute = the "
         "reference `single`'s CPU ms per step; comm. CPU = the host's CPU ms per step beyond that; waiting = "
-        "the step beyond the host's CPU (its core idle). 1-minute load average before / after: %.2f / %.2f. %s"
+        "the step beyond the host's CPU (its core idle). Other load: the machine's CPU in the window not used by "
+        "the job (`/proc/stat`), in cores, median over rounds.%s %s"
         % (link, os.path.basename(config.data_dir),
-           BATCH, config.runs, config.warmup_steps, config.steps, format(config.examples, ","), load[0], load[1],
+           BATCH, config.runs, config.warmup_steps, config.steps, format(config.examples, ","),
+           " 1-minute load average before / after: %.2f / %.2f." % tuple(load) if load else "",
            config.shared_note))
+
+
+TRACE_SCOPES_SHOWN = 4
+
+
+def _trace_text(config: BenchmarkConfig, traced: Dict[str, Dict]) -> str:
+    """The traced run's breakdown of each variant's first training process, as markdown."""
+    table = []
+    for variant in config.variants:
+        processes = traced.get(variant.name) or {}
+        if not processes:
+            continue
+        task = sorted(processes)[0]
+        b = processes[task]
+        tail = b["span_ms"] - b["gradients_done_ms"] if b.get("gradients_done_ms") is not None else None
+        scopes = ", ".join("%s %.1f" % (scope, ms)
+                           for scope, ms in list(b["op_ms_by_scope"].items())[:TRACE_SCOPES_SHOWN])
+        table.append([variant.name, task, "%.1f" % b["span_ms"], "%.1f" % b["compute_ms"],
+                      "%.1f" % b["exchange_only_ms"], "%.1f" % b["idle_ms"],
+                      "n/a" if tail is None else "%.1f" % tail, scopes])
+    if not table:
+        return ""
+    header = ["variant", "process", "traced step ms", "compute ms", "waiting on the exchange alone ms",
+              "idle ms", "after the backward pass ms", "op ms by scope (top %d)" % TRACE_SCOPES_SHOWN]
+    return ("Where a step goes (`--trace_steps %d`: one more run of each variant, its processes tracing %d steps "
+            "with `deepfm.step_trace`; medians over the traced steps of the first process; tracing slows the "
+            "traced steps):\n\n%s" % (config.trace_steps, config.trace_steps, common.markdown_table(header, table)))
 
 
 def _lever_text(rows: Dict[str, Dict]) -> str:
@@ -720,19 +847,22 @@ def _target_text(config: BenchmarkConfig, rows: Dict[str, Dict]) -> str:
 
 
 def raw_results(config: BenchmarkConfig, results: Dict[str, List[RunResult]],
-                failures: Dict[str, List[str]]) -> dict:
-    """The JSON of the report: the set-up and every run."""
+                failures: Dict[str, List[str]], traced: Optional[Dict[str, Dict]] = None,
+                load: Optional[Tuple[float, float]] = None) -> dict:
+    """The JSON of the report: the set-up, every run and the traced runs' breakdowns."""
     return {
         "setup": {"batch": BATCH, "steps": config.steps, "warmup_steps": config.warmup_steps, "runs": config.runs,
                   "examples": config.examples, "link_gbps": config.link_gbps,
-                  "data": os.path.basename(config.data_dir), "shared_note": config.shared_note},
+                  "data": os.path.basename(config.data_dir), "shared_note": config.shared_note,
+                  "trace_steps": config.trace_steps, "load_average": list(load) if load else None},
         "variants": {v.name: {"strategy": v.strategy, "note": v.note, "train_flags": list(v.train_flags),
                               "env": dict(v.env), "baseline": v.baseline,
                               "runs": [dict(dataclasses.asdict(r), tx_bytes_per_step=r.tx_bytes_per_step,
                                             cpu_seconds_per_1k=r.cpu_seconds_per_1k, step_ms=r.step_ms,
-                                            cpu_ms_per_step=r.cpu_ms_per_step)
+                                            cpu_ms_per_step=r.cpu_ms_per_step, other_cores=r.other_cores)
                                        for r in results.get(v.name, [])],
-                              "failures": failures.get(v.name, [])}
+                              "failures": failures.get(v.name, []),
+                              "traces": (traced or {}).get(v.name, {})}
                      for v in config.variants},
     }
 
@@ -767,6 +897,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--name", default=NAME, help="the report's file name")
     parser.add_argument("--timeout_s", type=float, default=RUN_TIMEOUT_S)
     parser.add_argument("--shared_note", default="", help="what else ran on the machine, for the report")
+    parser.add_argument("--trace_steps", type=int, default=0,
+                        help="steps to trace in one extra run of every variant (0: no traced run)")
+    parser.add_argument("--report_only", help="write the report again from this results JSON (no runs; "
+                        "--variants, --runs, --steps, --warmup_steps, --link_gbps, --trace_steps as it was run)")
     parser.add_argument("--child_host", help=argparse.SUPPRESS)
     parser.add_argument("--child_ps", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -781,19 +915,26 @@ def make_config(args: argparse.Namespace) -> BenchmarkConfig:
     variants = tuple(common.select_variants(args.variants, all_variants()))
     for flag, value, least in (("runs", args.runs, 1), ("steps", args.steps, 2 * LOG_EVERY_STEPS),
                                ("warmup_steps", args.warmup_steps, 0), ("link_gbps", args.link_gbps, 0),
-                               ("timeout_s", args.timeout_s, 1)):
+                               ("timeout_s", args.timeout_s, 1), ("trace_steps", args.trace_steps, 0)):
         if value < least:
             raise ValueError("--%s must be >= %g, got %r" % (flag, least, value))
     return BenchmarkConfig(
         data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.runs, steps=args.steps,
         warmup_steps=args.warmup_steps, link_gbps=args.link_gbps, variants=variants,
-        results_dir=args.results_dir, name=args.name, timeout_s=args.timeout_s, shared_note=args.shared_note)
+        results_dir=args.results_dir, name=args.name, timeout_s=args.timeout_s, shared_note=args.shared_note,
+        trace_steps=args.trace_steps)
 
 
-def measure(config: BenchmarkConfig) -> Tuple[Dict[str, List[RunResult]], Dict[str, List[str]]]:
-    """Runs every variant `config.runs` times, interleaved, on one set of emulated hosts."""
+def measure(config: BenchmarkConfig) -> Tuple[Dict[str, List[RunResult]], Dict[str, List[str]], Dict[str, Dict]]:
+    """Runs every variant `config.runs` times, interleaved, on one set of emulated hosts.
+
+    Returns:
+      (the timed runs by variant, failures by variant, the traced run's
+      breakdowns by variant and process: empty without `config.trace_steps`).
+    """
     results = {v.name: [] for v in config.variants}
     failures = {v.name: [] for v in config.variants}
+    traced: Dict[str, Dict] = {}
     cpus = hosts_lib.assign_cpus(len(HOST_NAMES), CORES_PER_HOST)
     with hosts_lib.HostNetwork(HOST_NAMES, cpus=cpus, link=hosts_lib.LinkModel(gbps=config.link_gbps)) as network:
         for run in range(config.runs):
@@ -805,13 +946,41 @@ def measure(config: BenchmarkConfig) -> Tuple[Dict[str, List[RunResult]], Dict[s
                     failures[variant.name].append(str(e)[-3000:])
                     print("run %d %-30s FAILED: %s" % (run, variant.name, str(e)[-3000:]), file=sys.stderr)
                     continue
+                result.round = run
                 results[variant.name].append(result)
-                print("run %d %-30s %8.0f examples/sec  %.3f CPU-s/1k  %.2f MB/step  step %.1f ms  auc %s  (%.0f s)"
+                print("run %d %-30s %8.0f examples/sec  %.3f CPU-s/1k  %.2f MB/step  step %.1f ms  auc %s  "
+                      "other load %s cores  (%.0f s)"
                       % (run, variant.name, result.examples_per_sec, result.cpu_seconds_per_1k,
                          result.tx_bytes_per_step / MB, result.step_ms,
-                         "n/a" if result.auc is None else "%.4f" % result.auc, time.time() - started),
-                      file=sys.stderr, flush=True)
-    return results, failures
+                         "n/a" if result.auc is None else "%.4f" % result.auc,
+                         "n/a" if result.other_cores is None else "%.2f" % result.other_cores,
+                         time.time() - started), file=sys.stderr, flush=True)
+        if config.trace_steps:
+            for variant in config.variants:
+                try:
+                    traced[variant.name] = run_variant(variant, config, network, traced=True).traces
+                except (RuntimeError, TimeoutError, ValueError, OSError) as e:
+                    failures[variant.name].append("traced run: " + str(e)[-3000:])
+                    print("traced %-30s FAILED: %s" % (variant.name, str(e)[-3000:]), file=sys.stderr)
+    return results, failures, traced
+
+
+def load_results(path: str) -> Tuple[Dict[str, List[RunResult]], Dict[str, List[str]], Dict[str, Dict]]:
+    """The runs, failures and traced breakdowns of a results JSON this benchmark wrote.
+
+    Raises:
+      OSError, KeyError, ValueError: not such a file.
+    """
+    with open(path) as f:
+        variants = json.load(f)["results"]["variants"]
+    fields = {field.name for field in dataclasses.fields(RunResult)}
+    results, failures, traced = {}, {}, {}
+    for name, variant in variants.items():
+        runs = [RunResult(**{key: value for key, value in run.items() if key in fields}) for run in variant["runs"]]
+        results[name], failures[name] = runs, variant.get("failures", [])
+        if variant.get("traces"):
+            traced[name] = variant["traces"]
+    return results, failures, traced
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -825,18 +994,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
-    reason = hosts_lib.check_privileges()
-    if reason:
-        print("error: %s" % reason, file=sys.stderr)
-        return 2
-    common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
-    load_before = os.getloadavg()[0]
-    results, failures = measure(config)
-    body = report_body(config, results, failures, (load_before, os.getloadavg()[0]))
+    if args.report_only:
+        with open(args.report_only) as f:
+            load = json.load(f)["results"]["setup"].get("load_average")
+        results, failures, traced = load_results(args.report_only)
+    else:
+        reason = hosts_lib.check_privileges()
+        if reason:
+            print("error: %s" % reason, file=sys.stderr)
+            return 2
+        common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
+        load_before = os.getloadavg()[0]
+        results, failures, traced = measure(config)
+        load = (load_before, os.getloadavg()[0])
+    body = report_body(config, results, failures, load, traced)
     info = common.machine_info()
     info["cores used"] = "%d hosts x %d core (pinned)" % (len(HOST_NAMES), CORES_PER_HOST)
     common.write_report(config.name, "Scale-out on emulated hosts", body, info,
-                        raw_results(config, results, failures), results_dir=config.results_dir)
+                        raw_results(config, results, failures, traced, load), results_dir=config.results_dir)
     write_chart(config, results)
     print(body)
     return 1 if any(failures.values()) else 0

@@ -444,10 +444,10 @@ class ProgressRecorder:
 
 
 def _builder(data_dir: str, batch_size: int):
-    from input_pipeline import files, pipeline, schema
+    from input_pipeline import files, formats, pipeline, schema
     metadata = schema.DatasetMetadata.read(data_dir)
-    train_files = files.resolve([data_dir], "tfrecord", split=schema.TRAIN_SPLIT)
-    input_config = pipeline.PipelineConfig(data_format="tfrecord", field_size=metadata.field_size)
+    train_files = files.resolve([data_dir], formats.TFRECORD, split=schema.TRAIN_SPLIT)
+    input_config = pipeline.PipelineConfig(data_format=formats.TFRECORD, field_size=metadata.field_size)
     return metadata, train_files, pipeline.DatasetBuilder(train_files, input_config, batch_size=batch_size,
                                                           num_epochs=None)
 

@@ -29,7 +29,7 @@ def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
 
     from absl import logging
     from deepfm import config, trainer
-    from input_pipeline import files, pipeline, schema
+    from input_pipeline import files, formats, pipeline, schema
     import strategies
 
     logging.set_verbosity(logging.WARNING)
@@ -37,10 +37,10 @@ def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
     metadata = schema.DatasetMetadata.read(data_dir)
     with tempfile.TemporaryDirectory() as model_dir:
         train = config.TrainConfig(
-            model_dir=model_dir, train_files=tuple(files.resolve([data_dir], "tfrecord")),
+            model_dir=model_dir, train_files=tuple(files.resolve([data_dir], formats.TFRECORD)),
             max_steps=WARMUP_STEPS + steps, save_checkpoints_steps=10 ** 9, log_every_n_steps=10 ** 9)
         model = config.ModelConfig(feature_size=metadata.feature_size, optimizer=optimizer)
-        result = trainer.run(train, model, pipeline.PipelineConfig(data_format="tfrecord"),
+        result = trainer.run(train, model, pipeline.PipelineConfig(data_format=formats.TFRECORD),
                              strategies.get(strategies.StrategyConfig(name="single")))
     return {"examples_per_sec": result.examples_per_sec, "peak_rss_mb": common.peak_rss_mb()}
 

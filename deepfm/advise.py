@@ -32,10 +32,10 @@ from deepfm import cost_model
 
 FLAGS = flags.FLAGS
 # Fitted by `cost_model.calibrate` (`--fit_to`) to benchmarks/results/scale_out.json.
-CALIBRATED_CPU_NS_PER_BYTE = 3.48
-CALIBRATED_OVERHEAD_MS = 55.63
-CALIBRATED_PS_CPU_NS_PER_BYTE = 3.07
-CALIBRATED_PS_OVERHEAD_MS = 49.51
+CALIBRATED_CPU_NS_PER_BYTE = 0.50
+CALIBRATED_OVERHEAD_MS = 20.04
+CALIBRATED_PS_CPU_NS_PER_BYTE = 0.28
+CALIBRATED_PS_OVERHEAD_MS = 36.03
 DEDUP_FLAG = "--dedup_lookups"
 SINGLE_VARIANT = "single"
 SPARSE_AS_DENSE_FLAG = "--sparse_as_dense"
@@ -63,6 +63,8 @@ def define_flags() -> None:
                         "bytes to (default: the costs fitted to benchmarks/results/scale_out.json).")
     flags.DEFINE_string("check_against", None, "A benchmarks.scale_out results JSON: print the predictions "
                         "next to its measured 2-host variants.")
+    flags.DEFINE_bool("json", False, "Print one JSON object (the measured step, every prediction, the pick and "
+                      "its reason) instead of the tables; what `--distribution auto` of `deepfm.sagemaker` reads.")
     flags.mark_flag_as_required("data")
 
 
@@ -83,12 +85,12 @@ def measure_step(data: str, batch_size: int, dedup: bool, steps: int, warmup_ste
     import tensorflow as tf
 
     from deepfm import model as model_lib
-    from input_pipeline import files, pipeline, schema
+    from input_pipeline import files, formats, pipeline, schema
 
     metadata = schema.DatasetMetadata.read(data)
-    train_files = files.resolve([data], "tfrecord", split=schema.TRAIN_SPLIT)
+    train_files = files.resolve([data], formats.TFRECORD, split=schema.TRAIN_SPLIT)
     builder = pipeline.DatasetBuilder(
-        train_files, pipeline.PipelineConfig(data_format="tfrecord", field_size=metadata.field_size),
+        train_files, pipeline.PipelineConfig(data_format=formats.TFRECORD, field_size=metadata.field_size),
         batch_size=batch_size, num_epochs=None)
     model = config_lib.ModelConfig(feature_size=metadata.feature_size, field_size=metadata.field_size,
                                    dedup_lookups=dedup)
@@ -147,22 +149,29 @@ def main(argv):
     try:
         if FLAGS.fit_to:
             profile = fit(FLAGS.fit_to, profile)
-        print("measured on core %d: step %.2f ms%s, %d ids and %.0f distinct per batch, %d dense parameters"
-              % (core, 1000 * seconds, " (given)" if FLAGS.compute_ms is not None else "", ids, distinct, dense))
-        for strategy in (cost_model.HOROVOD, cost_model.PS):
-            overhead, per_byte = profile.costs(strategy)
-            print("%s costs%s: %.2f ns CPU per byte moved, %.2f ms fixed per step" % (
-                strategy, " fitted to " + os.path.basename(FLAGS.fit_to) if FLAGS.fit_to else "",
-                1e9 * per_byte, 1000 * overhead))
-        if FLAGS.check_against:
-            print("\nchecked against %s:\n" % os.path.basename(FLAGS.check_against))
-            print(check(FLAGS.check_against, profile))
+        checked = check(FLAGS.check_against, profile) if FLAGS.check_against else None
     except (OSError, KeyError, ValueError) as e:
         raise app.UsageError("--fit_to / --check_against: %s" % e) from e
+    strategy, reason = cost_model.choose(profile, cluster)
+    if FLAGS.json:
+        print(json.dumps({"step_ms": 1000 * seconds, "ids_per_step": ids, "distinct_ids_per_step": distinct,
+                          "cluster": dataclasses.asdict(cluster),
+                          "predictions": [dataclasses.asdict(p) for p in cost_model.predict_all(profile, cluster)],
+                          "pick": strategy, "reason": reason}, sort_keys=True))
+        return
+    print("measured on core %d: step %.2f ms%s, %d ids and %.0f distinct per batch, %d dense parameters"
+          % (core, 1000 * seconds, " (given)" if FLAGS.compute_ms is not None else "", ids, distinct, dense))
+    for name in (cost_model.HOROVOD, cost_model.PS):
+        overhead, per_byte = profile.costs(name)
+        print("%s costs%s: %.2f ns CPU per byte moved, %.2f ms fixed per step" % (
+            name, " fitted to " + os.path.basename(FLAGS.fit_to) if FLAGS.fit_to else "",
+            1e9 * per_byte, 1000 * overhead))
+    if checked:
+        print("\nchecked against %s:\n" % os.path.basename(FLAGS.check_against))
+        print(checked)
     print("predicted for %d host(s) x %d core(s), %g Gbit/s, %g us latency, dedup_lookups=%s:\n"
           % (cluster.hosts, cluster.cores_per_host, cluster.link_gbps, FLAGS.latency_us, FLAGS.dedup_lookups))
     print(format_table(cost_model.predict_all(profile, cluster)))
-    strategy, reason = cost_model.choose(profile, cluster)
     print("\npick: %s (%s)" % (strategy, reason))
 
 

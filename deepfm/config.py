@@ -102,7 +102,6 @@ class TrainConfig:
         `val_channel` is set).
       val_channel: Pipe mode: the channel the validation data arrives on;
         only the chief reads it (a FIFO serves one reader).
-      data_format: `tfrecord` or `libsvm`.
       batch_size: examples per replica and step (the global batch is this
         times the strategy's replicas in sync).
       num_epochs: passes over the training data.
@@ -124,6 +123,10 @@ class TrainConfig:
         interval. `{task}` in it is replaced by the process's task name, so
         that each process of a job writes its own; without it, only the
         chief writes.
+      trace_steps: steps of every training process to trace
+        (`deepfm.step_trace`) after its first
+        `step_trace.DEFAULT_WARMUP_STEPS`; 0 traces none.
+      trace_dir: where the traces go; None: `<model_dir>/traces`.
     """
 
     model_dir: str
@@ -131,7 +134,6 @@ class TrainConfig:
     val_files: Tuple[str, ...] = ()
     val_channel: Optional[str] = None
     export_dir: Optional[str] = None
-    data_format: str = "tfrecord"
     batch_size: int = DEFAULT_BATCH_SIZE
     num_epochs: int = 1
     max_steps: Optional[int] = None
@@ -142,8 +144,12 @@ class TrainConfig:
     eval_every_n_steps: Optional[int] = None
     early_stopping_patience: Optional[int] = None
     progress_file: Optional[str] = None
+    trace_steps: int = 0
+    trace_dir: Optional[str] = None
 
     def __post_init__(self):
+        if self.trace_steps < 0:
+            raise ValueError("--trace_steps must be >= 0, got %r" % self.trace_steps)
         for name in ("eval_every_n_steps", "early_stopping_patience"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -49,6 +49,28 @@ DEFAULT_UNLIMITED_GBPS = 100.0
 SINGLE, PS, HOROVOD, HOROVOD_DENSE = "single", "ps", "horovod", "horovod_dense"
 STRATEGIES = (SINGLE, PS, HOROVOD, HOROVOD_DENSE)
 
+# CPU instance types of SageMaker training: (physical cores, i.e. vCPUs / 2; network Gbit/s, the
+# sustained figure where AWS says "up to").
+INSTANCE_SHAPES = {
+    "ml.c5.xlarge": (2, 10.0), "ml.c5.2xlarge": (4, 10.0), "ml.c5.4xlarge": (8, 10.0),
+    "ml.c5.9xlarge": (18, 10.0), "ml.c5.18xlarge": (36, 25.0), "ml.c5n.18xlarge": (36, 100.0),
+    "ml.m5.xlarge": (2, 10.0), "ml.m5.4xlarge": (8, 10.0), "ml.m5.12xlarge": (24, 10.0),
+    "ml.m5.24xlarge": (48, 25.0),
+}
+
+
+def instance_shape(instance_type: str) -> Tuple[int, float]:
+    """`(cores, link Gbit/s)` of a SageMaker CPU instance type.
+
+    Raises:
+      ValueError: a type the table does not hold (GPU types among them: their
+        step is not measured on this machine's CPU); the message lists the known ones.
+    """
+    if instance_type not in INSTANCE_SHAPES:
+        raise ValueError("no CPU shape known for instance type %r; known: %s"
+                         % (instance_type, ", ".join(sorted(INSTANCE_SHAPES))))
+    return INSTANCE_SHAPES[instance_type]
+
 
 @dataclasses.dataclass(frozen=True)
 class StepProfile:

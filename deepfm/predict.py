@@ -20,7 +20,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 from absl import app, flags
 
 from deepfm import console as console_lib
-from input_pipeline import schema
+from input_pipeline import formats, schema
 
 FLAGS = flags.FLAGS
 PROGRAM = "deepfm.predict"
@@ -36,7 +36,7 @@ def define_flags() -> None:
     """Defines the flags of the entry point."""
     flags.DEFINE_string("saved_model", None, "The SavedModel directory (one timestamped export).")
     flags.DEFINE_list("data", None, "Files, globs or directories to score (a dataset root: its validation/ files).")
-    flags.DEFINE_enum("data_format", "tfrecord", list(schema.DATA_FORMATS), "Format of the data files.")
+    flags.DEFINE_enum("data_format", formats.TFRECORD.name, formats.names(), "Format of the data files.")
     flags.DEFINE_string("output", None, "The CSV to write; an existing file is refused.")
     flags.DEFINE_integer("batch_size", DEFAULT_BATCH_SIZE, "Rows scored per call of the model.")
     flags.mark_flags_as_required(["saved_model", "data", "output"])
@@ -71,33 +71,21 @@ def serving_signature(saved_model: str):
     return loaded, signature, int(inputs[schema.FEAT_IDS].shape[1])
 
 
-def has_labels(path: str, data_format: str) -> bool:
-    """Whether the rows of `path` carry labels (LibSVM: always; TFRecord: a `label` feature)."""
-    if data_format == "libsvm":
-        return True
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from input_pipeline import files  # pylint: disable=import-outside-toplevel
-    example = tf.train.Example.FromString(files.read_first_record(path, data_format))
-    return schema.LABEL_KEY in example.features.feature
-
-
-def batches(paths: Sequence[str], data_format: str, field_size: int, batch_size: int, labelled: bool):
+def batches(paths: Sequence[str], data_format: formats.DataFormat, field_size: int, batch_size: int,
+            labelled: bool):
     """The batches of `paths` in input order, every row once: `(features, labels)`, or `features` alone."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from input_pipeline import decoders, pipeline  # pylint: disable=import-outside-toplevel
+    from input_pipeline import pipeline  # pylint: disable=import-outside-toplevel
 
+    config = pipeline.PipelineConfig(data_format=data_format, field_size=field_size, num_parallel_reads=1,
+                                     drop_remainder=False)
     if labelled:
-        config = pipeline.PipelineConfig(data_format=data_format, field_size=field_size, num_parallel_reads=1,
-                                         drop_remainder=False)
         return pipeline.DatasetBuilder(list(paths), config, batch_size=batch_size, num_epochs=1)(None)
-    spec = decoders.tfrecord_feature_spec(field_size)
-    del spec[schema.LABEL_KEY]
 
-    def decode(serialized):
-        parsed = tf.io.parse_example(serialized, spec)
-        return {schema.FEAT_IDS: parsed[schema.IDS_KEY], schema.FEAT_VALS: parsed[schema.VALUES_KEY]}
+    def decode(*batch):
+        return data_format.decode_batch(batch, config, file_names=paths, labelled=False)
 
-    return (tf.data.TFRecordDataset(list(paths)).batch(batch_size)
+    return (data_format.records(paths, config).batch(batch_size)
             .map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE))
 
 
@@ -111,16 +99,16 @@ def predict_rows(signature, dataset, labelled: bool) -> Iterator[Tuple[List, Opt
         yield prob.numpy().reshape(-1).tolist(), (labels.numpy().reshape(-1).tolist() if labelled else None)
 
 
-def write_predictions(saved_model: str, data: Sequence[str], data_format: str, output: str,
+def write_predictions(saved_model: str, data: Sequence[str], data_format: formats.DataFormatLike, output: str,
                       batch_size: int = DEFAULT_BATCH_SIZE) -> Tuple[int, float]:
-    """Scores `data` with `saved_model` into the CSV `output`.
+    """Scores `data` (in `data_format`, a format or its name) with `saved_model` into the CSV `output`.
 
     Returns:
       (rows written, seconds).
 
     Raises:
-      ValueError: a bad SavedModel, no data files, files of another field
-        size than the model's, or an existing `output`.
+      ValueError: a bad SavedModel, an unknown format, no data files, files
+        of another field size than the model's, or an existing `output`.
     """
     from input_pipeline import files  # pylint: disable=import-outside-toplevel
 
@@ -128,9 +116,10 @@ def write_predictions(saved_model: str, data: Sequence[str], data_format: str, o
         raise ValueError("--batch_size must be >= 1, got %r" % batch_size)
     if os.path.exists(output):
         raise ValueError("--output %r exists; remove it or choose another file" % output)
+    data_format = formats.as_format(data_format)
     paths = files.resolve(list(data), data_format, split=schema.VALIDATION_SPLIT)
     loaded, signature, field_size = serving_signature(saved_model)
-    labelled = has_labels(paths[0], data_format)
+    labelled = data_format.has_labels(paths[0])
     dataset = batches(paths, data_format, field_size, batch_size, labelled)
     directory = os.path.dirname(os.path.abspath(output))
     os.makedirs(directory, exist_ok=True)
@@ -159,7 +148,7 @@ def _main(argv):
     if len(argv) > 1:
         raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
     console_lib.configure_logging(console_lib.flags_want_detail())
-    rows, seconds = write_predictions(FLAGS.saved_model, FLAGS.data, FLAGS.data_format, FLAGS.output,
+    rows, seconds = write_predictions(FLAGS.saved_model, FLAGS.data, formats.get(FLAGS.data_format), FLAGS.output,
                                       FLAGS.batch_size)
     print("scored %d rows in %.1f s (%s rows/sec) -> %s" % (
         rows, seconds, format(rows / seconds if seconds > 0 else 0.0, ",.0f"), FLAGS.output))

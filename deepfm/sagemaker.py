@@ -22,10 +22,14 @@ job with the SageMaker Python SDK and submits it; `--dry_run` prints the
 `CreateTrainingJob` request as JSON and contacts nothing.
 """
 
+import os
 import sys
+from typing import Optional
 
 from absl import app, flags
 
+from deepfm import cost_model
+from jobs import auto_distribution
 from jobs import hosts as hosts_lib
 from jobs import processes
 from jobs import sagemaker_job
@@ -43,8 +47,12 @@ def define_flags() -> None:
     """The flags of both commands (`local` and `submit` each ignore the other's)."""
     flags.DEFINE_string("job_name", None, "Training job name (default: deepfm-<time>).")
     flags.DEFINE_integer("instance_count", 1, "Hosts (algo-1 .. algo-N).")
-    flags.DEFINE_enum("distribution", sagemaker_job.DISTRIBUTION_NONE, list(sagemaker_job.DISTRIBUTIONS),
-                      "none, parameter_server, or mpi (Horovod).")
+    flags.DEFINE_enum("distribution", sagemaker_job.DISTRIBUTION_NONE,
+                      list(sagemaker_job.DISTRIBUTIONS) + [auto_distribution.AUTO],
+                      "none, parameter_server, mpi (Horovod), or auto: the one deepfm.advise predicts fastest "
+                      "for the instances (measured on --auto_data).")
+    flags.DEFINE_string("auto_data", None, "--distribution auto: a local dataset root to measure a step on "
+                        "(local: default the train channel's directory).")
     flags.DEFINE_integer("processes_per_host", 1, "mpi: processes per host.")
     flags.DEFINE_string("custom_mpi_options", "", "mpi: extra mpirun options.")
     flags.DEFINE_multi_string("channel", [], "NAME=PATH (local) or NAME=s3://... (submit); repeatable.")
@@ -88,20 +96,64 @@ def parse_channels(values, distribution_type: str):
     return tuple(channels)
 
 
-def parse_spec(flag_values, hyperparameter_args, instance_type: str) -> sagemaker_job.JobSpec:
+def parse_spec(flag_values, hyperparameter_args, instance_type: str,
+               choice: Optional[auto_distribution.Choice] = None) -> sagemaker_job.JobSpec:
     """The `JobSpec` of the parsed flags and the arguments after `--`.
+
+    Args:
+      flag_values: the parsed flags.
+      hyperparameter_args: the arguments after `--`.
+      instance_type: the instances' type.
+      choice: what `--distribution auto` resolved to (its distribution
+        replaces the flag's; its hyperparameters are added unless given).
 
     Raises:
       ValueError: a bad flag or hyperparameter, named.
     """
     f = flag_values
+    hyperparameters = sagemaker_job.parse_hyperparameters(hyperparameter_args)
+    distribution, processes_per_host = f.distribution, f.processes_per_host
+    if choice is not None:
+        distribution, processes_per_host = choice.distribution, choice.processes_per_host
+        hyperparameters = dict(choice.hyperparameters, **hyperparameters)
     return sagemaker_job.JobSpec(
         job_name=f.job_name or sagemaker_job.default_job_name(), instance_count=f.instance_count,
-        instance_type=instance_type, distribution=f.distribution, processes_per_host=f.processes_per_host,
+        instance_type=instance_type, distribution=distribution, processes_per_host=processes_per_host,
         custom_mpi_options=f.custom_mpi_options, input_mode=f.input_mode,
         channels=parse_channels(f.channel, f.distribution_type),
-        hyperparameters=sagemaker_job.parse_hyperparameters(hyperparameter_args),
-        checkpoints=f.checkpoints, region=f.region)
+        hyperparameters=hyperparameters, checkpoints=f.checkpoints, region=f.region)
+
+
+def auto_choice(flag_values, command: str, instance_type: str) -> auto_distribution.Choice:
+    """Resolves `--distribution auto` for the job's instances (see `jobs.auto_distribution`).
+
+    Local hosts have `--cpus_per_host` cores (0: this machine's cores shared
+    among them) and a `--link_gbps` link (0: unlimited); submitted instances
+    have their type's cores and network.
+
+    Raises:
+      ValueError: as `auto_distribution.choose`, or an instance type of unknown shape.
+    """
+    f = flag_values
+    if command == "local":
+        cores = f.cpus_per_host or max(1, (os.cpu_count() or 1) // f.instance_count)
+        link = f.link_gbps or cost_model.DEFAULT_UNLIMITED_GBPS
+        data = f.auto_data or _local_train_directory(f.channel)
+    else:
+        cores, link = cost_model.instance_shape(instance_type) if f.instance_count > 1 else (1, 0.0)
+        data = f.auto_data
+    if f.processes_per_host != 1:
+        raise ValueError("--processes_per_host %d and --distribution auto: auto chooses the processes per host"
+                         % f.processes_per_host)
+    return auto_distribution.choose(data, f.instance_count, cores, link)
+
+
+def _local_train_directory(channel_values) -> Optional[str]:
+    for value in channel_values:
+        name, _, uri = value.partition(CHANNEL_SEPARATOR)
+        if name.startswith(TRAIN_CHANNEL_PREFIX) and os.path.isdir(uri):
+            return uri
+    return None
 
 
 def run_local(spec: sagemaker_job.JobSpec) -> int:
@@ -153,7 +205,11 @@ def main(argv):
     command, hyperparameter_args = argv[1], argv[2:]
     instance_type = FLAGS.instance_type if command == "submit" else sagemaker_job.LOCAL_INSTANCE_TYPE
     try:
-        spec = parse_spec(FLAGS, hyperparameter_args, instance_type)
+        choice = None
+        if FLAGS.distribution == auto_distribution.AUTO:
+            choice = auto_choice(FLAGS, command, instance_type)
+            print(choice.describe(), file=sys.stderr)
+        spec = parse_spec(FLAGS, hyperparameter_args, instance_type, choice)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     sys.exit(run_local(spec) if command == "local" else run_submit(spec))

@@ -20,7 +20,7 @@ from absl import app, flags
 
 from deepfm import config as config_lib
 from deepfm import console as console_lib
-from input_pipeline import schema
+from input_pipeline import formats, schema
 
 PROGRAM = "deepfm.train"
 
@@ -30,11 +30,12 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """Defines the flags of the entry point (and of nothing else)."""
     import strategies  # registers the adapters, whose names the flag lists
+    from input_pipeline import pipeline
     flags.DEFINE_enum("strategy", "single", strategies.names(), "Distribution strategy.")
     flags.DEFINE_list("train_data", None, "Training files, globs or directories (a dataset root: its train/ files).")
     flags.DEFINE_list("val_data", None, "Validation files, globs or directories; default: the dataset root's "
                       "validation/ files. Pass an empty value for none.")
-    flags.DEFINE_enum("data_format", "tfrecord", list(schema.DATA_FORMATS), "Format of the data files.")
+    flags.DEFINE_enum("data_format", formats.TFRECORD.name, formats.names(), "Format of the data files.")
     flags.DEFINE_integer("feature_size", None, "Distinct feature ids; default: from the dataset metadata.")
     flags.DEFINE_integer("field_size", None, "Ids per example; default: from the dataset metadata, else 39.")
     flags.DEFINE_string("model_dir", None, "Checkpoint directory; an existing one is resumed from.")
@@ -64,8 +65,12 @@ def define_flags() -> None:
                          "evaluations without a better validation AUC.")
     flags.DEFINE_string("progress_file", None, "Write one JSON line per progress interval here; {task} in the "
                         "path is replaced by the process's task name (each process of a job writes its own).")
+    flags.DEFINE_integer("trace_steps", 0, "Trace this many steps of every training process, after its "
+                         "warm-up, and write Chrome traces and where each step's time went (0: none).")
+    flags.DEFINE_string("trace_dir", None, "Where --trace_steps writes (default: <model_dir>/traces).")
     flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint interval in steps.")
-    flags.DEFINE_enum("input_mode", "file", ["file", "pipe"], "File mode or SageMaker Pipe mode.")
+    flags.DEFINE_enum("input_mode", pipeline.INPUT_MODE_FILE, list(pipeline.INPUT_MODES),
+                      "File mode or SageMaker Pipe mode.")
     flags.DEFINE_list("train_channels", [], "Pipe mode: training channels, one per worker on a host, "
                       "assigned by local rank in this order.")
     flags.DEFINE_string("val_channel", None, "Pipe mode: the validation channel (default: --val_data files).")
@@ -74,8 +79,11 @@ def define_flags() -> None:
     flags.DEFINE_enum("device_type", "auto", ["auto", "cpu", "gpu"], "Devices for tower and mirrored.")
     flags.DEFINE_enum("cross_device_ops", "reduction_to_one_device",
                       ["reduction_to_one_device", "hierarchical_copy", "nccl"], "MirroredStrategy reduction.")
-    flags.DEFINE_enum("lr_scaling", "none", ["none", "linear", "sqrt", "capped"], "Horovod learning-rate scaling.")
-    flags.DEFINE_float("lr_scale_cap", 1.5, "Largest learning-rate factor of --lr_scaling=capped.")
+    flags.DEFINE_enum("lr_scaling", strategies.base.DEFAULT_LR_SCALING, list(strategies.base.LR_SCALINGS),
+                      "Horovod learning-rate scaling with the ranks: none, linear (x ranks), sqrt, capped "
+                      "(x min(ranks, --lr_scale_cap)).")
+    flags.DEFINE_float("lr_scale_cap", strategies.base.DEFAULT_LR_SCALE_CAP,
+                       "Largest learning-rate factor of --lr_scaling=capped.")
     flags.DEFINE_bool("sparse_as_dense", False, "Horovod: allreduce embedding gradients densely.")
     flags.DEFINE_enum("hvd_compression", "none", ["none", "fp16"], "Horovod: compression of dense allreduces.")
     flags.DEFINE_integer("hvd_fusion_threshold_bytes", -1, "Horovod: HOROVOD_FUSION_THRESHOLD (-1: Horovod's "
@@ -125,19 +133,22 @@ def parse_flags(flag_values=FLAGS, metadata=None):
 
     f = flag_values
     try:
-        if f.input_mode == "pipe" and not f.train_channels:
-            raise ValueError("--input_mode pipe needs --train_channels (one channel per worker on a host)")
-        if f.val_channel and f.input_mode != "pipe":
-            raise ValueError("--val_channel %r needs --input_mode pipe" % f.val_channel)
+        data_format = formats.get(f.data_format)
+        pipe_mode = f.input_mode == pipeline.INPUT_MODE_PIPE
+        # Pipe mode without channels is refused by the strategy (`Strategy.pipe_channel`);
+        # channels must not come without Pipe mode, as strategies tell Pipe mode by them.
+        for flag, value in (("train_channels", ",".join(f.train_channels)), ("val_channel", f.val_channel)):
+            if value and not pipe_mode:
+                raise ValueError("--%s %r needs --input_mode %s" % (flag, value, pipeline.INPUT_MODE_PIPE))
         train_files, val_files = (), ()
-        if f.input_mode == "file" or f.train_data:
+        if not pipe_mode or f.train_data:
             if not f.train_data:
                 raise ValueError("--train_data is required in File mode")
-            train_files = tuple(files.resolve(f.train_data, f.data_format, split=schema.TRAIN_SPLIT))
+            train_files = tuple(files.resolve(f.train_data, data_format, split=schema.TRAIN_SPLIT))
         if f.val_data is None:
-            val_files = tuple(files.default_validation(f.train_data or [], f.data_format))
+            val_files = tuple(files.default_validation(f.train_data or [], data_format))
         elif f.val_data:
-            val_files = tuple(files.resolve(f.val_data, f.data_format, split=schema.VALIDATION_SPLIT))
+            val_files = tuple(files.resolve(f.val_data, data_format, split=schema.VALIDATION_SPLIT))
         feature_size = f.feature_size or (metadata.feature_size if metadata else None)
         if feature_size is None:
             raise ValueError("--feature_size is required: no metadata.json was found beside --train_data")
@@ -155,14 +166,13 @@ def parse_flags(flag_values=FLAGS, metadata=None):
             raise ValueError("--max_steps must be >= 1, got %r" % f.max_steps)
         train = config_lib.TrainConfig(
             model_dir=f.model_dir, train_files=train_files, val_files=val_files, export_dir=f.export_dir,
-            val_channel=f.val_channel,
-            data_format=f.data_format, batch_size=f.batch_size, num_epochs=f.num_epochs,
+            val_channel=f.val_channel, batch_size=f.batch_size, num_epochs=f.num_epochs,
             max_steps=f.max_steps, metrics_file=f.metrics_file, log_every_n_steps=f.log_every_n_steps,
             save_checkpoints_steps=f.save_checkpoints_steps, seed=f.seed,
             eval_every_n_steps=f.eval_every_n_steps, early_stopping_patience=f.early_stopping_patience,
-            progress_file=f.progress_file)
+            progress_file=f.progress_file, trace_steps=f.trace_steps, trace_dir=f.trace_dir)
         input_config = pipeline.PipelineConfig(
-            data_format=f.data_format, field_size=field_size, shuffle_buffer=f.shuffle_buffer,
+            data_format=data_format, field_size=field_size, shuffle_buffer=f.shuffle_buffer,
             cache=f.cache, seed=f.seed, skip_bad_records=f.skip_bad_records, input_mode=f.input_mode)
         strategy = strategies.StrategyConfig(
             name=f.strategy, num_devices=f.num_devices, device_type=f.device_type,
@@ -172,7 +182,7 @@ def parse_flags(flag_values=FLAGS, metadata=None):
             ps_lr_factor=f.ps_lr_factor, ps_towers=f.ps_towers,
             intra_op_threads=f.intra_op_threads, inter_op_threads=f.inter_op_threads,
             omp_num_threads=f.omp_num_threads, kmp_affinity=f.kmp_affinity, amp=f.amp, xla=f.xla,
-            input_mode=f.input_mode, train_channels=tuple(f.train_channels), s3_sharded=f.s3_sharded)
+            train_channels=tuple(f.train_channels), s3_sharded=f.s3_sharded)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     return train, model, input_config, strategy

@@ -31,6 +31,7 @@ from deepfm import early_stopping
 from deepfm import hooks as hooks_lib
 from deepfm import interrupt
 from deepfm import model as model_lib
+from deepfm import step_trace
 from deepfm import watchdog
 from deepfm.config import ModelConfig, TrainConfig
 from input_pipeline import pipeline
@@ -38,6 +39,8 @@ from strategies import base as strategies_base
 
 EVAL_BATCH_SIZE = 4096
 MAIN_TASK = "main"
+# Under the model directory, where `--trace_steps` traces go by default.
+TRACE_DIR = "traces"
 # The strategy whose chief evaluates inside its training session (`_train_evaluating_in_session`).
 PARAMETER_SERVERS = "ps"
 
@@ -184,7 +187,7 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         logging.info("resuming from the checkpoint in %s at global step %d", train.model_dir, resumed_step)
     context = strategy.input_context()
     batch = strategy.batch_per_input_pipeline(train.batch_size)
-    source = strategy.pipe_channel() if input_config.input_mode == "pipe" else train.train_files
+    source = strategy.pipe_channel() if input_config.input_mode == pipeline.INPUT_MODE_PIPE else train.train_files
     train_builder = pipeline.DatasetBuilder(source, input_config, batch_size=batch, num_epochs=None)
     per_step = strategy.batches_per_step()
     steps = _steps_per_worker(train, train_builder, context, per_step)
@@ -207,7 +210,7 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
 
     console = console or console_lib.Console(enabled=False)
     rounds = bool(train.eval_every_n_steps) and strategy.evaluates
-    if rounds and input_config.input_mode == "pipe":
+    if rounds and input_config.input_mode == pipeline.INPUT_MODE_PIPE:
         raise ValueError("--eval_every_n_steps needs File mode: training in rounds would reopen the Pipe-mode "
                          "channel %r from its first epoch each round" % source)
     epoch_steps = _global_steps_per_epoch(train_builder, context, per_step, steps, max_steps)
@@ -224,6 +227,8 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     with interrupt.StopRequest() as stop, checkpoints.save_errors(train.model_dir), \
             watchdog.watch_parameter_servers(strategy):
         hooks = strategy.train_hooks() + [throughput, stop.hook(interrupt.agreement_of(strategy))]
+        if train.trace_steps:
+            hooks.append(_trace_hook(train, strategy))
         if rounds and strategy.name == PARAMETER_SERVERS:
             outcome = _train_evaluating_in_session(estimator, train_input_fn, hooks, train, input_config, console,
                                                    max_steps, lambda: stop.stopped_before(max_steps) is not None)
@@ -248,7 +253,7 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
             result.auc, result.logloss, result.best_step = outcome.best.auc, outcome.best.logloss, outcome.best.step
         result.stopped_early = outcome.stopped_early
         result.evaluations = [dataclasses.asdict(e) for e in outcome.evaluations]
-    elif train.val_channel and input_config.input_mode == "pipe":
+    elif train.val_channel and input_config.input_mode == pipeline.INPUT_MODE_PIPE:
         if strategy.is_chief:
             result.auc, result.logloss, result.global_step = _evaluate(
                 estimator, train.val_channel, dataclasses.replace(input_config, shuffle_buffer=0, cache=None,
@@ -269,7 +274,8 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
 
 def _file_eval_config(input_config: pipeline.PipelineConfig) -> pipeline.PipelineConfig:
     """How evaluation reads validation files: every row once, in order."""
-    return dataclasses.replace(input_config, input_mode="file", shuffle_buffer=0, cache=None, drop_remainder=False)
+    return dataclasses.replace(input_config, input_mode=pipeline.INPUT_MODE_FILE, shuffle_buffer=0, cache=None,
+                               drop_remainder=False)
 
 
 def _evaluate(estimator, source: pipeline.Source, eval_config: pipeline.PipelineConfig,
@@ -321,6 +327,14 @@ def _progress_listeners(train: TrainConfig, model: ModelConfig, strategy: strate
         listeners.append(hooks_lib.ProgressFile(
             train.progress_file.replace(hooks_lib.TASK_PLACEHOLDER, task_name(strategy))))
     return listeners
+
+
+def _trace_hook(train: TrainConfig, strategy: strategies_base.Strategy) -> step_trace.StepTraceHook:
+    """The hook tracing `train.trace_steps` steps of this process (`deepfm.step_trace`)."""
+    cluster = getattr(strategy, "cluster", None)
+    return step_trace.StepTraceHook(
+        train.trace_dir or os.path.join(train.model_dir, TRACE_DIR), task_name(strategy), train.trace_steps,
+        own_job=cluster.task_type if cluster is not None else None)
 
 
 def task_name(strategy: strategies_base.Strategy) -> str:

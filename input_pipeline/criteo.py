@@ -83,7 +83,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 from absl import app, flags, logging
 
-from input_pipeline import schema, vocab as vocab_lib, writers
+from input_pipeline import formats, schema, vocab as vocab_lib, writers
 
 DENSE_CLIP = (20, 600, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50)
 DENSE_NAMES = tuple("I%d" % (i + 1) for i in range(schema.NUM_DENSE_FIELDS))
@@ -1084,7 +1084,7 @@ def convert_with_report(inputs: Sequence[str], output_dir: str, *, val_fraction:
     num_positives = sum(w.positives[split] for w in written for split in splits)
     split_infos = {}
     for split in splits:
-        stems = ["%s/%s" % (split, os.path.splitext(schema.shard_name(i, "libsvm"))[0]) for i in range(shards)]
+        stems = ["%s/%s" % (split, os.path.splitext(schema.shard_name(i, formats.LIBSVM))[0]) for i in range(shards)]
         per_shard = [len(range(i, rows[split], shards)) for i in range(shards)]
         split_infos[split] = schema.SplitInfo(rows=rows[split], shards=dict(zip(stems, per_shard)))
     dropped = sum(scan.dropped_negatives for scan in scans)

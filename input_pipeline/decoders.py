@@ -37,22 +37,20 @@ tensors. Any other batch (or one that breaks the layout anywhere) takes the
 general path above, so errors and `skip_bad_records` behave the same. Both
 paths give bit-identical tensors.
 
-`check_first_record` checks one record in plain Python, so that a wrong
-`field_size` or format is reported before a graph is built.
-`libsvm_suggestion` is the log line a pipeline prints when it reads LibSVM:
-the one command that converts the files to TFRecord.
+`check_libsvm_line` and `check_example` check one record in plain Python,
+so that a wrong `field_size` or format is reported before a graph is built
+(`input_pipeline.formats.DataFormat.check_first_record` reads the record and
+calls the one of its format).
 """
 
-import os
 import re
-import shlex
 import sys
 from typing import Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from google.protobuf import message
 
-from input_pipeline import files, schema
+from input_pipeline import schema
 
 # The LibSVM line grammar, read alike by RE2 (TensorFlow) and Python's `re`:
 # a label, then `id:value` pairs, separated by whitespace.
@@ -76,13 +74,20 @@ _SPACE, _COLON, _DOT, _ZERO = (ord(c) for c in " :.0")
 Features = Dict[str, tf.Tensor]
 
 
-def tfrecord_feature_spec(field_size: int) -> Dict[str, tf.io.FixedLenFeature]:
-    """The `tf.io.parse_example` spec of the dataset layout (`input_pipeline.schema`)."""
-    return {
-        schema.LABEL_KEY: tf.io.FixedLenFeature([], tf.float32),
+def tfrecord_feature_spec(field_size: int, labelled: bool = True) -> Dict[str, tf.io.FixedLenFeature]:
+    """The `tf.io.parse_example` spec of the dataset layout (`input_pipeline.schema`).
+
+    Args:
+      field_size: ids per example.
+      labelled: whether the spec has the `label` feature.
+    """
+    spec = {
         schema.IDS_KEY: tf.io.FixedLenFeature([field_size], tf.int64),
         schema.VALUES_KEY: tf.io.FixedLenFeature([field_size], tf.float32),
     }
+    if labelled:
+        spec[schema.LABEL_KEY] = tf.io.FixedLenFeature([], tf.float32)
+    return spec
 
 
 def decode_tfrecord(serialized: tf.Tensor, field_size: int) -> Tuple[Features, tf.Tensor]:
@@ -96,8 +101,16 @@ def decode_tfrecord(serialized: tf.Tensor, field_size: int) -> Tuple[Features, t
       `(features, labels)` as described in the module docstring.
     """
     parsed = tf.io.parse_example(serialized, tfrecord_feature_spec(field_size))
-    features = {schema.FEAT_IDS: parsed[schema.IDS_KEY], schema.FEAT_VALS: parsed[schema.VALUES_KEY]}
-    return features, parsed[schema.LABEL_KEY]
+    return _features(parsed), parsed[schema.LABEL_KEY]
+
+
+def decode_tfrecord_features(serialized: tf.Tensor, field_size: int) -> Features:
+    """Decodes the features alone of a batch of serialized `tf.train.Example`s (they need no `label`)."""
+    return _features(tf.io.parse_example(serialized, tfrecord_feature_spec(field_size, labelled=False)))
+
+
+def _features(parsed: Dict[str, tf.Tensor]) -> Features:
+    return {schema.FEAT_IDS: parsed[schema.IDS_KEY], schema.FEAT_VALS: parsed[schema.VALUES_KEY]}
 
 
 def decode_libsvm(lines: tf.Tensor, field_size: int,
@@ -243,29 +256,40 @@ def _decode_tokens(lines: tf.Tensor, field_size: int, file_index: Optional[tf.Te
     return {schema.FEAT_IDS: ids, schema.FEAT_VALS: values}, labels
 
 
-def check_first_record(path: str, data_format: str, field_size: int) -> None:
-    """Checks the first record of a file in plain Python (no graph needed).
+def check_libsvm_line(path: str, line: str, field_size: int) -> None:
+    """Checks the first line of a LibSVM file in plain Python (no graph needed).
+
+    Args:
+      path: the file, named in errors.
+      line: its first line, without the line end.
+      field_size: the `id:value` pairs the line must have.
 
     Raises:
-      ValueError: the record does not follow the layout of
+      ValueError: the line is not `label id:value ...` with `field_size`
+        pairs; the message names the file and what is wrong.
+    """
+    if not re.fullmatch(LIBSVM_LINE_PATTERN, line):
+        raise ValueError("%s:1: bad LibSVM line (not `label id:value ...` with numbers): %s"
+                         % (path, line[:QUOTED_LINE_CHARS]))
+    pairs = len(line.split()) - 1
+    if pairs != field_size:
+        raise ValueError("%s:1: the line has %d id:value pairs, field_size is %d" % (path, pairs, field_size))
+
+
+def check_example(path: str, record: bytes, field_size: int) -> None:
+    """Checks the first record of a TFRecord file in plain Python (no graph needed).
+
+    Args:
+      path: the file, named in errors.
+      record: its first serialized record.
+      field_size: the ids the record must have.
+
+    Raises:
+      ValueError: the record is not a `tf.train.Example` in the layout of
         `input_pipeline.schema` with `field_size` ids; the message names the
         file and what is wrong.
     """
-    record = files.read_first_record(path, data_format)
-    if data_format == "libsvm":
-        if not re.fullmatch(LIBSVM_LINE_PATTERN, record):
-            raise ValueError("%s:1: bad LibSVM line (not `label id:value ...` with numbers): %s"
-                             % (path, record[:QUOTED_LINE_CHARS]))
-        pairs = len(record.split()) - 1
-        if pairs != field_size:
-            raise ValueError("%s:1: the line has %d id:value pairs, field_size is %d"
-                             % (path, pairs, field_size))
-        return
-    try:
-        example = tf.train.Example.FromString(record)
-    except message.DecodeError as e:
-        raise ValueError("%s: the first record is not a tf.train.Example: %s" % (path, e)) from e
-    feature = example.features.feature
+    feature = _parse_example(path, record).features.feature
     for key, kind, length in ((schema.LABEL_KEY, "float_list", 1),
                               (schema.IDS_KEY, "int64_list", field_size),
                               (schema.VALUES_KEY, "float_list", field_size)):
@@ -276,6 +300,23 @@ def check_first_record(path: str, data_format: str, field_size: int) -> None:
         if len(values) != length:
             raise ValueError("%s: feature %r of the first record holds %d %s values, expected %d "
                              "(field_size is %d)" % (path, key, len(values), kind, length, field_size))
+
+
+def example_has_label(path: str, record: bytes) -> bool:
+    """Whether a serialized `tf.train.Example` (the first of `path`) has the `label` feature.
+
+    Raises:
+      ValueError: the record is not a `tf.train.Example`; the message names
+        the file.
+    """
+    return schema.LABEL_KEY in _parse_example(path, record).features.feature
+
+
+def _parse_example(path: str, record: bytes) -> tf.train.Example:
+    try:
+        return tf.train.Example.FromString(record)
+    except message.DecodeError as e:
+        raise ValueError("%s: the first record is not a tf.train.Example: %s" % (path, e)) from e
 
 
 def raise_error(message: tf.Tensor) -> tf.Operation:
@@ -304,29 +345,3 @@ def _warn_skipped(num_bad: tf.Tensor, report: tf.Tensor) -> tf.Operation:
         report]), output_stream=sys.stderr)
     with tf.control_dependencies([printed]):
         return tf.no_op()
-
-
-def libsvm_suggestion(paths: Sequence[str], field_size: int) -> str:
-    """The log line for a pipeline that reads LibSVM: how to read TFRecord instead.
-
-    Args:
-      paths: the LibSVM files the pipeline reads.
-      field_size: their `id:value` pairs per line.
-
-    Returns:
-      When every file has a `.tfrecord` twin beside it (the data tools write
-      both), a hint to pass `--data_format tfrecord`; otherwise the one
-      command that converts the files.
-    """
-    stems = [os.path.splitext(path)[0] for path in paths]
-    if stems and all(os.path.isfile(stem + schema.FORMAT_EXTENSIONS["tfrecord"]) for stem in stems):
-        return ("reading LibSVM, which decodes slower than TFRecord; the same rows are in the .tfrecord file "
-                "beside each of the %d file(s): pass --data_format tfrecord" % len(paths))
-    directories = sorted({os.path.dirname(path) or "." for path in paths})
-    if len(directories) == 1 and all(path.endswith(schema.FORMAT_EXTENSIONS["libsvm"]) for path in paths):
-        inputs = ["--input " + shlex.quote(os.path.join(directories[0], "*" + schema.FORMAT_EXTENSIONS["libsvm"]))]
-    else:
-        inputs = ["--input " + shlex.quote(path) for path in paths]
-    return ("reading LibSVM, which decodes slower than TFRecord; convert once with: python -m "
-            "input_pipeline.libsvm_to_tfrecord --field_size %d %s, then pass --data_format tfrecord"
-            % (field_size, " ".join(inputs)))

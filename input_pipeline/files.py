@@ -13,30 +13,20 @@ A spec item may be:
   left out).
 
 Row counts come from the dataset root's metadata (`row_counts`) or, when the
-files are not in a dataset root, from reading them (`count_rows`).
+files are not in a dataset root, from reading them (`count_rows`, the
+format's `DataFormat.count_rows`).
+
+The format may be given as an `input_pipeline.formats.DataFormat` or by
+name.
 """
 
 import glob
 import os
-import struct
 from typing import Dict, List, Optional, Sequence, Union
 
-from input_pipeline import schema
+from input_pipeline import formats, schema
 
 GLOB_CHARACTERS = "*?["
-# TFRecord framing: uint64 length, uint32 masked CRC of the length, the
-# data, uint32 masked CRC of the data.
-TFRECORD_LENGTH_BYTES = 8
-TFRECORD_CRC_BYTES = 4
-TFRECORD_FRAMING_BYTES = TFRECORD_LENGTH_BYTES + 2 * TFRECORD_CRC_BYTES
-COUNT_READ_BYTES = 1 << 20
-
-
-def check_format(data_format: str) -> None:
-    """Raises ValueError unless `data_format` is one of `schema.DATA_FORMATS`."""
-    if data_format not in schema.DATA_FORMATS:
-        raise ValueError("data_format must be one of %s, got %r"
-                         % (", ".join(schema.DATA_FORMATS), data_format))
 
 
 def is_dataset_root(path: str) -> bool:
@@ -44,15 +34,14 @@ def is_dataset_root(path: str) -> bool:
     return os.path.isfile(os.path.join(path, schema.METADATA_FILE))
 
 
-def resolve(spec: Union[str, Sequence[str]], data_format: str,
+def resolve(spec: Union[str, Sequence[str]], data_format: formats.DataFormatLike,
             split: str = schema.TRAIN_SPLIT) -> List[str]:
     """Returns the files a spec names: absolute paths, sorted, deduplicated.
 
     Args:
       spec: spec items (files, globs, directories); a single string is one
         item.
-      data_format: `tfrecord` or `libsvm`: picks the extension in
-        directories.
+      data_format: the format, whose extension is picked in directories.
       split: the split a dataset root stands for.
 
     Returns:
@@ -62,7 +51,7 @@ def resolve(spec: Union[str, Sequence[str]], data_format: str,
       ValueError: an unknown format, an empty spec, an item that matches no
         file (the message names it), or an empty (0-byte) file.
     """
-    check_format(data_format)
+    data_format = formats.as_format(data_format)
     items = [spec] if isinstance(spec, str) else list(spec)
     if not items:
         raise ValueError("the input spec names no files")
@@ -71,7 +60,7 @@ def resolve(spec: Union[str, Sequence[str]], data_format: str,
         matches = _expand(item, data_format, split)
         if not matches:
             raise ValueError("input spec item %r matches no %s file%s"
-                             % (item, data_format, _why_nothing(item, split)))
+                             % (item, data_format.name, _why_nothing(item, split)))
         for path in matches:
             if os.path.getsize(path) == 0:
                 raise ValueError("input file %s (from spec item %r) is empty (0 bytes)" % (path, item))
@@ -79,7 +68,7 @@ def resolve(spec: Union[str, Sequence[str]], data_format: str,
     return sorted(found)
 
 
-def default_validation(spec: Union[str, Sequence[str]], data_format: str) -> List[str]:
+def default_validation(spec: Union[str, Sequence[str]], data_format: formats.DataFormatLike) -> List[str]:
     """The validation files that go with a training spec.
 
     Returns:
@@ -87,7 +76,7 @@ def default_validation(spec: Union[str, Sequence[str]], data_format: str) -> Lis
       `validation/` splits (sorted, absolute); otherwise, or when none has
       validation files, an empty list.
     """
-    check_format(data_format)
+    data_format = formats.as_format(data_format)
     items = [spec] if isinstance(spec, str) else list(spec)
     if not items or not all(is_dataset_root(item) for item in items):
         return []
@@ -98,7 +87,7 @@ def default_validation(spec: Union[str, Sequence[str]], data_format: str) -> Lis
     return sorted(found)
 
 
-def row_counts(paths: Sequence[str], data_format: str) -> Optional[Dict[str, int]]:
+def row_counts(paths: Sequence[str], data_format: formats.DataFormatLike) -> Optional[Dict[str, int]]:
     """Rows of each file, from the metadata of the dataset roots holding them.
 
     Args:
@@ -112,7 +101,7 @@ def row_counts(paths: Sequence[str], data_format: str) -> Optional[Dict[str, int
     Raises:
       ValueError: a metadata file is not valid.
     """
-    check_format(data_format)
+    data_format = formats.as_format(data_format)
     tables: Dict[str, Dict[str, int]] = {}
     counts = {}
     for path in paths:
@@ -129,51 +118,21 @@ def row_counts(paths: Sequence[str], data_format: str) -> Optional[Dict[str, int
     return counts
 
 
-def count_rows(paths: Sequence[str], data_format: str) -> Dict[str, int]:
+def count_rows(paths: Sequence[str], data_format: formats.DataFormatLike) -> Dict[str, int]:
     """Rows of each file, by reading it (for files outside a dataset root).
-
-    LibSVM: lines, as `tf.data.TextLineDataset` yields them (a last line
-    without a newline counts). TFRecord: records, found by walking the
-    length fields without reading the data or checking CRCs.
 
     Returns:
       `path -> rows`, keys as given.
 
     Raises:
-      ValueError: a TFRecord file ends inside a record (the message names the
-        file and the byte offset).
+      ValueError: a file cannot be counted (`DataFormat.count_rows`; the
+        message names it).
     """
-    check_format(data_format)
-    counter = _count_tfrecords if data_format == "tfrecord" else _count_lines
-    return {path: counter(path) for path in paths}
+    data_format = formats.as_format(data_format)
+    return {path: data_format.count_rows(path) for path in paths}
 
 
-def read_first_record(path: str, data_format: str) -> Union[bytes, str]:
-    """The first record of a file: a serialized TFRecord or a LibSVM line.
-
-    Raises:
-      ValueError: the file holds no complete first record.
-    """
-    check_format(data_format)
-    with open(path, "rb") as f:
-        if data_format == "libsvm":
-            line = f.readline()
-            if not line:
-                raise ValueError("%s holds no line" % path)
-            return line.decode("utf-8", errors="replace").rstrip("\r\n")
-        header = f.read(TFRECORD_LENGTH_BYTES + TFRECORD_CRC_BYTES)
-        if len(header) < TFRECORD_LENGTH_BYTES + TFRECORD_CRC_BYTES:
-            raise ValueError("%s is not a TFRecord file: it ends after %d bytes, inside the "
-                             "first record's header" % (path, len(header)))
-        (length,) = struct.unpack("<Q", header[:TFRECORD_LENGTH_BYTES])
-        data = f.read(length)
-        if len(data) < length:
-            raise ValueError("%s: the first record says it holds %d bytes, the file ends after %d "
-                             "(truncated, or not a TFRecord file)" % (path, length, len(data)))
-        return data
-
-
-def _expand(item: str, data_format: str, split: str) -> List[str]:
+def _expand(item: str, data_format: formats.DataFormat, split: str) -> List[str]:
     if os.path.isdir(item):
         return _directory_files(item, data_format, split)
     if os.path.isfile(item):
@@ -189,16 +148,16 @@ def _expand(item: str, data_format: str, split: str) -> List[str]:
     return []
 
 
-def _directory_files(directory: str, data_format: str, split: str) -> List[str]:
+def _directory_files(directory: str, data_format: formats.DataFormat, split: str) -> List[str]:
     if is_dataset_root(directory):
         return _split_files(directory, data_format, split)
-    ext = schema.FORMAT_EXTENSIONS[data_format]
+    ext = data_format.extension
     return [os.path.join(directory, name) for name in sorted(os.listdir(directory))
             if name.endswith(ext) and not name.startswith(".")
             and os.path.isfile(os.path.join(directory, name))]
 
 
-def _split_files(root: str, data_format: str, split: str) -> List[str]:
+def _split_files(root: str, data_format: formats.DataFormat, split: str) -> List[str]:
     split_dir = os.path.join(root, split)
     if not os.path.isdir(split_dir):
         return []
@@ -213,39 +172,3 @@ def _why_nothing(item: str, split: str) -> str:
     if any(c in item for c in GLOB_CHARACTERS):
         return " (the glob matches nothing)"
     return " (no such file or directory)"
-
-
-def _count_lines(path: str) -> int:
-    lines = 0
-    last = b"\n"
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(COUNT_READ_BYTES)
-            if not block:
-                break
-            lines += block.count(b"\n")
-            last = block[-1:]
-    return lines + (0 if last == b"\n" else 1)
-
-
-def _count_tfrecords(path: str) -> int:
-    size = os.path.getsize(path)
-    records = 0
-    offset = 0
-    with open(path, "rb") as f:
-        while offset < size:
-            header = f.read(TFRECORD_LENGTH_BYTES)
-            if len(header) < TFRECORD_LENGTH_BYTES:
-                break
-            (length,) = struct.unpack("<Q", header)
-            end = offset + TFRECORD_FRAMING_BYTES + length
-            if end > size:
-                break
-            records += 1
-            offset = end
-            f.seek(offset)
-    if offset != size:
-        raise ValueError("TFRecord file %s is truncated or corrupt: record %d at byte %d does not "
-                         "end inside the file (%d bytes)" % (path, records, offset, size))
-    return records
-

@@ -2,9 +2,10 @@
 
 Each `X.libsvm` becomes `X.tfrecord` (beside it, or in `--output_dir`) with
 the same rows in the same order, in the layout of `input_pipeline.schema`
-(`label`, `ids`, `values`). Lines are decoded with the pipeline's own
-decoder (`decoders.decode_libsvm`, so a bad line stops the conversion naming
-`file:line`) and written with `writers.encode_tfrecord`.
+(`label`, `ids`, `values`). Lines are read and decoded by the pipeline's own
+LibSVM format (`formats.LIBSVM`, so a bad line stops the conversion naming
+`file:line`) and written by the TFRecord format's encoder
+(`writers.encode_tfrecord`).
 
 Usage (the line the input pipeline logs when it reads LibSVM)::
 
@@ -19,14 +20,16 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from input_pipeline import decoders, schema, writers
+from input_pipeline import formats, pipeline, schema
 
+SOURCE = formats.LIBSVM
+TARGET = formats.TFRECORD
 LINES_PER_BATCH = 8192
 
 
 def output_path(path: str, output_dir: Optional[str]) -> str:
     """Where the TFRecord twin of a LibSVM file goes."""
-    stem = os.path.splitext(os.path.basename(path))[0] + schema.FORMAT_EXTENSIONS["tfrecord"]
+    stem = os.path.splitext(os.path.basename(path))[0] + TARGET.extension
     return os.path.join(output_dir or os.path.dirname(os.path.abspath(path)), stem)
 
 
@@ -51,21 +54,19 @@ def convert_file(path: str, target: str, field_size: int) -> int:
     Raises:
       tf.errors.InvalidArgumentError: a bad line; the message names `path:line`.
     """
-    lines = tf.data.TextLineDataset(path).batch(LINES_PER_BATCH).enumerate()
+    config = pipeline.PipelineConfig(data_format=SOURCE, field_size=field_size, num_parallel_reads=1)
 
-    def decode(index, batch):
-        count = tf.shape(batch, out_type=tf.int64)[0]
-        numbers = index * LINES_PER_BATCH + 1 + tf.range(count)
-        return decoders.decode_libsvm(batch, field_size, file_index=tf.zeros([count], tf.int32),
-                                      line_number=numbers, file_names=[path])
+    def decode(*batch):
+        return SOURCE.decode_batch(batch, config, file_names=[path])
 
+    batches = SOURCE.records([path], config).batch(LINES_PER_BATCH).map(decode)
     rows = 0
     tmp = target + ".tmp"
     try:
         with open(tmp, "wb") as out:
-            for features, labels in lines.map(decode).prefetch(2).as_numpy_iterator():
-                out.write(writers.encode_tfrecord(labels, features[schema.FEAT_IDS],
-                                                  features[schema.FEAT_VALS].astype(np.float64)))
+            for features, labels in batches.prefetch(2).as_numpy_iterator():
+                out.write(TARGET.encode(labels, features[schema.FEAT_IDS],
+                                        features[schema.FEAT_VALS].astype(np.float64)))
                 rows += labels.shape[0]
         os.replace(tmp, target)
     finally:

@@ -48,6 +48,8 @@ from typing import Dict, Optional
 
 import tensorflow as tf
 
+from input_pipeline import formats
+
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
 DEFAULT_BASE_DIR = "/opt/ml"
 INPUT_CONFIG_SUBDIR = os.path.join("input", "config")
@@ -57,7 +59,6 @@ PIPE_STATE_SUBDIR = "pipe_state"
 
 TRAINING_INPUT_MODE_KEY = "TrainingInputMode"
 PIPE_MODE = "Pipe"
-RECORD_FORMAT = "TFRecord"
 
 DEFAULT_FIFO_TIMEOUT_S = 120.0
 FIFO_POLL_INTERVAL_S = 0.05
@@ -200,8 +201,9 @@ def wait_for_fifo(channel: str, base_dir: Optional[str], timeout_s: float,
 
 def open_channel(channel: str, base_dir: Optional[str] = None,
                  timeout_s: float = DEFAULT_FIFO_TIMEOUT_S, epochs: Optional[int] = 1,
-                 state_directory: Optional[str] = None) -> tf.data.Dataset:
-    """Returns the serialized TFRecord records of a Pipe-mode channel.
+                 state_directory: Optional[str] = None,
+                 data_format: formats.DataFormatLike = formats.TFRECORD) -> tf.data.Dataset:
+    """Returns the serialized records of a Pipe-mode channel.
 
     Works in eager mode and in graph mode (`tf.compat.v1` sessions and
     `tf.estimator`). Checks the input data config and waits for the first
@@ -215,6 +217,9 @@ def open_channel(channel: str, base_dir: Optional[str] = None,
       epochs: passes to read (each one FIFO), or None to read without end.
       state_directory: where `PipeModeDataset` keeps the next FIFO index
         (default: `<base_dir>/pipe_state`).
+      data_format: the format of the channel's records (a format or its
+        name); Pipe mode must be able to carry it
+        (`DataFormat.pipe_record_format`).
 
     Returns:
       A `tf.data.Dataset` of scalar `tf.string` elements (shape []), each one
@@ -223,8 +228,9 @@ def open_channel(channel: str, base_dir: Optional[str] = None,
 
     Raises:
       FileNotFoundError: no `inputdataconfig.json`.
-      ValueError: the channel is not configured in Pipe mode, or `epochs` or
-        `timeout_s` is not positive.
+      ValueError: the channel is not configured in Pipe mode, Pipe mode
+        cannot carry `data_format`, or `epochs` or `timeout_s` is not
+        positive.
       TimeoutError: the first FIFO did not appear within `timeout_s`.
     """
     # Imported here: the `pipe` extra is optional, and importing it loads its op library.
@@ -233,6 +239,8 @@ def open_channel(channel: str, base_dir: Optional[str] = None,
     except ImportError as e:
         raise ImportError("Pipe mode needs sagemaker-tensorflow (pip install '.[pipe]'): %s" % e) from e
 
+    data_format = formats.as_format(data_format)
+    data_format.check_pipe_mode()
     if epochs is not None and epochs < 1:
         raise ValueError("epochs must be >= 1 or None (without end), got %r" % (epochs,))
     if timeout_s <= 0:
@@ -249,7 +257,7 @@ def open_channel(channel: str, base_dir: Optional[str] = None,
     def one_epoch(_):
         waited = tf.numpy_function(wait, [], tf.bool, stateful=True)
         with tf.control_dependencies([waited]):
-            return PipeModeDataset(channel, record_format=RECORD_FORMAT,
+            return PipeModeDataset(channel, record_format=data_format.pipe_record_format,
                                    state_dir=state_directory, pipe_dir=pipe_dir(base_dir),
                                    config_dir=input_config_dir(base_dir))
 

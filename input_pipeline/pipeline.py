@@ -16,15 +16,17 @@ the parts a caller needs to build one anyway: `benchmarks/input_pipeline.py`
 builds the slow orders the text warns against (a scalar map before batch, no
 prefetch, cache after repeat) from them, to measure them.
 
-Create. In File mode the files are read in parallel by an interleave, each
-file in chunks of `READ_CHUNK_RECORDS` records that are unbatched after the
-interleave: passing single records through a parallel interleave costs
-several microseconds each (reading 8 copies of a 10,040-row Criteo TFRecord
-file on 2 shared cores: about 115,000 rows/s with single records, 500,000 to
-600,000 with chunks). The interleave is deterministic with a fixed cycle
-length, so every pipeline sees the records in the same order and sharding by
-records gives disjoint shards. In Pipe mode the records come from
-`input_pipeline.pipe.open_channel` (TFRecord only).
+Formats. Everything that differs between TFRecord and LibSVM (reading,
+decoding, row counting, options, whether Pipe mode carries it) is the
+`input_pipeline.formats.DataFormat` in `PipelineConfig.data_format`; this
+module never compares format names.
+
+Create. In File mode the files are read by the format's
+`DataFormat.records`: in parallel, in chunks, by a deterministic interleave,
+so every pipeline sees the records in the same order and sharding by records
+gives disjoint shards (see `input_pipeline.formats`). In Pipe mode the
+records come from `input_pipeline.pipe.open_channel`, for formats Pipe mode
+can carry (TFRecord).
 
 Sharding. `DatasetBuilder.__call__` takes a `tf.distribute.InputContext`
 and reads shard `input_pipeline_id` of `num_input_pipelines`. In File mode
@@ -51,37 +53,32 @@ yields; with `num_epochs=None` the dataset never runs out and the step
 budget alone ends training.
 
 Bad records. LibSVM: see `input_pipeline.decoders` (errors name `file:line`;
-`skip_bad_records` drops and warns). TFRecord: TensorFlow's own error for a
-corrupt or truncated record does not name the file, so each file is read with
-`ignore_errors` and its bytes are counted (16 bytes of framing plus the data
-per record); a file that ends before its size stops the pipeline with an
-`InvalidArgumentError` naming the file and the bytes read. With
-`max_corrupted_records = N > 0`, up to N such records per pass over the data
-are skipped instead, each with a warning on stderr; as TFRecord framing
-cannot resynchronize, a corrupt record also skips the rest of its file. A
-file missing when an epoch opens it fails with TensorFlow's `NotFoundError`,
-which names it. This bookkeeping has a price: on the 10,040-row Criteo file,
-read, batched and decoded, about 3.3 microseconds of CPU per row against 1.5
-for a bare `TFRecordDataset` with the same decode.
+`skip_bad_records` drops and warns). TFRecord: a corrupt or truncated file
+stops the pipeline with an error naming it, or with
+`max_corrupted_records = N > 0` up to N of them per pass are skipped with a
+warning (see `input_pipeline.formats`).
 
 Caching. `cache="memory"` is refused when the cached data is estimated (from
 the file sizes of this pipeline's share) above `memory_budget_bytes`; a path
 prefix caches to files instead, named with the prefix, a digest of the input
-(files, sizes, modification times, order, format) and the shard, so caches of
-different inputs or shards never mix.
+(files, sizes, modification times, order, format and its options) and the
+shard, so caches of different inputs or shards never mix.
+
+Input mode. `INPUT_MODES` is the one definition of File and Pipe mode, and
+`PipelineConfig.input_mode` the one setting: strategies carry no input mode
+of their own (they tell Pipe mode by their `train_channels`).
 """
 
 import dataclasses
 import hashlib
 import os
-import sys
 import time
 from typing import Callable, Mapping, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 from absl import logging
 
-from input_pipeline import decoders, files, pipe, schema, sharding
+from input_pipeline import files, formats, pipe, schema, sharding
 
 INPUT_MODE_FILE = "file"
 INPUT_MODE_PIPE = "pipe"
@@ -94,11 +91,6 @@ SHARD_BY_RECORDS = "records"
 
 DEFAULT_MEMORY_BUDGET_BYTES = 2 << 30
 DEFAULT_READ_BUFFER_BYTES = 1 << 20
-# Files read at once when num_parallel_reads is AUTOTUNE. A fixed number
-# (not the core count) keeps the record order the same on every host.
-DEFAULT_PARALLEL_READS = 8
-READ_CHUNK_RECORDS = 256
-PROBE_BYTES = 1
 DIGEST_CHARS = 12
 
 
@@ -107,23 +99,24 @@ class PipelineConfig:
     """How to read, shard, cache, shuffle, batch and decode the input.
 
     Attributes:
-      data_format: `tfrecord` or `libsvm` (Pipe mode: `tfrecord` only).
+      data_format: the `formats.DataFormat` (a name is accepted and parsed
+        into the format); Pipe mode needs one it can carry (TFRecord).
       field_size: ids per example.
       shuffle_buffer: examples in the shuffle buffer; 0 for no shuffle.
       cache: None, `"memory"`, or a file path prefix to cache to.
       memory_budget_bytes: the largest estimated data `cache="memory"` may
         hold.
       num_parallel_reads: files read at once (File mode);
-        `tf.data.AUTOTUNE` reads up to `DEFAULT_PARALLEL_READS`.
+        `tf.data.AUTOTUNE` reads up to `formats.DEFAULT_PARALLEL_READS`.
       read_buffer_bytes: read buffer of each open file.
       seed: shuffle seed; None for a different order every run.
-      skip_bad_records: LibSVM: drop bad lines (with a warning) instead of
-        failing; a batch that dropped lines comes out shorter, so the batch
-        dimension is no longer static.
-      max_corrupted_records: TFRecord: corrupt or truncated records skipped
-        per pass before failing (each also skips the rest of its file); 0
-        fails on the first.
-      input_mode: `file` or `pipe`.
+      skip_bad_records: an option of LibSVM (refused for other formats): drop
+        bad lines (with a warning) instead of failing; a batch that dropped
+        lines comes out shorter, so the batch dimension is no longer static.
+      max_corrupted_records: an option of TFRecord (refused for other
+        formats when set): corrupt or truncated files skipped per pass
+        before failing; 0 fails on the first.
+      input_mode: one of `INPUT_MODES`.
       pipe_base_dir: SageMaker's base directory (Pipe mode), by default
         `$SAGEMAKER_BASE_DIR` or `/opt/ml`.
       pipe_timeout_s: how long Pipe mode waits for each epoch's FIFO.
@@ -131,7 +124,7 @@ class PipelineConfig:
         dimension static); False for evaluation, which should see every row.
     """
 
-    data_format: str = "tfrecord"
+    data_format: formats.DataFormat = formats.TFRECORD
     field_size: int = schema.FIELD_SIZE
     shuffle_buffer: int = 0
     cache: Optional[str] = None
@@ -147,18 +140,19 @@ class PipelineConfig:
     drop_remainder: bool = True
 
     def __post_init__(self):
-        files.check_format(self.data_format)
+        # The dataclass is frozen: the parsed format replaces the name once, here.
+        object.__setattr__(self, "data_format", formats.as_format(self.data_format))
         if self.input_mode not in INPUT_MODES:
             raise ValueError("input_mode must be one of %s, got %r"
                              % (", ".join(INPUT_MODES), self.input_mode))
-        if self.input_mode == INPUT_MODE_PIPE and self.data_format != "tfrecord":
-            raise ValueError("Pipe mode reads TFRecord channels only, got data_format=%r" % self.data_format)
+        if self.input_mode == INPUT_MODE_PIPE:
+            self.data_format.check_pipe_mode()
+        self.data_format.check_options(self)
         for name in ("field_size", "read_buffer_bytes", "memory_budget_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError("%s must be >= 1, got %r" % (name, getattr(self, name)))
-        for name in ("shuffle_buffer", "max_corrupted_records"):
-            if getattr(self, name) < 0:
-                raise ValueError("%s must be >= 0, got %r" % (name, getattr(self, name)))
+        if self.shuffle_buffer < 0:
+            raise ValueError("shuffle_buffer must be >= 0, got %r" % self.shuffle_buffer)
         if self.num_parallel_reads != tf.data.AUTOTUNE and self.num_parallel_reads < 1:
             raise ValueError("num_parallel_reads must be >= 1 or tf.data.AUTOTUNE (%d), got %r"
                              % (tf.data.AUTOTUNE, self.num_parallel_reads))
@@ -269,7 +263,7 @@ class DatasetBuilder:
             if field_size != self.config.field_size:
                 raise ValueError("%s says field_size=%d, the pipeline is configured with field_size=%d"
                                  % (meta, field_size, self.config.field_size))
-        decoders.check_first_record(self.files[0], self.config.data_format, self.config.field_size)
+        self.config.data_format.check_first_record(self.files[0], self.config.field_size)
 
     # --- public interface ----------------------------------------------------
     def __call__(self, input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
@@ -291,8 +285,9 @@ class DatasetBuilder:
                      plan.index, plan.num_shards, plan.unit, len(plan.files),
                      "unknown" if plan.rows_per_shard is None else plan.rows_per_shard[plan.index],
                      self.config.cache, self.config.shuffle_buffer)
-        if self.config.data_format == "libsvm" and self.files:
-            logging.info("%s", decoders.libsvm_suggestion(self.files, self.config.field_size))
+        suggestion = self.config.data_format.suggestion(self.files, self.config.field_size) if self.files else None
+        if suggestion:
+            logging.info("%s", suggestion)
         dataset = self._records(plan)
         if self.config.cache is not None:
             dataset = dataset.cache(self._cache_filename(plan))
@@ -400,124 +395,29 @@ class DatasetBuilder:
     def _cache_filename(self, plan: ShardPlan) -> str:
         if self.config.cache == CACHE_IN_MEMORY:
             return ""
-        key = [self.config.data_format, self.config.max_corrupted_records, plan.unit, self.channel,
-               self._fingerprint]
+        data_format = self.config.data_format
+        key = [data_format.name, [getattr(self.config, option) for option in data_format.options], plan.unit,
+               self.channel, self._fingerprint]
         digest = hashlib.sha1(repr(key).encode("utf-8")).hexdigest()[:DIGEST_CHARS]
         return "%s-%s-shard%dof%d" % (self.config.cache, digest, plan.index, plan.num_shards)
 
     def _records(self, plan: ShardPlan) -> tf.data.Dataset:
         """Create and shard: the records of `plan`'s pipeline."""
         if self.channel is not None:
-            records = pipe.open_channel(self.channel, self.config.pipe_base_dir, self.config.pipe_timeout_s)
-            return records.shard(plan.num_shards, plan.index) if plan.unit == SHARD_BY_RECORDS else records
-        size = {path: size for path, size in zip(self.files, self._sizes)}
-        index = {path: i for i, path in enumerate(self.files)}
-        paths = tf.data.Dataset.from_tensor_slices((
-            tf.constant(list(plan.files), tf.string),
-            tf.constant([size[path] for path in plan.files], tf.int64),
-            tf.constant([index[path] for path in plan.files], tf.int32)))
-        reads = self.config.num_parallel_reads
-        cycle_length = min(len(plan.files), DEFAULT_PARALLEL_READS if reads == tf.data.AUTOTUNE else reads)
-        if self.config.data_format == "libsvm":
-            reader = self._libsvm_chunks
+            records = pipe.open_channel(self.channel, self.config.pipe_base_dir, self.config.pipe_timeout_s,
+                                        data_format=self.config.data_format)
         else:
-            reader = self._tfrecord_chunks
-        chunks = paths.interleave(
-            reader, cycle_length=cycle_length, block_length=1,
-            num_parallel_calls=tf.data.AUTOTUNE if reads == tf.data.AUTOTUNE else cycle_length,
-            deterministic=True)
-        if self.config.data_format == "tfrecord" and self.config.max_corrupted_records:
-            chunks = chunks.scan(tf.constant(0, tf.int64), self._corruption_budget)
-        records = chunks.unbatch()
+            size = dict(zip(self.files, self._sizes))
+            index = {path: i for i, path in enumerate(self.files)}
+            records = self.config.data_format.records(
+                plan.files, self.config, sizes=[size[path] for path in plan.files],
+                indices=[index[path] for path in plan.files])
         return records.shard(plan.num_shards, plan.index) if plan.unit == SHARD_BY_RECORDS else records
-
-    def _libsvm_chunks(self, path, size, index) -> tf.data.Dataset:
-        del size  # Text lines need no byte accounting.
-        lines = tf.data.TextLineDataset(path, buffer_size=self.config.read_buffer_bytes)
-
-        def number(chunk_index, chunk):
-            count = tf.shape(chunk, out_type=tf.int64)[0]
-            first = chunk_index * READ_CHUNK_RECORDS + 1
-            return chunk, tf.fill([count], index), first + tf.range(count, dtype=tf.int64)
-
-        return lines.batch(READ_CHUNK_RECORDS).enumerate().map(number)
-
-    def _tfrecord_chunks(self, path, size, index) -> tf.data.Dataset:
-        """Chunks of a file's records, then an empty chunk marking its end.
-
-        The records' bytes are counted as they pass; at the end marker a
-        file read short of its size is damaged. With no corruption budget
-        that fails right here; otherwise the chunk goes on with the path and
-        byte counts to `_corruption_budget`, which counts damaged files
-        across the whole pipeline.
-
-        `ignore_errors` retries a reader that cannot open its file for ever,
-        so the file is first opened by a one-byte probe outside it: a missing
-        file fails with TensorFlow's `NotFoundError`, which names it.
-        """
-        del index  # Errors name the path itself.
-        empty = tf.zeros([0], tf.string)
-        probe = tf.data.FixedLengthRecordDataset(path, record_bytes=PROBE_BYTES, buffer_size=PROBE_BYTES)
-        probe = probe.take(1).filter(lambda byte: False).map(lambda byte: empty)
-        records = tf.data.TFRecordDataset(path, buffer_size=self.config.read_buffer_bytes)
-        # `batch` never yields an empty chunk, so the empty one marks the end.
-        body = records.ignore_errors().batch(READ_CHUNK_RECORDS)
-        end = tf.data.Dataset.from_tensors(empty)
-        budget = self.config.max_corrupted_records
-
-        def account(consumed, chunk):
-            consumed += tf.reduce_sum(tf.cast(tf.strings.length(chunk), tf.int64)
-                                      + files.TFRECORD_FRAMING_BYTES)
-            at_end = tf.equal(tf.size(chunk), 0)
-            unread = tf.where(at_end, size - consumed, tf.constant(0, tf.int64))
-            if budget:
-                return consumed, (chunk, path, consumed, unread)
-            check = tf.cond(tf.equal(unread, 0), tf.no_op, lambda: decoders.raise_error(
-                tf.strings.join([_damage_report(path, consumed, unread, budget),
-                                 " (a larger max_corrupted_records skips damaged files)"])))
-            with tf.control_dependencies([check]):
-                return consumed, tf.identity(chunk)
-
-        return probe.concatenate(body).concatenate(end).scan(tf.constant(0, tf.int64), account)
-
-    def _corruption_budget(self, damaged_files, element):
-        """Counts damaged files; warns within `max_corrupted_records`, fails beyond it."""
-        chunk, path, consumed, unread = element
-        damaged = tf.not_equal(unread, 0)
-        damaged_files += tf.cast(damaged, tf.int64)
-        budget = self.config.max_corrupted_records
-
-        def report():
-            check = tf.debugging.Assert(damaged_files <= budget, [
-                _damage_report(path, consumed, unread, budget)])
-            with tf.control_dependencies([check]):
-                printed = tf.print(tf.strings.join([
-                    "WARNING: ", _damage_report(path, consumed, unread, budget),
-                    "; skipped the rest of the file (corrupt record ", tf.strings.as_string(damaged_files),
-                    " of max_corrupted_records=%d)" % budget]), output_stream=sys.stderr)
-            with tf.control_dependencies([printed]):
-                return tf.identity(damaged_files)
-
-        damaged_files = tf.cond(damaged, report, lambda: damaged_files)
-        return damaged_files, chunk
 
     def decode_batch(self, *element):
         """Decodes a batch of `records` into `(features, labels)`."""
-        if self.config.data_format == "tfrecord":
-            return decoders.decode_tfrecord(element[0], self.config.field_size)
-        lines, file_index, line_number = element
-        return decoders.decode_libsvm(lines, self.config.field_size, file_index=file_index,
-                                      line_number=line_number, file_names=self.files,
-                                      skip_bad_records=self.config.skip_bad_records)
-
-
-def _damage_report(path, consumed, unread, budget: int) -> tf.Tensor:
-    return tf.strings.join([
-        "TFRecord file ", path, " could not be read to its end: read ", tf.strings.as_string(consumed),
-        " of ", tf.strings.as_string(consumed + unread), " bytes (a corrupt or truncated record, or the "
-        "file changed after the pipeline was built); max_corrupted_records=%d" % budget])
+        return self.config.data_format.decode_batch(element, self.config, file_names=self.files)
 
 
 def _bytes(count: int) -> str:
     return "%d bytes (%.1f MiB)" % (count, count / float(1 << 20))
-

@@ -25,6 +25,8 @@ import json
 import os
 from typing import Dict, List, Optional
 
+from input_pipeline import formats
+
 NUM_DENSE_FIELDS = 13
 NUM_CATEGORICAL_FIELDS = 26
 FIELD_SIZE = NUM_DENSE_FIELDS + NUM_CATEGORICAL_FIELDS
@@ -43,13 +45,15 @@ FEAT_VALS = "feat_vals"
 METADATA_FILE = "metadata.json"
 TRAIN_SPLIT = "train"
 VALIDATION_SPLIT = "validation"
-FORMAT_EXTENSIONS = {"tfrecord": ".tfrecord", "libsvm": ".libsvm"}
-DATA_FORMATS = tuple(FORMAT_EXTENSIONS)
+# Format name -> extension, and the names: views of `input_pipeline.formats`,
+# which defines each format once.
+FORMAT_EXTENSIONS = formats.extensions()
+DATA_FORMATS = tuple(formats.names())
 
 
-def shard_name(index: int, data_format: str) -> str:
-    """Returns the file name of shard `index` in `data_format`."""
-    return "part-%05d%s" % (index, FORMAT_EXTENSIONS[data_format])
+def shard_name(index: int, data_format: formats.DataFormatLike) -> str:
+    """Returns the file name of shard `index` in `data_format` (a format or its name)."""
+    return "part-%05d%s" % (index, formats.as_format(data_format).extension)
 
 
 @dataclasses.dataclass
@@ -59,8 +63,7 @@ class SplitInfo:
     Attributes:
       rows: number of examples in the split.
       shards: shard file stem (e.g. `train/part-00000`) -> rows in that shard.
-        The same stem with either extension of `FORMAT_EXTENSIONS` holds the
-        same rows.
+        The same stem with the extension of any format holds the same rows.
     """
 
     rows: int = 0
@@ -126,9 +129,9 @@ class DatasetMetadata:
         except TypeError as e:
             raise ValueError("%s is not a dataset metadata file: %s" % (path, e)) from e
 
-    def rows_per_file(self, root: str, data_format: str) -> Dict[str, int]:
-        """Maps each shard file's absolute path in `data_format` to its rows."""
-        ext = FORMAT_EXTENSIONS[data_format]
+    def rows_per_file(self, root: str, data_format: formats.DataFormatLike) -> Dict[str, int]:
+        """Maps each shard file's absolute path in `data_format` (a format or its name) to its rows."""
+        ext = formats.as_format(data_format).extension
         return {
             os.path.abspath(os.path.join(root, stem + ext)): rows
             for split in self.splits.values()

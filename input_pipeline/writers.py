@@ -31,7 +31,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from input_pipeline import schema, tfrecord
+from input_pipeline import formats, schema, tfrecord
 
 VALUE_DECIMALS = 6
 _VALUE_SCALE = 10**VALUE_DECIMALS
@@ -432,11 +432,11 @@ class SplitWriter:
             raise ValueError("shards must be >= 1, got %r" % num_shards)
         directory = os.path.join(root, split)
         os.makedirs(directory, exist_ok=True)
-        self._stems = ["%s/%s" % (split, os.path.splitext(schema.shard_name(i, "libsvm"))[0])
+        self._stems = ["%s/%s" % (split, os.path.splitext(schema.shard_name(i, formats.LIBSVM))[0])
                        for i in range(num_shards)]
-        self._libsvm = [open(os.path.join(root, stem + piece_suffix + schema.FORMAT_EXTENSIONS["libsvm"]), "wb")
+        self._libsvm = [open(os.path.join(root, stem + piece_suffix + formats.LIBSVM.extension), "wb")
                         for stem in self._stems]
-        self._tfrecord = [open(os.path.join(root, stem + piece_suffix + schema.FORMAT_EXTENSIONS["tfrecord"]), "wb")
+        self._tfrecord = [open(os.path.join(root, stem + piece_suffix + formats.TFRECORD.extension), "wb")
                           for stem in self._stems]
         self._first_row = first_row
         self._id_width = libsvm_id_width

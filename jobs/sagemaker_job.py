@@ -17,6 +17,7 @@ import os
 import re
 import tarfile
 import time
+import zipfile
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 DISTRIBUTIONS = ("none", "parameter_server", "mpi")
@@ -40,6 +41,9 @@ INSTANCE_GROUP = "homogeneousCluster"
 JOB_NAME_PREFIX = "deepfm"
 # Reproducible tarballs: every member gets this modification time.
 TARBALL_MTIME = 0
+SOURCE_ZIP = "deepfm-source.zip"
+# Reproducible zip archives: every member gets this time (the earliest zip can hold).
+ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,18 +275,24 @@ def source_files(root: Optional[str] = None) -> List[str]:
     return found
 
 
+def _source_contents(root: Optional[str]) -> List[Tuple[str, bytes]]:
+    root = root or project_root()
+    contents = []
+    for name in source_files(root):
+        with open(os.path.join(root, name), "rb") as f:
+            contents.append((name, f.read()))
+    return contents
+
+
 def write_source_tarball(path: str, root: Optional[str] = None) -> str:
     """Packs `source_files` into a gzipped tarball at `path` (byte-identical for the same files).
 
     Returns:
       `path`.
     """
-    root = root or project_root()
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name in source_files(root):
-            with open(os.path.join(root, name), "rb") as f:
-                data = f.read()
+        for name, data in _source_contents(root):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mtime = TARBALL_MTIME
@@ -290,4 +300,23 @@ def write_source_tarball(path: str, root: Optional[str] = None) -> str:
             tar.addfile(info, io.BytesIO(data))
     with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=TARBALL_MTIME) as gz:
         gz.write(buffer.getvalue())
+    return path
+
+
+def write_source_zip(path: str, root: Optional[str] = None) -> str:
+    """Packs `source_files` into a zip archive at `path` (byte-identical for the same files).
+
+    Python imports the packages straight from it when it is on `PYTHONPATH`
+    (how a processing container, which has no toolkit to unpack a tarball,
+    runs the project's modules).
+
+    Returns:
+      `path`.
+    """
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in _source_contents(root):
+            info = zipfile.ZipInfo(name, date_time=ZIP_DATE_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
     return path

@@ -28,6 +28,10 @@ without Docker or an AWS account:
 The job's exit code is 0 when every host's toolkit exits with 0; otherwise
 every host is stopped and `JobFailedError` names the first host that
 failed and the end of its log (`<output_dir>/logs/<host>.log`).
+
+`run_on_hosts` (start the hosts, supervise them, stop and remove them
+whatever happens) and the file helpers are shared with the Processing jobs
+of `jobs.sagemaker_processing`.
 """
 
 import dataclasses
@@ -37,7 +41,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from jobs import hosts as hosts_lib
 from jobs import processes
@@ -90,7 +94,7 @@ class JobFailedError(RuntimeError):
 
     Attributes:
       host: the host that failed first.
-      returncode: its toolkit's exit code.
+      returncode: its entry command's exit code (the toolkit's, for training).
       log_path: its log.
     """
 
@@ -171,7 +175,7 @@ def host_share(files: Sequence[str], distribution: str, host_index: int, num_hos
     return list(files[host_index::num_hosts])
 
 
-def _place(source: str, target: str) -> None:
+def place_file(source: str, target: str) -> None:
     """A hard link where the file system allows one, else a copy (what a File-mode download gives)."""
     os.makedirs(os.path.dirname(target), exist_ok=True)
     try:
@@ -180,10 +184,31 @@ def _place(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-def _write_json(path: str, value) -> None:
+def write_json(path: str, value) -> None:
+    """Writes `value` as indented JSON to `path`, creating its directory."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(value, f, indent=1)
+
+
+def container_environment(python: str, region: str, home: str) -> Dict[str, str]:
+    """The environment every container's entry command starts with: this machine's Python as the image's.
+
+    Args:
+      python: the interpreter standing in for the image's (its directory
+        leads `PATH`).
+      region: the job's AWS region.
+      home: the `HOME` directory.
+    """
+    env = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
+    env.update({
+        "PATH": os.pathsep.join([os.path.dirname(python), SYSTEM_PATH]),
+        "HOME": home,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "AWS_REGION": region,
+    })
+    return env
 
 
 class LocalJob:
@@ -239,13 +264,13 @@ class LocalJob:
             hyperparameters = sagemaker_job.encoded_hyperparameters(
                 self.spec, seen_as, sagemaker_job.model_dir_for(self.spec))
             config_dir = os.path.join(root, "input", "config")
-            _write_json(os.path.join(config_dir, "hyperparameters.json"), hyperparameters)
-            _write_json(os.path.join(config_dir, "resourceconfig.json"),
-                        sagemaker_job.resource_config(self.spec, host))
-            _write_json(os.path.join(config_dir, "inputdataconfig.json"), sagemaker_job.input_data_config(self.spec))
+            write_json(os.path.join(config_dir, "hyperparameters.json"), hyperparameters)
+            write_json(os.path.join(config_dir, "resourceconfig.json"),
+                       sagemaker_job.resource_config(self.spec, host))
+            write_json(os.path.join(config_dir, "inputdataconfig.json"), sagemaker_job.input_data_config(self.spec))
             if self.spec.checkpoints:
-                _write_json(os.path.join(config_dir, "checkpointconfig.json"),
-                            sagemaker_job.checkpoint_config("file://" + self.checkpoint_dir))
+                write_json(os.path.join(config_dir, "checkpointconfig.json"),
+                           sagemaker_job.checkpoint_config("file://" + self.checkpoint_dir))
             for name in ("model", os.path.join("output", "data"), "code", CHECKPOINTS):
                 os.makedirs(os.path.join(root, name), exist_ok=True)
             if self.spec.input_mode == sagemaker_job.FILE_MODE:
@@ -254,7 +279,7 @@ class LocalJob:
                     os.makedirs(target, exist_ok=True)
                     for name in self.host_files(channel, index):
                         source = channel.uri if os.path.isfile(channel.uri) else os.path.join(channel.uri, name)
-                        _place(source, os.path.join(target, name))
+                        place_file(source, os.path.join(target, name))
             else:
                 os.makedirs(os.path.join(root, "input", "data"), exist_ok=True)
             home_ssh = os.path.join(self.private_dir, host, "tmp", HOME_IN_TMP, ".ssh")
@@ -278,16 +303,10 @@ class LocalJob:
 
     def environment(self, host: str) -> Dict[str, str]:
         """The environment the container's entry command starts with."""
-        env = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
-        env.update({
-            "PATH": os.pathsep.join([os.path.dirname(self.python), SYSTEM_PATH]),
-            "HOME": os.path.join("/tmp", HOME_IN_TMP) if self.use_namespaces else os.path.join(
-                self.private_dir, host, "tmp", HOME_IN_TMP),
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "SAGEMAKER_TRAINING_MODULE": sagemaker_job.TRAINING_MODULE,
-            "AWS_REGION": self.spec.region,
-        })
+        home = os.path.join("/tmp", HOME_IN_TMP) if self.use_namespaces else os.path.join(
+            self.private_dir, host, "tmp", HOME_IN_TMP)
+        env = container_environment(self.python, self.spec.region, home)
+        env["SAGEMAKER_TRAINING_MODULE"] = sagemaker_job.TRAINING_MODULE
         if not self.use_namespaces:
             env["SAGEMAKER_BASE_DIR"] = self.host_dir(host)
         return env
@@ -345,20 +364,52 @@ def run(config: LocalConfig, python: str = sys.executable) -> None:
     job = LocalJob(config, python)
     cpus = hosts_lib.assign_cpus(config.spec.instance_count, config.cpus_per_host)
     job.prepare()
-    feeders = []
+    run_on_hosts(job, config.spec.hosts, cpus, link_gbps=config.link_gbps, timeout_s=config.timeout_s,
+                 stop_grace_s=config.stop_grace_s, python=python, machine_dirs=(SSHD_PRIVSEP_DIR, BASE_DIR),
+                 start_services=job.feeders if config.spec.input_mode == sagemaker_job.PIPE_MODE else None)
+
+
+def run_on_hosts(job, host_names: Sequence[str], cpus: Sequence[tuple], *, link_gbps: float, timeout_s: float,
+                 stop_grace_s: float, python: str, machine_dirs: Sequence[str] = (BASE_DIR,),
+                 start_services: Optional[Callable[[], list]] = None) -> None:
+    """Runs a prepared job's entry command on every host to the end; shared by training and processing jobs.
+
+    `job` provides `use_namespaces`, `log_dir`, `private_dir`,
+    `init_spec(host)` (the host's init: binds, environment, entry command),
+    `write_etc(network, host)` (its private `/etc` files),
+    `entry_command()` and `environment(name)` (without namespaces). Every
+    host and every service is stopped and every namespace removed on the way
+    out, whatever the way.
+
+    Args:
+      job: the prepared job (e.g. `LocalJob`).
+      host_names: the hosts, `algo-1` first.
+      cpus: per host, the cores to pin it to (see `hosts_lib.assign_cpus`).
+      link_gbps: each host's egress bandwidth limit; 0 for none.
+      timeout_s: stop every host and fail after this many seconds; 0: none.
+      stop_grace_s: how long every host has between SIGTERM and SIGKILL.
+      python: the interpreter of the hosts' inits.
+      machine_dirs: directories of this machine the hosts need as mount
+        points (created when namespaces are used).
+      start_services: started once the hosts' network is up and before the
+        hosts; returns objects with `stop()`, called at the end.
+
+    Raises:
+      As `run`.
+    """
+    services = []
     network = None
     try:
         with processes.signals_raise(), processes.ProcessGroup(
-                job.log_dir, stop_grace_seconds=config.stop_grace_s,
+                job.log_dir, stop_grace_seconds=stop_grace_s,
                 terminate_descendants=not job.use_namespaces) as group:
             if job.use_namespaces:
-                os.makedirs(SSHD_PRIVSEP_DIR, exist_ok=True)
-                os.makedirs(BASE_DIR, exist_ok=True)
-                network = hosts_lib.HostNetwork(config.spec.hosts, cpus=cpus,
-                                                link=hosts_lib.LinkModel(config.link_gbps))
-            if config.spec.input_mode == sagemaker_job.PIPE_MODE:
-                feeders = job.feeders()
-            for index, name in enumerate(config.spec.hosts):
+                for directory in machine_dirs:
+                    os.makedirs(directory, exist_ok=True)
+                network = hosts_lib.HostNetwork(host_names, cpus=cpus, link=hosts_lib.LinkModel(link_gbps))
+            if start_services is not None:
+                services = start_services()
+            for index, name in enumerate(host_names):
                 if network is not None:
                     host = network.host(name)
                     job.write_etc(network, host)
@@ -367,10 +418,9 @@ def run(config: LocalConfig, python: str = sys.executable) -> None:
                 else:
                     pin = [TASKSET, "-c", ",".join(map(str, cpus[index]))] if cpus[index] else []
                     group.start(name, pin + job.entry_command(), env=job.environment(name))
-            print("started %s; logs in %s" % (", ".join(config.spec.hosts), os.path.join(config.output_dir, LOGS)),
-                  flush=True)
+            print("started %s; logs in %s" % (", ".join(host_names), job.log_dir), flush=True)
             try:
-                group.wait(timeout=config.timeout_s or None)
+                group.wait(timeout=timeout_s or None)
             except processes.TaskFailedError as e:
                 raise JobFailedError(e.task, e.returncode, e.log_path, str(e)) from e
             except processes.Terminated:
@@ -380,8 +430,8 @@ def run(config: LocalConfig, python: str = sys.executable) -> None:
                     signal.signal(signum, signal.SIG_IGN)
                 raise
     finally:
-        for feeder in feeders:
-            feeder.stop()
+        for service in services:
+            service.stop()
         if network is not None:
             network.close()
 

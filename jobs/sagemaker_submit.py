@@ -11,12 +11,16 @@ an `s3://` `source_dir`, so the SDK itself uploads nothing.
 A dry run (`dry_run=True`) contacts nothing and needs no credentials: the
 SDK's SageMaker client gets botocore's `Stubber`, which checks the
 `CreateTrainingJob` request against the API model and answers it, and the
-request is captured from the client's `before-call` event; the tarball is
-written locally instead of uploaded. The SDK's telemetry is switched off
-through its own configuration.
+request is captured from the client's `provide-client-params` event; the
+tarball is written locally instead of uploaded. The SDK's telemetry is
+switched off through its own configuration.
+
+`open_session` (the SDK session, the dry run's stub and the captured
+requests) is shared with the Processing jobs of `jobs.sagemaker_processing`.
 
 The SDK is an optional dependency (`pip install 'deepfm-strategies[sdk]'`):
-it is imported only here, and only when a job is submitted.
+it is imported only here (and by `jobs.sagemaker_processing` through
+`import_sdk`), and only when a job is submitted.
 """
 
 import contextlib
@@ -25,7 +29,7 @@ import json
 import os
 import sys
 import tempfile
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Sequence
 
 from jobs import sagemaker_job
 
@@ -100,7 +104,12 @@ class SubmitConfig:
                                     sagemaker_job.SOURCE_TARBALL)
 
 
-def _import_sdk():
+def import_sdk():
+    """The SDK's modules `(boto3, sagemaker, sagemaker.inputs, sagemaker.tensorflow)`, imported now.
+
+    Raises:
+      ImportError: the SDK is not installed; the message says how to install it.
+    """
     # The v2 line warns at import that v3 exists; v3 has no framework estimators.
     os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
     try:
@@ -115,14 +124,15 @@ def _import_sdk():
     return boto3, sagemaker, inputs, tensorflow
 
 
-def _split_s3(uri: str):
+def split_s3(uri: str):
+    """`s3://bucket/key` as `(bucket, key)`."""
     bucket, _, key = uri[len(S3_SCHEME):].partition("/")
     return bucket, key
 
 
 def build_estimator(config: SubmitConfig, session):
     """The SDK's `TensorFlow` estimator of the job, bound to `session`."""
-    _, _, _, tensorflow = _import_sdk()
+    _, _, _, tensorflow = import_sdk()
     spec = config.spec
     kwargs = dict(
         entry_point=sagemaker_job.ENTRY_POINT,
@@ -154,10 +164,88 @@ def build_estimator(config: SubmitConfig, session):
 
 def training_inputs(config: SubmitConfig) -> Dict[str, object]:
     """The `fit` inputs: one `TrainingInput` per channel."""
-    _, _, inputs, _ = _import_sdk()
+    _, _, inputs, _ = import_sdk()
     return {channel.name: inputs.TrainingInput(channel.uri, distribution=channel.distribution,
                                                input_mode=config.spec.input_mode)
             for channel in config.spec.channels}
+
+
+@dataclasses.dataclass
+class SdkSession:
+    """An SDK session, and in a dry run the stub that answers its requests.
+
+    Attributes:
+      session: the `sagemaker.Session`.
+      boto_session: its `boto3.Session`.
+      requests: every request of the watched operation the SDK made, as
+        sent, in order.
+      stubber: botocore's `Stubber` on the SageMaker client (dry run), else
+        None.
+    """
+
+    session: object
+    boto_session: object
+    requests: List[dict]
+    stubber: Optional[object] = None
+
+    def upload(self, path: str, uri: str) -> None:
+        """Uploads a local file to `s3://bucket/key` (not in a dry run)."""
+        if self.stubber is None:
+            bucket, key = split_s3(uri)
+            self.boto_session.client("s3").upload_file(path, bucket, key)
+
+    def finish(self) -> None:
+        """Dry run: checks that every stubbed answer was asked for."""
+        if self.stubber is not None:
+            self.stubber.assert_no_pending_responses()
+
+
+def open_session(region: str, default_bucket: str, operation: str, dry_run: bool,
+                 dry_run_responses: Sequence[dict] = ()) -> SdkSession:
+    """An SDK session whose `operation` requests (e.g. `CreateTrainingJob`) are captured.
+
+    A dry run uses fake credentials and botocore's `Stubber`, which checks
+    each request against the API model and answers it with the next of
+    `dry_run_responses`; nothing is contacted. The SDK's telemetry is off.
+
+    Args:
+      region: the AWS region.
+      default_bucket: the session's default bucket (so that the SDK looks
+        for none).
+      operation: the API operation to capture.
+      dry_run: stub the SageMaker client instead of calling AWS.
+      dry_run_responses: dry run: one answer per expected `operation` call.
+    """
+    boto3, sagemaker, _, _ = import_sdk()
+    if dry_run:
+        boto_session = boto3.Session(aws_access_key_id=FAKE_CREDENTIALS[0],
+                                     aws_secret_access_key=FAKE_CREDENTIALS[1], region_name=region)
+    else:
+        boto_session = boto3.Session(region_name=region)
+    client = boto_session.client("sagemaker")
+    requests: List[dict] = []
+
+    def capture(params, **kwargs):
+        del kwargs
+        requests.append(dict(params))
+    client.meta.events.register("provide-client-params.sagemaker.%s" % operation, capture)
+    stubber = None
+    if dry_run:
+        from botocore import xform_name  # pylint: disable=import-outside-toplevel
+        from botocore.stub import Stubber  # pylint: disable=import-outside-toplevel
+        stubber = Stubber(client)
+        for response in dry_run_responses:
+            # botocore validates the request against the API model before the stub answers it.
+            stubber.add_response(xform_name(operation), response)
+        stubber.activate()
+    session = sagemaker.Session(boto_session=boto_session, sagemaker_client=client,
+                                sagemaker_config=SDK_CONFIG, default_bucket=default_bucket)
+    return SdkSession(session=session, boto_session=boto_session, requests=requests, stubber=stubber)
+
+
+def dry_run_arn(region: str, resource: str, name: str) -> str:
+    """The ARN a dry run's stub answers with, e.g. for `training-job/<name>`."""
+    return "arn:aws:sagemaker:%s:%s:%s/%s" % (region, DRY_RUN_ACCOUNT, resource, name)
 
 
 def submit(config: SubmitConfig, region: Optional[str] = None) -> dict:
@@ -171,40 +259,17 @@ def submit(config: SubmitConfig, region: Optional[str] = None) -> dict:
       ImportError: the SDK is not installed.
       botocore.exceptions.ClientError and others from AWS on a real submit.
     """
-    boto3, sagemaker, _, _ = _import_sdk()
     region = region or config.spec.region
-    if config.dry_run:
-        boto_session = boto3.Session(aws_access_key_id=FAKE_CREDENTIALS[0],
-                                     aws_secret_access_key=FAKE_CREDENTIALS[1], region_name=region)
-    else:
-        boto_session = boto3.Session(region_name=region)
-    client = boto_session.client("sagemaker")
-    captured = {}
-
-    def capture(params, **kwargs):
-        del kwargs
-        captured.update(params)
-    client.meta.events.register("provide-client-params.sagemaker.CreateTrainingJob", capture)
-    stubber = None
-    if config.dry_run:
-        from botocore.stub import Stubber  # pylint: disable=import-outside-toplevel
-        stubber = Stubber(client)
-        arn = "arn:aws:sagemaker:%s:%s:training-job/%s" % (region, DRY_RUN_ACCOUNT, config.spec.job_name)
-        # botocore validates the request against the API model before the stub answers it.
-        stubber.add_response("create_training_job", {"TrainingJobArn": arn})
-        stubber.activate()
-    session = sagemaker.Session(boto_session=boto_session, sagemaker_client=client,
-                                sagemaker_config=SDK_CONFIG, default_bucket=_split_s3(config.output_path)[0])
+    sdk = open_session(region, split_s3(config.output_path)[0], "CreateTrainingJob", config.dry_run,
+                       [{"TrainingJobArn": dry_run_arn(region, "training-job", config.spec.job_name)}])
     with tempfile.TemporaryDirectory() as tmp:
         tarball = sagemaker_job.write_source_tarball(os.path.join(tmp, sagemaker_job.SOURCE_TARBALL))
-        if not config.dry_run:
-            bucket, key = _split_s3(config.source_uri)
-            boto_session.client("s3").upload_file(tarball, bucket, key)
-    estimator = build_estimator(config, session)
+        sdk.upload(tarball, config.source_uri)
+    estimator = build_estimator(config, sdk.session)
     estimator.fit(training_inputs(config), job_name=config.spec.job_name, wait=False, logs=False)
-    if stubber is not None:
-        stubber.assert_no_pending_responses()
-        return captured
+    if config.dry_run:
+        sdk.finish()
+        return sdk.requests[-1]
     return {"TrainingJobName": estimator.latest_training_job.job_name}
 
 

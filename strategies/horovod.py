@@ -12,9 +12,10 @@ What each rank does:
 
 * Data: File mode shards by `(size, rank)`, or by `(workers_per_host,
   local_rank)` when S3 already split the files by host
-  (`input_pipeline.sharding`). Pipe mode gives each worker of a host its own
-  channel by local rank and shards by `sharding.pipe_mode_shard`, the
-  channels of a host being mapped to different S3 paths.
+  (`input_pipeline.sharding`). Pipe mode (`--train_channels` set:
+  `StrategyConfig.pipe_mode`) gives each worker of a host its own channel by
+  local rank and shards by `sharding.pipe_mode_shard`, the channels of a
+  host being mapped to different S3 paths.
 * Devices: with GPUs, each process sees only the GPU of its local rank.
 * Learning rate: `learning_rate_factor` (`none`, `linear`, `sqrt`, `capped`).
   The per-rank batch is not scaled.
@@ -70,7 +71,6 @@ FINAL_CHECKPOINT_ONLY_STEPS = 2**62
 PRIVATE_KEEP_CHECKPOINT_MAX = 1
 NO_SUMMARIES = 0
 NO_RESUME_STEP = 0
-INPUT_MODE_PIPE = "pipe"
 COMPRESSION_FP16 = "fp16"
 # Set from --hvd_fusion_threshold_bytes and --hvd_cycle_time_ms before `hvd.init()`.
 FUSION_THRESHOLD_ENV = "HOROVOD_FUSION_THRESHOLD"
@@ -253,7 +253,7 @@ class HorovodStrategy(base.Strategy):
                     "horovod rank %d cannot be pinned to GPU %d: TensorFlow initialized its GPUs before "
                     "the strategy's setup(); run setup() before any TensorFlow op (%s)"
                     % (hvd.rank(), self._gpu, e)) from e
-        if self.config.input_mode == INPUT_MODE_PIPE:
+        if self.config.pipe_mode:
             self.pipe_channel()
         logging.info("%s", self.describe())
 
@@ -305,7 +305,7 @@ class HorovodStrategy(base.Strategy):
         `--s3_sharded`. Pipe mode: `sharding.pipe_mode_shard`.
         """
         topology = self.topology()
-        if self.config.input_mode == INPUT_MODE_PIPE:
+        if self.config.pipe_mode:
             num_shards, index = sharding.pipe_mode_shard(topology, self.config.s3_sharded)
         else:
             num_shards, index = sharding.file_mode_shard(

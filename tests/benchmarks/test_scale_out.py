@@ -121,7 +121,9 @@ class MeasureRunTest(tf.test.TestCase):
                 json.dump({"counters": counters, "failed": None, "processes": {"rank%d" % index: cpu}}, f)
         with open(os.path.join(work, "metrics.json"), "w") as f:
             json.dump({"auc": 0.7}, f)
-        result = bench.measure_run(variant, config, work)
+        # The machine was busy 2.1 cores in the window: 0.5 cores beyond the job's 2 x 0.8.
+        machine = [(t, 2.1 * t) for t in (0.0, 10.0, 12.0)]
+        result = bench.measure_run(variant, config, work, machine)
         self.assertAllClose(2 * 20 * bench.BATCH / 2.0, result.examples_per_sec)
         self.assertAllClose([20.0, 20.0], result.steps)
         self.assertAllClose(2e6 / 20, result.tx_bytes_per_step)
@@ -129,6 +131,54 @@ class MeasureRunTest(tf.test.TestCase):
         self.assertAllClose(1000 * 1.6 / 20, result.cpu_ms_per_step)
         self.assertAllClose(1000 * 3.2 / (40 * bench.BATCH), result.cpu_seconds_per_1k)
         self.assertEqual(0.7, result.auc)
+        self.assertAllClose(0.5, result.other_cores)
+        self.assertEqual({}, result.traces)
+        self.assertIsNone(bench.measure_run(variant, config, work).other_cores)
+
+
+class ReportOnlyTest(tf.test.TestCase):
+
+    def test_results_json_round_trips(self):
+        config = _config(variants="single,horovod")
+        runs = {"single": [bench.RunResult(
+                    examples_per_sec=100.0, window_s=2.0, steps=[20.0], cpu_seconds={"single": 1.8},
+                    tx_bytes=[0.0], rx_bytes=[0.0], host_cpu_seconds=[1.8], auc=0.7, machine_busy_s=2.0)],
+                "horovod": [bench.RunResult(
+                    examples_per_sec=150.0, window_s=2.0, steps=[10.0, 10.0], cpu_seconds={"r0": 1.9, "r1": 1.9},
+                    tx_bytes=[1e6, 1e6], rx_bytes=[1e6, 1e6], host_cpu_seconds=[1.9, 1.9], auc=0.69,
+                    machine_busy_s=3.9)]}
+        breakdown = {"span_ms": 80.0, "compute_ms": 50.0, "exchange_only_ms": 20.0, "idle_ms": 10.0,
+                     "gradients_done_ms": 45.0, "op_ms_by_scope": {"gradients": 30.0}}
+        path = os.path.join(self.get_temp_dir(), "results.json")
+        with open(path, "w") as f:
+            json.dump({"results": bench.raw_results(config, runs, {"single": [], "horovod": ["x"]},
+                                                    {"horovod": {"rank0": breakdown}}, (1.0, 2.0))}, f)
+        results, failures, traced = bench.load_results(path)
+        self.assertEqual(runs, results)
+        self.assertEqual(["x"], failures["horovod"])
+        self.assertEqual({"horovod": {"rank0": breakdown}}, traced)
+        self.assertAllClose(0.05, results["horovod"][0].other_cores)
+        body = bench.report_body(config, results, failures, None, traced)
+        self.assertNotIn("load average", body)
+        self.assertIn("0.75 (0.75-0.75)", body)
+        # The traced step: 80 ms, of which 35 after the backward pass ended.
+        self.assertIn("| horovod | rank0 | 80.0 | 50.0 | 20.0 | 10.0 | 35.0 | gradients 30.0 |", body)
+
+
+class RoundEfficiencyTest(tf.test.TestCase):
+
+    def _run(self, rate, round_index):
+        return bench.RunResult(examples_per_sec=rate, window_s=1.0, steps=[1.0], cpu_seconds={}, tx_bytes=[0.0],
+                               rx_bytes=[0.0], host_cpu_seconds=[0.0], round=round_index)
+
+    def test_each_round_is_divided_by_its_own_reference(self):
+        horovod = [v for v in bench.all_variants() if v.name == "horovod"][0]
+        # The machine ran twice as fast in round 1: per round both are 0.75.
+        runs = [self._run(150.0, 0), self._run(300.0, 1), self._run(999.0, 2)]
+        single = [self._run(100.0, 0), self._run(200.0, 1)]
+        stats = bench.round_efficiencies(horovod, runs, single)
+        self.assertEqual([0.75, 0.75], stats.values)
+        self.assertIsNone(bench.round_efficiencies(horovod, runs, []))
 
 
 @pytest.mark.slow
@@ -141,8 +191,8 @@ class RealRunTest(tf.test.TestCase):
             self.skipTest(reason)
         data = self.create_tempdir().full_path
         synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
-        config = _config(variants="single,horovod", data_dir=data, link_gbps=10)
-        results, failures = bench.measure(config)
+        config = _config(variants="single,horovod", data_dir=data, link_gbps=10, trace_steps=2)
+        results, failures, traced = bench.measure(config)
         self.assertEqual({"single": [], "horovod": []}, failures)
         horovod = results["horovod"][0]
         self.assertGreater(horovod.examples_per_sec, 0)
@@ -151,6 +201,12 @@ class RealRunTest(tf.test.TestCase):
         self.assertGreater(min(horovod.tx_bytes), 0)
         self.assertIsNotNone(horovod.auc)
         self.assertLen(results["single"][0].tx_bytes, 1)
+        self.assertIsNotNone(horovod.other_cores)
+        # The traced run: each rank waited on Horovod's exchange with nothing else to run; single never.
+        self.assertCountEqual(["rank0", "rank1"], traced["horovod"])
+        self.assertGreater(traced["horovod"]["rank0"]["exchange_only_ms"], 0.0)
+        self.assertEqual(0.0, traced["single"]["main"]["exchange_only_ms"])
+        self.assertIn("Where a step goes", bench.report_body(config, results, failures, (0.0, 0.0), traced))
 
 
 if __name__ == "__main__":

@@ -115,6 +115,9 @@ class PredictTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "--saved_model .*holds no SavedModel"):
             predict.write_predictions(self.root, [self.data_dir], "tfrecord",
                                       os.path.join(self.get_temp_dir(), "never.csv"))
+        with self.assertRaisesRegex(ValueError, "data_format must be one of tfrecord, libsvm, got 'csv'"):
+            predict.write_predictions(self.result.export_path, [self.data_dir], "csv",
+                                      os.path.join(self.get_temp_dir(), "never.csv"))
 
 
 if __name__ == "__main__":

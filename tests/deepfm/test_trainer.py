@@ -172,9 +172,10 @@ class PipeModeTest(tf.test.TestCase):
         steps = epochs * (3_600 // BATCH)
         train = config.TrainConfig(model_dir=os.path.join(root, "model"), train_files=(), batch_size=BATCH,
                                    max_steps=steps, val_channel="validation")
-        input_config = pipeline.PipelineConfig(input_mode="pipe", pipe_base_dir=base_dir, pipe_timeout_s=60)
+        input_config = pipeline.PipelineConfig(input_mode=pipeline.INPUT_MODE_PIPE, pipe_base_dir=base_dir,
+                                               pipe_timeout_s=60)
         result = trainer.run(train, small_model(FEATURE_SIZE), input_config, strategies.get(
-            strategies.StrategyConfig(name="single", input_mode="pipe", train_channels=("train_0",))))
+            strategies.StrategyConfig(name="single", train_channels=("train_0",))))
         self.assertEqual(steps, result.global_step)
         self.assertGreater(result.auc, 0.55)
         self.assertEqual(2, feeder.epochs_written["train_0"])
@@ -191,9 +192,10 @@ class PipeModeTest(tf.test.TestCase):
         self.addCleanup(feeder.stop)
         train = config.TrainConfig(model_dir=os.path.join(root, "model"), train_files=(), batch_size=BATCH,
                                    num_epochs=epochs)
-        input_config = pipeline.PipelineConfig(input_mode="pipe", pipe_base_dir=base_dir, pipe_timeout_s=60)
+        input_config = pipeline.PipelineConfig(input_mode=pipeline.INPUT_MODE_PIPE, pipe_base_dir=base_dir,
+                                               pipe_timeout_s=60)
         result = trainer.run(train, small_model(FEATURE_SIZE), input_config, strategies.get(
-            strategies.StrategyConfig(name="single", input_mode="pipe", train_channels=("train_0",))))
+            strategies.StrategyConfig(name="single", train_channels=("train_0",))))
         self.assertEqual(epochs * (3_600 // BATCH), result.global_step)
         self.assertEqual(epochs, feeder.epochs_written["train_0"])
 

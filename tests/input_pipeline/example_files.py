@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline import schema
+from input_pipeline import formats, schema
 
 Rows = Tuple[np.ndarray, np.ndarray, np.ndarray]  # labels [n], ids [n, f], values [n, f]
 
@@ -68,11 +68,10 @@ def write_libsvm(path: str, rows: Rows, extra_lines: Optional[Dict[int, str]] = 
     return path
 
 
-def write_rows(path_stem: str, rows: Rows, data_format: str) -> str:
-    """Writes `rows` to `path_stem` + the format's extension; returns the path."""
-    path = path_stem + schema.FORMAT_EXTENSIONS[data_format]
-    writer = write_tfrecord if data_format == "tfrecord" else write_libsvm
-    return writer(path, rows)
+def write_rows(path_stem: str, rows: Rows, data_format: formats.DataFormatLike) -> str:
+    """Writes `rows` to `path_stem` + the format's extension (a format or its name); returns the path."""
+    data_format = formats.as_format(data_format)
+    return WRITERS[data_format](path_stem + data_format.extension, rows)
 
 
 def write_dataset_root(root: str, split_shards: Dict[str, List[Rows]],
@@ -83,7 +82,7 @@ def write_dataset_root(root: str, split_shards: Dict[str, List[Rows]],
         os.makedirs(os.path.join(root, split), exist_ok=True)
         info = schema.SplitInfo()
         for index, rows in enumerate(shards):
-            stem = os.path.join(split, os.path.splitext(schema.shard_name(index, "tfrecord"))[0])
+            stem = os.path.join(split, os.path.splitext(schema.shard_name(index, formats.TFRECORD))[0])
             for data_format in schema.DATA_FORMATS:
                 write_rows(os.path.join(root, stem), rows, data_format)
             info.shards[stem] = len(rows[0])
@@ -91,6 +90,10 @@ def write_dataset_root(root: str, split_shards: Dict[str, List[Rows]],
         metadata.splits[split] = info
     metadata.write(root)
     return metadata
+
+
+# This module's own writer of each format (independent of the library's).
+WRITERS = {formats.TFRECORD: write_tfrecord, formats.LIBSVM: write_libsvm}
 
 
 @contextlib.contextmanager

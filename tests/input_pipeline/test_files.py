@@ -113,40 +113,6 @@ class RowCountsTest(FilesTestCase):
         paths = files.resolve([self.root], data_format)
         self.assertEqual(files.count_rows(paths, data_format), dict(zip(paths, [3, 5])))
 
-    def test_count_lines_without_final_newline(self):
-        path = self.path("loose", "d.libsvm")
-        with open(path, "w") as f:
-            f.write("1 1:1\n0 1:2")
-        self.assertEqual(files.count_rows([path], "libsvm"), {path: 2})
-
-    def test_count_truncated_tfrecord_names_file(self):
-        path = self.path("loose", "a.tfrecord")
-        with open(path, "rb") as f:
-            data = f.read()
-        with open(path, "wb") as f:
-            f.write(data[:-3])
-        with self.assertRaisesRegex(ValueError, "TFRecord file .*a.tfrecord is truncated or corrupt: record 3"):
-            files.count_rows([path], "tfrecord")
-
-
-class FirstRecordTest(FilesTestCase):
-
-    def test_reads_first_record(self):
-        rows = example_files.make_rows(4)
-        # The same Example; the writer may order the features differently from protobuf's map.
-        self.assertEqual(
-            tf.train.Example.FromString(files.read_first_record(self.path("loose", "a.tfrecord"), "tfrecord")),
-            tf.train.Example.FromString(example_files.serialize(float(rows[0][0]), rows[1][0], rows[2][0])))
-        self.assertEqual(files.read_first_record(self.path("loose", "c.libsvm"), "libsvm"),
-                         example_files.libsvm_line(float(rows[0][0]), rows[1][0], rows[2][0]))
-
-    def test_truncated_first_record(self):
-        path = self.path("loose", "short.tfrecord")
-        with open(path, "wb") as f:
-            f.write(b"\x05\x00")
-        with self.assertRaisesRegex(ValueError, "short.tfrecord is not a TFRecord file: it ends after 2 bytes"):
-            files.read_first_record(path, "tfrecord")
-
 
 if __name__ == "__main__":
     tf.test.main()

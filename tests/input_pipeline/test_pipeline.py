@@ -7,7 +7,7 @@ import tempfile
 from absl.testing import parameterized
 import tensorflow as tf
 
-from input_pipeline import files, pipe_feeder, pipeline, schema
+from input_pipeline import files, formats, pipe_feeder, pipeline, schema
 from tests.input_pipeline import example_files
 
 FIELDS = example_files.SMALL_FIELD_SIZE
@@ -98,17 +98,15 @@ class OrderTest(PipelineTestCase):
         with self.assertRaisesRegex(tf.errors.NotFoundError, "%s; No such file or directory" % train[0]):
             labels_of(dataset)
 
-    @parameterized.parameters("tfrecord", "libsvm")
-    def test_records_are_the_sharded_undecoded_rows(self, data_format):
+    @parameterized.parameters(
+        ("tfrecord", tf.TensorSpec([], tf.string)),
+        ("libsvm", (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int64))))
+    def test_records_are_the_sharded_undecoded_rows(self, data_format, element_spec):
         train = self.train_files(self.write_root([6, 6]), data_format)
         builder = pipeline.DatasetBuilder(train, config(data_format=data_format), BATCH, 1)
         context = tf.distribute.InputContext(2, 1)
         records = builder.records(context)
-        if data_format == "tfrecord":
-            self.assertEqual(records.element_spec, tf.TensorSpec([], tf.string))
-        else:
-            self.assertEqual(records.element_spec, (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32),
-                                                    tf.TensorSpec([], tf.int64)))
+        self.assertEqual(records.element_spec, element_spec)
         self.assertEqual(sum(1 for _ in records), 6)
         decoded = records.batch(BATCH, drop_remainder=True).map(builder.decode_batch)
         # Shard 1 of 2 is the second file, labels 6 to 11: one full batch.
@@ -135,7 +133,13 @@ class OrderTest(PipelineTestCase):
 class RefusalTest(PipelineTestCase):
 
     @parameterized.named_parameters(
-        ("pipe_libsvm", dict(input_mode="pipe", data_format="libsvm"), "Pipe mode reads TFRecord channels only"),
+        ("pipe_libsvm", dict(input_mode="pipe", data_format="libsvm"),
+         "Pipe mode reads TFRecord channels only, got data_format='libsvm'"),
+        ("tfrecord_option_for_libsvm", dict(data_format="libsvm", max_corrupted_records=2),
+         "max_corrupted_records=2 applies to TFRecord only, got data_format='libsvm'"),
+        ("libsvm_option_for_tfrecord", dict(skip_bad_records=True),
+         "skip_bad_records=True applies to LibSVM only, got data_format='tfrecord'"),
+        ("negative_corruption_budget", dict(max_corrupted_records=-1), "max_corrupted_records must be >= 0, got -1"),
         ("input_mode", dict(input_mode="s3"), "input_mode must be one of file, pipe, got 's3'"),
         ("format", dict(data_format="csv"), "data_format must be one of tfrecord, libsvm, got 'csv'"),
         ("negative_shuffle", dict(shuffle_buffer=-1), "shuffle_buffer must be >= 0, got -1"),
@@ -144,6 +148,11 @@ class RefusalTest(PipelineTestCase):
     def test_config_refused(self, kwargs, message):
         with self.assertRaisesRegex(ValueError, message):
             config(**kwargs)
+
+    def test_format_name_is_parsed_once(self):
+        parsed = config(data_format="libsvm")
+        self.assertIs(parsed.data_format, formats.LIBSVM)
+        self.assertEqual(parsed, config(data_format=formats.LIBSVM))
 
     def test_memory_cache_over_budget(self):
         train = self.train_files(self.write_root([8, 8]))

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-from input_pipeline import criteo, schema, synthetic
+from input_pipeline import criteo, formats, schema, synthetic
 from tests.input_pipeline import dataset_io
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -71,7 +71,7 @@ class GenerateTest(tf.test.TestCase, parameterized.TestCase):
             self.assertEqual(sum(info.shards.values()), info.rows)
             for stem, rows in info.shards.items():
                 self.assertTrue(stem.startswith(split + "/part-"), stem)
-                expected_files.update(stem + ext for ext in schema.FORMAT_EXTENSIONS.values())
+                expected_files.update(stem + ext for ext in formats.extensions().values())
                 text = dataset_io.read_libsvm(os.path.join(self.root, stem + ".libsvm"))
                 record = dataset_io.read_tfrecord(os.path.join(self.root, stem + ".tfrecord"))
                 self.assertLen(text[0], rows)

@@ -20,7 +20,7 @@ from absl.testing import parameterized
 
 import strategies
 from jobs import local as launch, processes
-from input_pipeline import pipeline, schema, synthetic
+from input_pipeline import formats, pipeline, schema, synthetic
 from strategies import horovod
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -124,7 +124,7 @@ class ValidateTest(tf.test.TestCase, parameterized.TestCase):
                 strategies.get(_config()).setup()
 
 
-class OneRankTest(tf.test.TestCase):
+class OneRankTest(tf.test.TestCase, parameterized.TestCase):
     """The adapter in this process: Horovod with a single rank."""
 
     def setUp(self):
@@ -208,15 +208,25 @@ class OneRankTest(tf.test.TestCase):
         strategy.global_max_steps(80)
         self.assertEqual(model_dir, strategy.run_config(model_dir=model_dir).model_dir)
 
-    def test_pipe_mode_without_a_channel_per_local_rank_is_refused(self):
-        strategy = strategies.get(_config(input_mode="pipe", train_channels=()))
+    def test_pipe_channel_without_a_channel_per_local_rank_is_refused(self):
+        strategy = strategies.get(_config(train_channels=()))
+        strategy.setup()
         with self.assertRaisesRegex(ValueError, "--train_channels '': 1 workers per host need 1 channels, got 0"):
-            strategy.setup()
+            strategy.pipe_channel()
 
     def test_pipe_mode_reads_the_channel_of_its_local_rank(self):
-        strategy = strategies.get(_config(input_mode="pipe", train_channels=("train_0", "train_1")))
+        strategy = strategies.get(_config(train_channels=("train_0", "train_1")))
         strategy.setup()
         self.assertEqual("train_0", strategy.pipe_channel())
+
+    @parameterized.parameters(((), "file_mode_shard"), (("train_0",), "pipe_mode_shard"))
+    def test_channels_choose_the_sharding_rule(self, channels, rule):
+        strategy = strategies.get(_config(train_channels=channels))
+        strategy.setup()
+        with mock.patch.object(horovod.sharding, rule, return_value=(3, 2)) as chosen:
+            context = strategy.input_context()
+        chosen.assert_called_once()
+        self.assertEqual((3, 2), (context.num_input_pipelines, context.input_pipeline_id))
 
 
 def _event_scalars(directory, tag):
@@ -262,8 +272,8 @@ class TwoRanksTest(tf.test.TestCase):
         stems, first_part = {}, 0
         for index, rows in enumerate(train_rows_per_file):
             parts = range(first_part, first_part + rows // part_rows)
-            for data_format, extension in schema.FORMAT_EXTENSIONS.items():
-                with open(os.path.join(train_dir, "file-%d%s" % (index, extension)), "wb") as merged:
+            for data_format in map(formats.get, formats.names()):
+                with open(os.path.join(train_dir, "file-%d%s" % (index, data_format.extension)), "wb") as merged:
                     for part in parts:
                         path = os.path.join(train_dir, schema.shard_name(part, data_format))
                         with open(path, "rb") as f:

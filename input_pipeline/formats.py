@@ -1,0 +1,531 @@
+"""The data formats, each behind one interface (`DataFormat`), registered by name.
+
+Everything that differs between the on-disk formats of a dataset lives in
+its `DataFormat`; the rest of the input pipeline asks the format object and
+never compares format names::
+
+    fmt = formats.get("libsvm")      # parsed once, at the entry point
+    fmt.extension                     # ".libsvm"
+    fmt.count_rows(path)              # rows of a file, read in plain Python
+    fmt.records(paths, config)        # tf.data: the undecoded records of files
+    fmt.decode_batch(batch, config)   # (features, labels) of a batch of records
+
+A format is in the manner of tf.estimator's `Head` or Horovod's
+`Compressor`: a stateless object; the options only one format reads
+(`DataFormat.options`, fields of `pipeline.PipelineConfig`) are validated
+by the format (`check_options`), and an option of another format that is
+set is refused. Formats:
+
+* `TFRECORD` (`tfrecord`): one `tf.train.Example` per row; the format
+  SageMaker Pipe mode carries. Option: `max_corrupted_records`.
+* `LIBSVM` (`libsvm`): one `label id:value ...` line per row. Option:
+  `skip_bad_records`. Its `suggestion` is the one command converting the
+  files to TFRecord (`input_pipeline.libsvm_to_tfrecord`).
+
+Reading files (`DataFormat.records`): the files are read in parallel by a
+deterministic interleave with a fixed cycle length (every pipeline sees the
+records in the same order, so sharding by records gives disjoint shards),
+each file in chunks of `READ_CHUNK_RECORDS` records that are unbatched after
+the interleave: passing single records through a parallel interleave costs
+several microseconds each (8 copies of a 10,040-row Criteo TFRecord file on 2
+shared cores: about 115,000 rows/s with single records, 500,000 to 600,000
+with chunks).
+
+TFRecord damage: TensorFlow's own error for a corrupt or truncated record does
+not name the file, so each file is read with `ignore_errors` and its bytes are
+counted (`TFRECORD_FRAMING_BYTES` plus the data per record); a file that
+ends before its size stops the pipeline with an `InvalidArgumentError`
+naming the file and the bytes read. With `max_corrupted_records = N > 0`, up
+to N such files per pass are skipped instead, each with a warning on stderr
+(as TFRecord framing cannot resynchronize, a corrupt record also skips the
+rest of its file). A file missing when an epoch opens it fails with
+TensorFlow's `NotFoundError`, which names it. This bookkeeping costs, on the
+10,040-row Criteo file read, batched and decoded, about 3.3 microseconds of
+CPU per row against 1.5 for a bare `TFRecordDataset` with the same decode.
+
+LibSVM lines are read with their file index and 1-based line number, so that
+a bad line's error names `file:line` (`input_pipeline.decoders`).
+
+This module imports no TensorFlow (and nothing of this package) when it is
+imported: `input_pipeline.schema`, which the TensorFlow-free data tools use,
+takes its format names and extensions from here. The methods that build
+graphs import TensorFlow, `decoders` and `writers` when called.
+"""
+
+import abc
+import os
+import shlex
+import struct
+import sys
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+if TYPE_CHECKING:
+    import numpy as np
+    import tensorflow as tf
+
+    from input_pipeline import pipeline
+
+# TFRecord framing: uint64 length, uint32 masked CRC of the length, the
+# data, uint32 masked CRC of the data.
+TFRECORD_LENGTH_BYTES = 8
+TFRECORD_CRC_BYTES = 4
+TFRECORD_HEADER_BYTES = TFRECORD_LENGTH_BYTES + TFRECORD_CRC_BYTES
+TFRECORD_FRAMING_BYTES = TFRECORD_LENGTH_BYTES + 2 * TFRECORD_CRC_BYTES
+COUNT_READ_BYTES = 1 << 20
+# Files read at once when num_parallel_reads is AUTOTUNE. A fixed number
+# (not the core count) keeps the record order the same on every host.
+DEFAULT_PARALLEL_READS = 8
+READ_CHUNK_RECORDS = 256
+PROBE_BYTES = 1
+CONVERTER_MODULE = "input_pipeline.libsvm_to_tfrecord"
+
+Record = Union[bytes, str]
+
+
+class DataFormat(abc.ABC):
+    """What differs between data formats; see the module docstring.
+
+    Attributes:
+      name: the registered name (the value of `--data_format`).
+      display_name: the name in messages (`TFRecord`).
+      extension: the file extension, with its dot.
+      pipe_record_format: the `PipeModeDataset` record format that carries
+        the format in SageMaker Pipe mode; None when Pipe mode cannot.
+      options: the `PipelineConfig` fields only this format reads.
+    """
+
+    name: str = ""
+    display_name: str = ""
+    extension: str = ""
+    pipe_record_format: Optional[str] = None
+    options: Tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return "formats.get(%r)" % self.name
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DataFormat) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __reduce__(self):
+        # Copies and pickles are the registered object.
+        return get, (self.name,)
+
+    # --- validation ----------------------------------------------------------
+    @property
+    def supports_pipe_mode(self) -> bool:
+        """Whether SageMaker Pipe mode can carry the format."""
+        return self.pipe_record_format is not None
+
+    def check_pipe_mode(self) -> None:
+        """Raises ValueError unless Pipe mode can carry the format."""
+        if not self.supports_pipe_mode:
+            carried = " or ".join(fmt.display_name for fmt in _REGISTRY.values() if fmt.supports_pipe_mode)
+            raise ValueError("Pipe mode reads %s channels only, got data_format=%r" % (carried, self.name))
+
+    def check_options(self, config: "pipeline.PipelineConfig") -> None:
+        """Checks the format's options in `config`; refuses another format's that is set.
+
+        Raises:
+          ValueError: an option of another format is set (the message names
+            the option, its value and the format it belongs to).
+        """
+        for other in _REGISTRY.values():
+            for option in other.options:
+                value = getattr(config, option)
+                if option not in self.options and value:
+                    raise ValueError("%s=%r applies to %s only, got data_format=%r"
+                                     % (option, value, other.display_name, self.name))
+
+    # --- files, in plain Python ----------------------------------------------------
+    @abc.abstractmethod
+    def count_rows(self, path: str) -> int:
+        """Rows of a file, by reading it (for files outside a dataset root).
+
+        Raises:
+          ValueError: the file is damaged so that its rows cannot be
+            counted; the message names it.
+        """
+
+    @abc.abstractmethod
+    def read_first_record(self, path: str) -> Record:
+        """The first record of a file, undecoded.
+
+        Raises:
+          ValueError: the file holds no complete first record.
+        """
+
+    @abc.abstractmethod
+    def check_first_record(self, path: str, field_size: int) -> None:
+        """Checks the first record of a file without a graph.
+
+        Raises:
+          ValueError: the record does not follow the layout of
+            `input_pipeline.schema` with `field_size` ids; the message names
+            the file and what is wrong.
+        """
+
+    def has_labels(self, path: str) -> bool:
+        """Whether the rows of `path` carry labels (by default, always)."""
+        del path  # Rows of the format always carry labels.
+        return True
+
+    def suggestion(self, paths: Sequence[str], field_size: int) -> Optional[str]:
+        """A log line for a pipeline reading `paths`: a faster way to read them, if any."""
+        del paths, field_size  # Nothing to suggest by default.
+        return None
+
+    @abc.abstractmethod
+    def encode(self, labels: "np.ndarray", ids: "np.ndarray", values: "np.ndarray") -> bytes:
+        """The bytes of rows in the format, as `input_pipeline.writers` writes them."""
+
+    # --- tf.data ---------------------------------------------------------------
+    def records(self, paths: Sequence[str], config: "pipeline.PipelineConfig",
+                sizes: Optional[Sequence[int]] = None,
+                indices: Optional[Sequence[int]] = None) -> "tf.data.Dataset":
+        """The undecoded records of `paths`, one pass, read in parallel.
+
+        Args:
+          paths: the files, read in this order by a deterministic interleave.
+          config: `read_buffer_bytes`, `num_parallel_reads` and the format's
+            options are read from it.
+          sizes: each file's size, as it was when the pipeline was built;
+            by default their size now.
+          indices: each file's index in the list errors name files by
+            (`decode_batch`'s `file_names`); by default their position in
+            `paths`.
+
+        Returns:
+          A dataset of records; `decode_batch` decodes a batch of them.
+        """
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        sizes = [os.path.getsize(path) for path in paths] if sizes is None else sizes
+        indices = range(len(paths)) if indices is None else indices
+        files = tf.data.Dataset.from_tensor_slices((
+            tf.constant(list(paths), tf.string), tf.constant(list(sizes), tf.int64),
+            tf.constant(list(indices), tf.int32)))
+        reads = config.num_parallel_reads
+        cycle_length = min(len(paths), DEFAULT_PARALLEL_READS if reads == tf.data.AUTOTUNE else reads)
+        chunks = files.interleave(
+            lambda path, size, index: self._file_chunks(path, size, index, config),
+            cycle_length=cycle_length, block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE if reads == tf.data.AUTOTUNE else cycle_length,
+            deterministic=True)
+        return self._checked(chunks, config).unbatch()
+
+    @abc.abstractmethod
+    def _file_chunks(self, path: "tf.Tensor", size: "tf.Tensor", index: "tf.Tensor",
+                     config: "pipeline.PipelineConfig") -> "tf.data.Dataset":
+        """Chunks of up to `READ_CHUNK_RECORDS` records of one file."""
+
+    def _checked(self, chunks: "tf.data.Dataset", config: "pipeline.PipelineConfig") -> "tf.data.Dataset":
+        """A check across the chunks of every file, after the interleave (none by default)."""
+        del config  # No check across files by default.
+        return chunks
+
+    @abc.abstractmethod
+    def decode_batch(self, batch: Tuple["tf.Tensor", ...], config: "pipeline.PipelineConfig",
+                     file_names: Sequence[str] = (), labelled: bool = True):
+        """Decodes a batch of `records` (the components of the batched element).
+
+        Args:
+          batch: the batched record components.
+          config: `field_size` and the format's options are read from it.
+          file_names: the files the records' indices refer to (errors name
+            them).
+          labelled: False for rows without labels: then the features alone
+            are returned.
+
+        Returns:
+          `(features, labels)`: `features = {schema.FEAT_IDS: int64 [B,
+          field_size], schema.FEAT_VALS: float32 [B, field_size]}`, `labels`
+          float32 [B]; the features alone when not `labelled`.
+        """
+
+
+class TFRecordFormat(DataFormat):
+    """`tf.train.Example` records with `label`, `ids` and `values`; Pipe mode carries them."""
+
+    name = "tfrecord"
+    display_name = "TFRecord"
+    extension = ".tfrecord"
+    pipe_record_format = "TFRecord"
+    options = ("max_corrupted_records",)
+
+    def check_options(self, config: "pipeline.PipelineConfig") -> None:
+        super().check_options(config)
+        if config.max_corrupted_records < 0:
+            raise ValueError("max_corrupted_records must be >= 0, got %r" % config.max_corrupted_records)
+
+    def count_rows(self, path: str) -> int:
+        """Records, found by walking the length fields without reading the data or checking CRCs.
+
+        Raises:
+          ValueError: the file ends inside a record (the message names the
+            file and the byte offset).
+        """
+        size = os.path.getsize(path)
+        records = 0
+        offset = 0
+        with open(path, "rb") as f:
+            while offset < size:
+                header = f.read(TFRECORD_LENGTH_BYTES)
+                if len(header) < TFRECORD_LENGTH_BYTES:
+                    break
+                (length,) = struct.unpack("<Q", header)
+                end = offset + TFRECORD_FRAMING_BYTES + length
+                if end > size:
+                    break
+                records += 1
+                offset = end
+                f.seek(offset)
+        if offset != size:
+            raise ValueError("TFRecord file %s is truncated or corrupt: record %d at byte %d does not "
+                             "end inside the file (%d bytes)" % (path, records, offset, size))
+        return records
+
+    def read_first_record(self, path: str) -> bytes:
+        """The first serialized record (without its framing)."""
+        with open(path, "rb") as f:
+            header = f.read(TFRECORD_HEADER_BYTES)
+            if len(header) < TFRECORD_HEADER_BYTES:
+                raise ValueError("%s is not a TFRecord file: it ends after %d bytes, inside the "
+                                 "first record's header" % (path, len(header)))
+            (length,) = struct.unpack("<Q", header[:TFRECORD_LENGTH_BYTES])
+            data = f.read(length)
+        if len(data) < length:
+            raise ValueError("%s: the first record says it holds %d bytes, the file ends after %d "
+                             "(truncated, or not a TFRecord file)" % (path, length, len(data)))
+        return data
+
+    def check_first_record(self, path: str, field_size: int) -> None:
+        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        decoders.check_example(path, self.read_first_record(path), field_size)
+
+    def has_labels(self, path: str) -> bool:
+        """Whether the first record holds the `label` feature."""
+        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        return decoders.example_has_label(path, self.read_first_record(path))
+
+    def encode(self, labels, ids, values) -> bytes:
+        from input_pipeline import writers  # pylint: disable=import-outside-toplevel
+        return writers.encode_tfrecord(labels, ids, values)
+
+    def _file_chunks(self, path, size, index, config):
+        """Chunks of a file's records, then an empty chunk marking its end.
+
+        The records' bytes are counted as they pass; at the end marker a
+        file read short of its size is damaged. With no corruption budget
+        that fails right here; otherwise the chunk goes on with the path and
+        byte counts to `_checked`, which counts damaged files across the
+        whole pipeline.
+
+        `ignore_errors` retries a reader that cannot open its file for ever,
+        so the file is first opened by a one-byte probe outside it: a missing
+        file fails with TensorFlow's `NotFoundError`, which names it.
+        """
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+
+        del index  # Errors name the path itself.
+        empty = tf.zeros([0], tf.string)
+        probe = tf.data.FixedLengthRecordDataset(path, record_bytes=PROBE_BYTES, buffer_size=PROBE_BYTES)
+        probe = probe.take(1).filter(lambda byte: False).map(lambda byte: empty)
+        records = tf.data.TFRecordDataset(path, buffer_size=config.read_buffer_bytes)
+        # `batch` never yields an empty chunk, so the empty one marks the end.
+        body = records.ignore_errors().batch(READ_CHUNK_RECORDS)
+        end = tf.data.Dataset.from_tensors(empty)
+        budget = config.max_corrupted_records
+
+        def account(consumed, chunk):
+            consumed += tf.reduce_sum(tf.cast(tf.strings.length(chunk), tf.int64) + TFRECORD_FRAMING_BYTES)
+            at_end = tf.equal(tf.size(chunk), 0)
+            unread = tf.where(at_end, size - consumed, tf.constant(0, tf.int64))
+            if budget:
+                return consumed, (chunk, path, consumed, unread)
+            check = tf.cond(tf.equal(unread, 0), tf.no_op, lambda: decoders.raise_error(
+                tf.strings.join([_damage_report(path, consumed, unread, budget),
+                                 " (a larger max_corrupted_records skips damaged files)"])))
+            with tf.control_dependencies([check]):
+                return consumed, tf.identity(chunk)
+
+        return probe.concatenate(body).concatenate(end).scan(tf.constant(0, tf.int64), account)
+
+    def _checked(self, chunks, config):
+        """With `max_corrupted_records`: counts damaged files; warns within it, fails beyond it."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        budget = config.max_corrupted_records
+        if not budget:
+            return chunks
+
+        def count(damaged_files, element):
+            chunk, path, consumed, unread = element
+            damaged = tf.not_equal(unread, 0)
+            damaged_files += tf.cast(damaged, tf.int64)
+
+            def report():
+                check = tf.debugging.Assert(damaged_files <= budget, [
+                    _damage_report(path, consumed, unread, budget)])
+                with tf.control_dependencies([check]):
+                    printed = tf.print(tf.strings.join([
+                        "WARNING: ", _damage_report(path, consumed, unread, budget),
+                        "; skipped the rest of the file (corrupt record ", tf.strings.as_string(damaged_files),
+                        " of max_corrupted_records=%d)" % budget]), output_stream=sys.stderr)
+                with tf.control_dependencies([printed]):
+                    return tf.identity(damaged_files)
+
+            return tf.cond(damaged, report, lambda: damaged_files), chunk
+
+        return chunks.scan(tf.constant(0, tf.int64), count)
+
+    def decode_batch(self, batch, config, file_names=(), labelled=True):
+        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        (serialized,) = batch
+        if labelled:
+            return decoders.decode_tfrecord(serialized, config.field_size)
+        return decoders.decode_tfrecord_features(serialized, config.field_size)
+
+
+class LibSVMFormat(DataFormat):
+    """`label id:value ...` lines; Pipe mode cannot carry them."""
+
+    name = "libsvm"
+    display_name = "LibSVM"
+    extension = ".libsvm"
+    options = ("skip_bad_records",)
+
+    def count_rows(self, path: str) -> int:
+        """Lines, as `tf.data.TextLineDataset` yields them (a last line without a newline counts)."""
+        lines = 0
+        last = b"\n"
+        with open(path, "rb") as f:
+            while True:
+                block = f.read(COUNT_READ_BYTES)
+                if not block:
+                    break
+                lines += block.count(b"\n")
+                last = block[-1:]
+        return lines + (0 if last == b"\n" else 1)
+
+    def read_first_record(self, path: str) -> str:
+        """The first line, without its line end."""
+        with open(path, "rb") as f:
+            line = f.readline()
+        if not line:
+            raise ValueError("%s holds no line" % path)
+        return line.decode("utf-8", errors="replace").rstrip("\r\n")
+
+    def check_first_record(self, path: str, field_size: int) -> None:
+        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        decoders.check_libsvm_line(path, self.read_first_record(path), field_size)
+
+    def suggestion(self, paths: Sequence[str], field_size: int) -> str:
+        """How to read TFRecord instead.
+
+        Returns:
+          When every file has a TFRecord twin beside it (the data tools write
+          both), a hint to pass `--data_format tfrecord`; otherwise the one
+          command that converts the files.
+        """
+        stems = [os.path.splitext(path)[0] for path in paths]
+        if stems and all(os.path.isfile(stem + TFRECORD.extension) for stem in stems):
+            return ("reading LibSVM, which decodes slower than TFRecord; the same rows are in the %s file "
+                    "beside each of the %d file(s): pass --data_format %s"
+                    % (TFRECORD.extension, len(paths), TFRECORD.name))
+        directories = sorted({os.path.dirname(path) or "." for path in paths})
+        if len(directories) == 1 and all(path.endswith(self.extension) for path in paths):
+            inputs = ["--input " + shlex.quote(os.path.join(directories[0], "*" + self.extension))]
+        else:
+            inputs = ["--input " + shlex.quote(path) for path in paths]
+        return ("reading LibSVM, which decodes slower than TFRecord; convert once with: python -m "
+                "%s --field_size %d %s, then pass --data_format %s"
+                % (CONVERTER_MODULE, field_size, " ".join(inputs), TFRECORD.name))
+
+    def encode(self, labels, ids, values) -> bytes:
+        from input_pipeline import writers  # pylint: disable=import-outside-toplevel
+        return writers.encode_libsvm(labels, ids, values)
+
+    def _file_chunks(self, path, size, index, config):
+        """Chunks of `(lines, file index, 1-based line numbers)`."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        del size  # Text lines need no byte accounting.
+        lines = tf.data.TextLineDataset(path, buffer_size=config.read_buffer_bytes)
+
+        def number(chunk_index, chunk):
+            count = tf.shape(chunk, out_type=tf.int64)[0]
+            first = chunk_index * READ_CHUNK_RECORDS + 1
+            return chunk, tf.fill([count], index), first + tf.range(count, dtype=tf.int64)
+
+        return lines.batch(READ_CHUNK_RECORDS).enumerate().map(number)
+
+    def decode_batch(self, batch, config, file_names=(), labelled=True):
+        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        lines, file_index, line_number = batch
+        features, labels = decoders.decode_libsvm(lines, config.field_size, file_index=file_index,
+                                                  line_number=line_number, file_names=file_names,
+                                                  skip_bad_records=config.skip_bad_records)
+        return (features, labels) if labelled else features
+
+
+DataFormatLike = Union[str, DataFormat]
+_REGISTRY: Dict[str, DataFormat] = {}
+
+
+def register(data_format: DataFormat) -> DataFormat:
+    """Adds a format to the registry under its name; returns it.
+
+    Raises:
+      ValueError: the name is taken.
+    """
+    if data_format.name in _REGISTRY:
+        raise ValueError("data format %r is registered twice" % data_format.name)
+    _REGISTRY[data_format.name] = data_format
+    return data_format
+
+
+TFRECORD = register(TFRecordFormat())
+LIBSVM = register(LibSVMFormat())
+
+
+def names() -> List[str]:
+    """The registered format names, in registration order (TFRecord first)."""
+    return list(_REGISTRY)
+
+
+def get(name: str) -> DataFormat:
+    """The format registered as `name`.
+
+    Raises:
+      ValueError: no such format; the message lists the registered ones.
+    """
+    data_format = _REGISTRY.get(name) if isinstance(name, str) else None
+    if data_format is None:
+        raise ValueError("data_format must be one of %s, got %r" % (", ".join(_REGISTRY), name))
+    return data_format
+
+
+def as_format(data_format: DataFormatLike) -> DataFormat:
+    """A format given as itself or by name (library calls may pass either).
+
+    Raises:
+      ValueError: an unknown name.
+    """
+    return data_format if isinstance(data_format, DataFormat) else get(data_format)
+
+
+def extensions() -> Mapping[str, str]:
+    """Format name -> file extension, for every registered format."""
+    return {fmt.name: fmt.extension for fmt in _REGISTRY.values()}
+
+
+def _damage_report(path, consumed, unread, budget: int) -> "tf.Tensor":
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.strings.join([
+        "TFRecord file ", path, " could not be read to its end: read ", tf.strings.as_string(consumed),
+        " of ", tf.strings.as_string(consumed + unread), " bytes (a corrupt or truncated record, or the "
+        "file changed after the pipeline was built); max_corrupted_records=%d" % budget])

@@ -1,0 +1,267 @@
+"""Tests for input_pipeline.formats: the registry and what each format does."""
+
+import copy
+import os
+import pickle
+
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+
+from input_pipeline import formats, pipeline, schema
+from tests.input_pipeline import example_files
+
+FIELDS = example_files.SMALL_FIELD_SIZE
+ROWS = 5
+EXPECTED_PIPE_SUPPORT = (("tfrecord", True), ("libsvm", False))
+
+
+def config(data_format, **kwargs) -> pipeline.PipelineConfig:
+    return pipeline.PipelineConfig(data_format=data_format, field_size=FIELDS, **kwargs)
+
+
+def decoded(data_format: formats.DataFormat, paths, labelled=True):
+    """Every batch of `paths` read and decoded by the format, batches of 2 rows."""
+    read_config = config(data_format, num_parallel_reads=1)
+
+    def decode(*batch):
+        return data_format.decode_batch(batch, read_config, file_names=paths, labelled=labelled)
+
+    return list(data_format.records(paths, read_config).batch(2).map(decode))
+
+
+class RegistryTest(tf.test.TestCase, parameterized.TestCase):
+
+    def test_names_in_registration_order(self):
+        self.assertEqual(formats.names(), ["tfrecord", "libsvm"])
+        self.assertEqual(schema.DATA_FORMATS, ("tfrecord", "libsvm"))
+        self.assertEqual(schema.FORMAT_EXTENSIONS, {"tfrecord": ".tfrecord", "libsvm": ".libsvm"})
+
+    @parameterized.parameters("tfrecord", "libsvm")
+    def test_get_by_name(self, name):
+        data_format = formats.get(name)
+        self.assertIsInstance(data_format, formats.DataFormat)
+        self.assertEqual(data_format.name, name)
+        self.assertIs(formats.as_format(name), data_format)
+        self.assertIs(formats.as_format(data_format), data_format)
+        self.assertEqual(schema.shard_name(3, data_format), "part-00003." + name)
+
+    @parameterized.parameters("csv", "TFRecord", "")
+    def test_unknown_name_lists_the_valid_ones(self, name):
+        with self.assertRaisesRegex(ValueError, "data_format must be one of tfrecord, libsvm, got %r" % name):
+            formats.get(name)
+
+    def test_copies_are_the_registered_format(self):
+        self.assertIs(copy.deepcopy(formats.LIBSVM), formats.LIBSVM)
+        self.assertIs(pickle.loads(pickle.dumps(formats.TFRECORD)), formats.TFRECORD)
+
+    def test_a_name_is_registered_once(self):
+        with self.assertRaisesRegex(ValueError, "data format 'libsvm' is registered twice"):
+            formats.register(formats.LibSVMFormat())
+        self.assertEqual(formats.names(), ["tfrecord", "libsvm"])
+
+
+class FormatTestCase(tf.test.TestCase, parameterized.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.create_tempdir().full_path
+        self.rows = example_files.make_rows(ROWS)
+
+    def write(self, data_format: formats.DataFormat, stem: str = "part") -> str:
+        """`self.rows` in `data_format`, encoded by the library's writers."""
+        path = os.path.join(self.dir, stem + data_format.extension)
+        with open(path, "wb") as f:
+            f.write(data_format.encode(*self.rows))
+        return path
+
+
+class ReadDecodeTest(FormatTestCase):
+
+    @parameterized.parameters("tfrecord", "libsvm")
+    def test_reads_and_decodes_the_rows_written(self, name):
+        data_format = formats.get(name)
+        batches = decoded(data_format, [self.write(data_format)])
+        labels = np.concatenate([labels for _, labels in batches])
+        ids = np.concatenate([features[schema.FEAT_IDS] for features, _ in batches])
+        values = np.concatenate([features[schema.FEAT_VALS] for features, _ in batches])
+        self.assertAllEqual(labels, self.rows[0])
+        self.assertAllEqual(ids, self.rows[1])
+        self.assertAllEqual(values, self.rows[2])
+
+    def test_both_formats_decode_to_the_same_features(self):
+        batches = {name: decoded(formats.get(name), [self.write(formats.get(name))]) for name in formats.names()}
+        self.assertLen(batches["tfrecord"], 3)
+        for (tf_features, tf_labels), (svm_features, svm_labels) in zip(batches["tfrecord"], batches["libsvm"]):
+            self.assertAllEqual(tf_labels, svm_labels)
+            self.assertAllEqual(tf_features[schema.FEAT_IDS], svm_features[schema.FEAT_IDS])
+            self.assertAllEqual(tf_features[schema.FEAT_VALS], svm_features[schema.FEAT_VALS])
+
+    @parameterized.parameters("tfrecord", "libsvm")
+    def test_features_alone_when_not_labelled(self, name):
+        data_format = formats.get(name)
+        batches = decoded(data_format, [self.write(data_format)], labelled=False)
+        self.assertEqual(set(batches[0]), {schema.FEAT_IDS, schema.FEAT_VALS})
+        self.assertAllEqual(np.concatenate([batch[schema.FEAT_IDS] for batch in batches]), self.rows[1])
+
+    def test_tfrecord_without_labels(self):
+        path = os.path.join(self.dir, "unlabelled.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for ids, values in zip(self.rows[1], self.rows[2]):
+                writer.write(tf.train.Example(features=tf.train.Features(feature={
+                    schema.IDS_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=ids)),
+                    schema.VALUES_KEY: tf.train.Feature(float_list=tf.train.FloatList(value=values)),
+                })).SerializeToString())
+        self.assertFalse(formats.TFRECORD.has_labels(path))
+        self.assertTrue(formats.TFRECORD.has_labels(self.write(formats.TFRECORD)))
+        batches = decoded(formats.TFRECORD, [path], labelled=False)
+        self.assertAllEqual(np.concatenate([batch[schema.FEAT_VALS] for batch in batches]), self.rows[2])
+
+    def test_libsvm_always_has_labels(self):
+        self.assertTrue(formats.LIBSVM.has_labels(self.write(formats.LIBSVM)))
+
+    def test_libsvm_errors_name_file_and_line(self):
+        path = example_files.write_libsvm(os.path.join(self.dir, "bad.libsvm"), self.rows,
+                                          extra_lines={2: "1 1:0.5 2:oops 3:1 4:1"})
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "%s:3: bad LibSVM line" % path):
+            decoded(formats.LIBSVM, [path])
+
+
+class RowCountTest(FormatTestCase):
+
+    @parameterized.parameters("tfrecord", "libsvm")
+    def test_counts_the_rows_written(self, name):
+        data_format = formats.get(name)
+        self.assertEqual(data_format.count_rows(self.write(data_format)), ROWS)
+
+    def test_libsvm_last_line_without_newline_counts(self):
+        path = os.path.join(self.dir, "d.libsvm")
+        with open(path, "w") as f:
+            f.write("1 1:1\n0 1:2")
+        self.assertEqual(formats.LIBSVM.count_rows(path), 2)
+
+    def test_truncated_tfrecord_names_the_file(self):
+        path = self.write(formats.TFRECORD)
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(data[:-3])
+        with self.assertRaisesRegex(ValueError, "TFRecord file .*part.tfrecord is truncated or corrupt: "
+                                                "record %d" % (ROWS - 1)):
+            formats.TFRECORD.count_rows(path)
+
+
+class FirstRecordTest(FormatTestCase):
+
+    def test_reads_first_record(self):
+        rows = example_files.make_rows(4)
+        tfrecord = example_files.write_tfrecord(os.path.join(self.dir, "a.tfrecord"), rows)
+        libsvm = example_files.write_libsvm(os.path.join(self.dir, "c.libsvm"), rows)
+        # The same Example; the writer may order the features differently from protobuf's map.
+        self.assertEqual(tf.train.Example.FromString(formats.TFRECORD.read_first_record(tfrecord)),
+                         tf.train.Example.FromString(example_files.serialize(float(rows[0][0]), rows[1][0],
+                                                                             rows[2][0])))
+        self.assertEqual(formats.LIBSVM.read_first_record(libsvm),
+                         example_files.libsvm_line(float(rows[0][0]), rows[1][0], rows[2][0]))
+
+    def test_truncated_first_record(self):
+        path = os.path.join(self.dir, "short.tfrecord")
+        with open(path, "wb") as f:
+            f.write(b"\x05\x00")
+        with self.assertRaisesRegex(ValueError, "short.tfrecord is not a TFRecord file: it ends after 2 bytes"):
+            formats.TFRECORD.read_first_record(path)
+
+    def test_empty_libsvm_file(self):
+        path = os.path.join(self.dir, "empty.libsvm")
+        open(path, "w").close()
+        with self.assertRaisesRegex(ValueError, "empty.libsvm holds no line"):
+            formats.LIBSVM.read_first_record(path)
+
+    @parameterized.parameters("tfrecord", "libsvm")
+    def test_good_files_pass(self, name):
+        data_format = formats.get(name)
+        path = example_files.write_rows(os.path.join(self.dir, "ok"), self.rows, data_format)
+        data_format.check_first_record(path, FIELDS)
+        with self.assertRaisesRegex(ValueError, "ok.%s.*(4 int64_list values, expected 39|"
+                                                "has 4 id:value pairs, field_size is 39)" % name):
+            data_format.check_first_record(path, schema.FIELD_SIZE)
+
+    def test_libsvm_garbage(self):
+        path = os.path.join(self.dir, "bad.libsvm")
+        with open(path, "w") as f:
+            f.write("label,I1,I2\n")
+        with self.assertRaisesRegex(ValueError, "bad.libsvm:1: bad LibSVM line .*: label,I1,I2"):
+            formats.LIBSVM.check_first_record(path, FIELDS)
+
+    def test_tfrecord_missing_feature(self):
+        path = os.path.join(self.dir, "other.tfrecord")
+        example = tf.train.Example(features=tf.train.Features(feature={
+            "y": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0]))}))
+        with tf.io.TFRecordWriter(path) as writer:
+            writer.write(example.SerializeToString())
+        with self.assertRaisesRegex(ValueError, "other.tfrecord: the first record has no feature 'label' "
+                                                "\\(it has \\['y'\\]\\)"):
+            formats.TFRECORD.check_first_record(path, FIELDS)
+
+    def test_tfrecord_not_an_example(self):
+        path = os.path.join(self.dir, "text.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            writer.write(b"\xff\xff not a protobuf")
+        with self.assertRaisesRegex(ValueError, "text.tfrecord: the first record is not a tf.train.Example"):
+            formats.TFRECORD.check_first_record(path, FIELDS)
+        with self.assertRaisesRegex(ValueError, "text.tfrecord: the first record is not a tf.train.Example"):
+            formats.TFRECORD.has_labels(path)
+
+
+class CapabilityTest(FormatTestCase):
+
+    @parameterized.parameters(*EXPECTED_PIPE_SUPPORT)
+    def test_pipe_mode_capability(self, name, supported):
+        self.assertEqual(formats.get(name).supports_pipe_mode, supported)
+
+    def test_pipe_mode_carries_tfrecord(self):
+        formats.TFRECORD.check_pipe_mode()
+        self.assertEqual(formats.TFRECORD.pipe_record_format, "TFRecord")
+        self.assertIs(config("tfrecord", input_mode=pipeline.INPUT_MODE_PIPE).data_format, formats.TFRECORD)
+
+    def test_pipe_mode_refuses_libsvm(self):
+        message = "Pipe mode reads TFRecord channels only, got data_format='libsvm'"
+        with self.assertRaisesRegex(ValueError, message):
+            formats.LIBSVM.check_pipe_mode()
+        with self.assertRaisesRegex(ValueError, message):
+            config("libsvm", input_mode=pipeline.INPUT_MODE_PIPE)
+
+    @parameterized.named_parameters(
+        ("tfrecord_skip_bad_records", "tfrecord", dict(skip_bad_records=True),
+         "skip_bad_records=True applies to LibSVM only, got data_format='tfrecord'"),
+        ("libsvm_max_corrupted_records", "libsvm", dict(max_corrupted_records=3),
+         "max_corrupted_records=3 applies to TFRecord only, got data_format='libsvm'"),
+        ("negative_max_corrupted_records", "tfrecord", dict(max_corrupted_records=-1),
+         "max_corrupted_records must be >= 0, got -1"),
+    )
+    def test_options_belong_to_their_format(self, name, options, message):
+        with self.assertRaisesRegex(ValueError, message):
+            config(name, **options)
+
+    @parameterized.parameters(("tfrecord", dict(max_corrupted_records=3)), ("libsvm", dict(skip_bad_records=True)))
+    def test_own_options_are_accepted(self, name, options):
+        self.assertEqual(config(name, **options).data_format.options, tuple(options))
+
+    def test_libsvm_suggests_the_tfrecord_twins_or_the_conversion_command(self):
+        paths = [os.path.join(self.dir, "part-%d.libsvm" % i) for i in range(2)]
+        for path in paths:
+            open(path, "w").close()
+        text = formats.LIBSVM.suggestion(paths, 39)
+        self.assertIn("python -m input_pipeline.libsvm_to_tfrecord --field_size 39 --input '%s/*.libsvm'"
+                      % self.dir, text)
+        for path in paths:
+            open(path[:-len(".libsvm")] + ".tfrecord", "w").close()
+        self.assertIn("pass --data_format tfrecord", formats.LIBSVM.suggestion(paths, 39))
+        self.assertNotIn("libsvm_to_tfrecord", formats.LIBSVM.suggestion(paths, 39))
+
+    def test_tfrecord_has_no_suggestion(self):
+        self.assertIsNone(formats.TFRECORD.suggestion([self.write(formats.TFRECORD)], FIELDS))
+
+
+if __name__ == "__main__":
+    tf.test.main()

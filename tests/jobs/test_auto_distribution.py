@@ -1,0 +1,99 @@
+"""Tests of `--distribution auto`: the cost model's pick as a SageMaker distribution, and a real dry run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+from absl.testing import parameterized
+
+from deepfm import cost_model
+from input_pipeline import synthetic
+from jobs import auto_distribution, sagemaker_job
+from tests.jobs import test_sagemaker_submit
+
+REPO_ROOT = test_sagemaker_submit.REPO_ROOT
+
+
+class FromAdviceTest(parameterized.TestCase, tf.test.TestCase):
+
+    @parameterized.named_parameters(
+        ("horovod", cost_model.HOROVOD, sagemaker_job.DISTRIBUTION_MPI, 36, {}),
+        ("horovod_dense", cost_model.HOROVOD_DENSE, sagemaker_job.DISTRIBUTION_MPI, 36,
+         {auto_distribution.SPARSE_AS_DENSE: True}),
+        ("ps", cost_model.PS, sagemaker_job.DISTRIBUTION_PS, 1, {}),
+    )
+    def test_pick_becomes_a_distribution(self, pick, distribution, processes_per_host, hyperparameters):
+        choice = auto_distribution.from_advice({"pick": pick, "reason": "because"}, 2, 36)
+        self.assertEqual(distribution, choice.distribution)
+        self.assertEqual(processes_per_host, choice.processes_per_host)
+        self.assertEqual(hyperparameters, dict(choice.hyperparameters))
+        self.assertIn("because", choice.describe())
+
+    def test_single_on_several_instances_is_refused_with_the_reason(self):
+        with self.assertRaisesRegex(ValueError, "layout of 4 instances \\(too slow\\); use --instance_count 1"):
+            auto_distribution.from_advice({"pick": cost_model.SINGLE, "reason": "too slow"}, 4, 2)
+
+    def test_unknown_pick_is_named(self):
+        with self.assertRaisesRegex(ValueError, "unknown pick 'mirrored'"):
+            auto_distribution.from_advice({"pick": "mirrored", "reason": ""}, 2, 2)
+
+    def test_one_instance_needs_no_measurement(self):
+        choice = auto_distribution.choose(None, 1, 36, 25.0)
+        self.assertEqual(sagemaker_job.DISTRIBUTION_NONE, choice.distribution)
+
+    def test_several_instances_need_data(self):
+        with self.assertRaisesRegex(ValueError, "on 2 instances needs a local dataset root.*--auto_data"):
+            auto_distribution.choose(None, 2, 36, 25.0)
+
+    def test_unknown_instance_shape_lists_the_known(self):
+        with self.assertRaisesRegex(ValueError, "'ml.p3.16xlarge'; known: .*ml.c5.18xlarge"):
+            cost_model.instance_shape("ml.p3.16xlarge")
+        self.assertEqual((36, 25.0), cost_model.instance_shape("ml.c5.18xlarge"))
+
+
+@pytest.mark.slow
+class AutoDryRunTest(tf.test.TestCase):
+    """`deepfm.sagemaker submit --dry_run --distribution auto`: advise measures a step, the request follows."""
+
+    def test_request_carries_the_advised_distribution(self):
+        reason = test_sagemaker_submit.sdk_missing()
+        if reason:
+            self.skipTest("the SageMaker Python SDK (the 'sdk' extra) is not installed: %s" % reason)
+        data = self.create_tempdir().full_path
+        synthetic.generate(3000, data, feature_size=2000, seed=0)
+        advice = auto_distribution.advise(data, 2, 36, 25.0, extra_args=["--steps", "3", "--warmup_steps", "2"])
+        expected = auto_distribution.from_advice(advice, 2, 36)
+        argv = [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--job_name", "deepfm-auto",
+                "--role", test_sagemaker_submit.ROLE, "--output_path", "s3://bucket/jobs",
+                "--nocheckpoints", "--channel", "train=s3://bucket/data/train", "--instance_count", "2",
+                "--instance_type", "ml.c5.18xlarge", "--distribution", "auto", "--auto_data", data,
+                "--", "--num_epochs", "1"]
+        env = dict(os.environ, AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="", AWS_CONFIG_FILE="/nonexistent",
+                   AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
+        self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+        self.assertIn("--distribution auto: %s" % expected.distribution, proc.stderr)
+        hyperparameters = json.loads(proc.stdout)["HyperParameters"]
+        if expected.distribution == sagemaker_job.DISTRIBUTION_MPI:
+            self.assertEqual("true", hyperparameters["sagemaker_mpi_enabled"])
+            self.assertEqual("36", hyperparameters["sagemaker_mpi_num_of_processes_per_host"])
+        else:
+            self.assertEqual("true", hyperparameters["sagemaker_parameter_server_enabled"])
+        self.assertEqual(expected.strategy, advice["pick"])
+        self.assertLen(advice["predictions"], len(cost_model.STRATEGIES))
+
+    def test_unknown_instance_type_is_refused_before_measuring(self):
+        proc = subprocess.run(
+            [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--role", test_sagemaker_submit.ROLE,
+             "--output_path", "s3://bucket/jobs", "--channel", "train=s3://bucket/data/train",
+             "--instance_count", "2", "--instance_type", "ml.p3.16xlarge", "--distribution", "auto",
+             "--auto_data", "/nonexistent"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+        self.assertNotEqual(0, proc.returncode)
+        self.assertIn("no CPU shape known for instance type 'ml.p3.16xlarge'", proc.stderr)
+
+
+if __name__ == "__main__":
+    tf.test.main()
