@@ -590,12 +590,11 @@ def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.Ho
       RuntimeError: a host failed (the message holds the end of its logs).
       TimeoutError: the run took longer than `config.timeout_s`.
     """
-    with tempfile.TemporaryDirectory(prefix="bench-scale-out-") as work:
+    with tempfile.TemporaryDirectory(prefix="bench-scale-out-") as work, \
+            MachineCpuSampler(SAMPLE_SECONDS) as machine:
         os.makedirs(os.path.join(work, PROGRESS_DIR))
         launched = []
-        machine = MachineCpuSampler(SAMPLE_SECONDS)
         try:
-            machine.__enter__()
             for index in range(variant.num_hosts):
                 host = network.hosts[index]
                 spec = {"processes": host_processes(variant, config, work, index, traced),
@@ -616,7 +615,6 @@ def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.Ho
                                                  stderr=subprocess.STDOUT))
                 log.close()
             stopped = _wait_for_hosts(launched, config.timeout_s)
-            machine.__exit__(None, None, None)
             if stopped is None:
                 raise TimeoutError("%s ran longer than %.0f s" % (variant.name, config.timeout_s))
             codes = [0 if index in stopped else proc.returncode for index, proc in enumerate(launched)]
@@ -628,7 +626,6 @@ def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.Ho
             result.stopped_hosts = [HOST_NAMES[index] for index in stopped]
             return result
         finally:
-            machine.__exit__(None, None, None)
             for proc in launched:
                 if proc.poll() is None:
                     proc.kill()

@@ -130,7 +130,7 @@ class JobSpec:
     @property
     def hosts(self) -> List[str]:
         """The host names SageMaker gives the instances."""
-        return ["algo-%d" % (index + 1) for index in range(self.instance_count)]
+        return host_names(self.instance_count)
 
     def distribution_hyperparameters(self) -> Dict[str, object]:
         """The toolkit's hyperparameters for the distribution, as the SDK sets them."""
@@ -150,6 +150,11 @@ class JobSpec:
             return {"mpi": {"enabled": True, "processes_per_host": self.processes_per_host,
                             "custom_mpi_options": self.custom_mpi_options}}
         return None
+
+
+def host_names(instance_count: int) -> List[str]:
+    """The host names SageMaker gives a job's instances: `algo-1` .. `algo-N`."""
+    return ["algo-%d" % (index + 1) for index in range(instance_count)]
 
 
 def default_job_name(now: Optional[float] = None) -> str:

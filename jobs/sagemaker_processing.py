@@ -187,7 +187,7 @@ class ProcessingJobSpec:
     @property
     def hosts(self) -> List[str]:
         """The host names SageMaker gives the instances."""
-        return ["algo-%d" % (index + 1) for index in range(self.instance_count)]
+        return sagemaker_job.host_names(self.instance_count)
 
 
 def _uri(location: str) -> str:
