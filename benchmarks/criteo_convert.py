@@ -15,8 +15,10 @@ Part 2, reading what the converter writes: the same rows (a `--decode_rows`
 conversion) read back with TFRecord, compact LibSVM and fixed-width LibSVM,
 in a bare pipeline built here the way the default one is (files
 interleaved, batch 1024, vectorized decode, prefetch), and each decode
-alone on one cached batch. Examples/sec and CPU us/example, each run a fresh
-process.
+alone on one cached batch. Fixed-width files are read as byte rows, as the
+pipeline reads them; `libsvm_fixed_lines` reads them line by line instead
+(as with `skip_bad_records`). Examples/sec and CPU us/example, each run a
+fresh process.
 
 Writes `benchmarks/results/criteo_convert.{md,json,png}`.
 """
@@ -41,7 +43,7 @@ DECODE_ROWS = 200_000
 DECODE_BATCH = 1024
 DECODE_WARMUP_BATCHES = 20
 DECODE_TIMED_BATCHES = 200
-DECODE_VARIANTS = ("tfrecord", "libsvm_compact", "libsvm_fixed",
+DECODE_VARIANTS = ("tfrecord", "libsvm_compact", "libsvm_fixed", "libsvm_fixed_lines",
                    "decode_tfrecord", "decode_libsvm_compact", "decode_libsvm_fixed")
 TARGET_RSS_MB = 1024
 TARGET_SPEEDUP = 1.8
@@ -115,7 +117,9 @@ def decode_one(variant: str, roots: Dict[str, str]) -> dict:
     fmt = formats.TFRECORD if variant.endswith(formats.TFRECORD.name) else formats.LIBSVM
     root = roots["compact" if variant.endswith("compact") else "fixed"]
     files = sorted(glob.glob(os.path.join(root, schema.TRAIN_SPLIT, "*" + fmt.extension)))
-    config = pipeline.PipelineConfig(data_format=fmt, field_size=schema.FIELD_SIZE)
+    # skip_bad_records reads LibSVM line by line.
+    config = pipeline.PipelineConfig(data_format=fmt, field_size=schema.FIELD_SIZE,
+                                     skip_bad_records=variant.endswith("_lines"))
 
     def decode(*batch):
         return fmt.decode_batch(batch, config, file_names=files)

@@ -360,6 +360,7 @@ def main(argv: Sequence[str]) -> None:
     if len(argv) != 2 or argv[1] not in STAGES:
         raise app.UsageError("expected one stage, one of %s; got %r" % (", ".join(STAGES), list(argv[1:])))
     stage = argv[1]
+    criteo.keep_freed_memory()
     try:
         dirs = ContainerDirs(FLAGS.config_dir, FLAGS.input_dir, FLAGS.output_dir, FLAGS.work_dir)
         options = StageOptions(val_fraction=FLAGS.val_fraction, min_count=FLAGS.min_count, shards=FLAGS.shards,

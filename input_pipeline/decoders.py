@@ -37,6 +37,18 @@ tensors. Any other batch (or one that breaks the layout anywhere) takes the
 general path above, so errors and `skip_bad_records` behave the same. Both
 paths give bit-identical tensors.
 
+Fixed-width files read as byte rows (`decode_libsvm_rows`): a file whose
+first line has the fixed-width layout and whose size is a whole number of
+such lines is read in blocks of lines straight into a uint8 matrix, one row
+per line with its `\n` (`input_pipeline.formats`), with no string per
+line. Such a batch is decoded by the same byte arithmetic; when any row
+breaks the layout, the rows are turned back into lines and take the general
+path, which decodes lines that are valid LibSVM of that length and names
+the first bad one. A row that does not end in the line's `\n`, or holds
+one before it, is a line of another length: every row after it in its
+file is shifted, so it is reported as bad (the file must be read line by
+line, which `skip_bad_records` does).
+
 `check_libsvm_line` and `check_example` check one record in plain Python,
 so that a wrong `field_size` or format is reported before a graph is built
 (`input_pipeline.formats.DataFormat.check_first_record` reads the record and
@@ -45,7 +57,7 @@ calls the one of its format).
 
 import re
 import sys
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 from google.protobuf import message
@@ -68,8 +80,10 @@ QUOTED_LINE_CHARS = 200
 # the id, `:`, one integer digit, `.` and `FIXED_DECIMALS` decimals.
 FIXED_DECIMALS = 6
 _FIXED_PAIR_EXTRA = 4 + FIXED_DECIMALS  # every byte of a pair but the id's digits
-_MAX_FIXED_ID_DIGITS = 9  # int32 holds such ids exactly
-_SPACE, _COLON, _DOT, _ZERO = (ord(c) for c in " :.0")
+_MAX_FIXED_ID_DIGITS = 9
+# Id digits decoded in one float32 sum (below 2**24: exact); the rest in a second.
+_LOW_ID_DIGITS = 7
+_SPACE, _COLON, _DOT, _ZERO, _NEWLINE = (ord(c) for c in " :.0\n")
 
 Features = Dict[str, tf.Tensor]
 
@@ -163,65 +177,155 @@ def decode_libsvm(lines: tf.Tensor, field_size: int,
     return features, labels
 
 
+def fixed_width_line_bytes(line: bytes, field_size: int) -> Optional[int]:
+    """The length of a line (its `\\n` included) in the fixed-width layout; None for any other line.
+
+    Args:
+      line: a line as read from a file, with its line end.
+      field_size: the `id:value` pairs the line must have.
+    """
+    if field_size < 1 or len(line) < 2 or (len(line) - 2) % field_size:
+        return None
+    id_digits = (len(line) - 2) // field_size - _FIXED_PAIR_EXTRA
+    if not 1 <= id_digits <= _MAX_FIXED_ID_DIGITS:
+        return None
+    pattern = rb"[0-9](?: [0-9]{%d}:[0-9]\.[0-9]{%d}){%d}\n" % (id_digits, FIXED_DECIMALS, field_size)
+    return len(line) if re.fullmatch(pattern, line) else None
+
+
+def decode_libsvm_rows(rows: tf.Tensor, field_size: int,
+                       file_index: Optional[tf.Tensor] = None,
+                       line_number: Optional[tf.Tensor] = None,
+                       file_names: Optional[Sequence[str]] = None) -> Tuple[Features, tf.Tensor]:
+    """Decodes a batch of fixed-width LibSVM lines given as bytes, one row per line.
+
+    Args:
+      rows: uint8 [B, W], each row a line of the fixed-width layout with
+        its `\\n` (W is `fixed_width_line_bytes` of the lines; it must be
+        known when the graph is built).
+      field_size: `id:value` pairs every line must have.
+      file_index: int32 [B], each row's index into `file_names`.
+      line_number: int64 [B], each row's 1-based line number in its file.
+      file_names: the files `file_index` refers to.
+
+    Returns:
+      `(features, labels)` as described in the module docstring.
+
+    Raises:
+      ValueError: W does not fit the layout for `field_size`.
+      tf.errors.InvalidArgumentError: (when the graph runs) a row that is
+        not a valid LibSVM line of W bytes; the message names the file and
+        line.
+    """
+    rows = tf.convert_to_tensor(rows, tf.uint8)
+    width = rows.shape[1]
+    id_digits = (width - 2) // field_size - _FIXED_PAIR_EXTRA if width else 0
+    if not width or (width - 2) % field_size or not 1 <= id_digits <= _MAX_FIXED_ID_DIGITS:
+        raise ValueError("rows of %s bytes are not fixed-width LibSVM lines of %d pairs" % (width, field_size))
+    valid, features, labels = _decode_fixed_bytes(rows, field_size, id_digits, newline=True)
+
+    def general():
+        lines = tf.strings.reduce_join(tf.gather(_BYTE_STRINGS, tf.cast(rows[:, :-1], tf.int32)), axis=1)
+        misaligned = tf.logical_or(tf.not_equal(rows[:, -1], _NEWLINE),
+                                   tf.reduce_any(tf.equal(rows[:, :-1], _NEWLINE), axis=1))
+        return _decode_tokens(lines, field_size, file_index, line_number, file_names, skip_bad_records=False,
+                              misaligned=misaligned, width=width)
+
+    features, labels = tf.cond(valid, lambda: (features, labels), general)
+    batch = rows.shape[0]
+    features[schema.FEAT_IDS].set_shape([batch, field_size])
+    features[schema.FEAT_VALS].set_shape([batch, field_size])
+    labels.set_shape([batch])
+    return features, labels
+
+
 def _decode_fixed_width(lines: tf.Tensor, field_size: int, width: tf.Tensor,
                         id_digits: tf.Tensor) -> Tuple[tf.Tensor, Features, tf.Tensor]:
     """Decodes lines of one length in the fixed-width layout, by byte arithmetic.
 
-    The lines become a uint8 matrix, one row per `id:value` pair, and '0' is
-    subtracted (uint8 arithmetic wraps, so any byte but a digit becomes
-    more than 9). The layout check is one maximum over the matrix, after
-    shifting each separator column onto 0, plus an exact look at the three
-    separator columns; ids and values are one int32 matrix product with
-    per-column powers of ten (exact: ids have at most 9 digits, and scaled
-    values at most 7).
+    Returns:
+      (valid, features, labels): see `_decode_fixed_bytes`.
+    """
+    return _decode_fixed_bytes(tf.io.decode_raw(lines, tf.uint8, fixed_length=width), field_size, id_digits)
+
+
+def _decode_fixed_bytes(raw: tf.Tensor, field_size: int, id_digits: Union[int, tf.Tensor],
+                        newline: bool = False) -> Tuple[tf.Tensor, Features, tf.Tensor]:
+    """Decodes lines of the fixed-width layout given as bytes [B, W], by byte arithmetic.
+
+    Each byte is XORed with its column's character: '0' in a digit column
+    (a digit becomes 0 to 9, any other byte more than 9), the separator in a
+    separator column (it becomes 0, any other byte more). One maximum over
+    the whole matrix then checks the digits, and the separators come out
+    as a fourth column of the one float32 matrix product that computes ids
+    and values with per-column powers of ten: their sum is 0 exactly when
+    each is. Every sum of the product is an integer below 2**24, so exact
+    (ids of more than `_LOW_ID_DIGITS` digits come out as two such parts).
+
+    Args:
+      raw: uint8 [B, W]: the label digit, `field_size` pairs, then (with
+        `newline`) the `\\n`.
+      field_size: pairs per line.
+      id_digits: digits per id.
+      newline: whether the rows end with the line's `\\n`.
 
     Returns:
       (valid, features, labels): `valid` is false when any byte breaks the
       layout; the tensors are then meaningless.
     """
-    raw = tf.io.decode_raw(lines, tf.uint8, fixed_length=width)
     batch = tf.shape(raw)[0]
     pair_bytes = _FIXED_PAIR_EXTRA + id_digits
-    pairs = tf.reshape(raw[:, 1:], [-1, pair_bytes])
-    digits = pairs - tf.constant(_ZERO, tf.uint8)
     position = tf.range(pair_bytes)
     colon, dot = id_digits + 1, id_digits + 3
-    separator_chars = tf.constant([_SPACE, _COLON, _DOT])
-    separator_columns = tf.stack([0, colon, dot])
-    shift = tf.scatter_nd(separator_columns[:, None], (_ZERO - separator_chars) % 256, [pair_bytes])
-    label_digits = raw[:, 0] - tf.constant(_ZERO, tf.uint8)
-    valid = tf.reduce_all(tf.stack([
-        tf.reduce_max(digits + tf.cast(shift, tf.uint8)) <= 9,
-        tf.reduce_all(tf.equal(tf.gather(pairs, separator_columns, axis=1),
-                               tf.cast(separator_chars, tf.uint8)[None, :])),
-        tf.reduce_max(label_digits) <= 9]))
-    # Column weights: the id in column 0, the value times 10**FIXED_DECIMALS in column 1.
-    id_weight = tf.where(tf.logical_and(position >= 1, position <= id_digits),
-                         tf.pow(10, tf.maximum(id_digits - position, 0)), 0)
+    pair_chars = _ZERO
+    for column, char in ((0, _SPACE), (colon, _COLON), (dot, _DOT)):
+        pair_chars = tf.where(tf.equal(position, column), char, pair_chars)
+    line_chars = [tf.constant([_ZERO]), tf.tile(pair_chars, [field_size])]
+    if newline:
+        line_chars.append(tf.constant([_NEWLINE]))
+    digits = tf.bitwise.bitwise_xor(raw, tf.cast(tf.concat(line_chars, 0), tf.uint8))
+    pairs = tf.reshape(digits[:, 1:1 + field_size * pair_bytes], [-1, pair_bytes])
+    # Column weights: the id's high and low digits, the value times 10**FIXED_DECIMALS, the separators.
+    power = id_digits + 1 - position  # of ten of the id digit at `position`, plus one
+    id_digit = tf.logical_and(position >= 1, position <= id_digits)
+    low_id = tf.where(tf.logical_and(id_digit, power <= _LOW_ID_DIGITS), tf.pow(10, tf.maximum(power - 1, 0)), 0)
+    high_id = tf.where(tf.logical_and(id_digit, power > _LOW_ID_DIGITS),
+                       tf.pow(10, tf.maximum(power - 1 - _LOW_ID_DIGITS, 0)), 0)
     value_weight = tf.where(tf.equal(position, colon + 1), 10 ** FIXED_DECIMALS,
                             tf.where(position > dot, tf.pow(10, tf.maximum(dot + FIXED_DECIMALS - position, 0)), 0))
-    weights = tf.stack([id_weight, value_weight], axis=1)
-    decoded = tf.reshape(tf.matmul(tf.cast(digits, tf.int32), weights), [batch, field_size, 2])
-    ids = tf.cast(decoded[:, :, 0], tf.int64)
+    separator_weight = tf.cast(tf.not_equal(pair_chars, _ZERO), tf.int32)
+    # Integer powers of ten below 2**24, cast: exact in float32.
+    weights = tf.cast(tf.stack([high_id, low_id, value_weight, separator_weight], axis=1), tf.float32)
+    decoded = tf.reshape(tf.matmul(tf.cast(pairs, tf.float32), weights), [batch, field_size, 4])
+    valid = tf.logical_and(tf.reduce_max(digits) <= 9, tf.reduce_max(decoded[:, :, 3]) <= 0.0)
+    ids = (tf.cast(decoded[:, :, 0], tf.int64) * 10 ** _LOW_ID_DIGITS) + tf.cast(decoded[:, :, 1], tf.int64)
     # In float64 the quotient (even computed as a product with the reciprocal,
     # as graph optimizations may rewrite it) is within 3e-16 of the decimal,
     # while a decimal of 7 digits is at least 3e-14 (relative) from any point
     # halfway between float32 numbers: rounding to float32 gives the float32
     # nearest to the decimal, what `tf.strings.to_number` gives.
-    values = tf.cast(tf.cast(decoded[:, :, 1], tf.float64) / float(10 ** FIXED_DECIMALS), tf.float32)
-    labels = tf.cast(label_digits, tf.float32)
+    values = tf.cast(tf.cast(decoded[:, :, 2], tf.float64) / float(10 ** FIXED_DECIMALS), tf.float32)
+    labels = tf.cast(digits[:, 0], tf.float32)
     return valid, {schema.FEAT_IDS: ids, schema.FEAT_VALS: values}, labels
 
 
 def _decode_tokens(lines: tf.Tensor, field_size: int, file_index: Optional[tf.Tensor],
                    line_number: Optional[tf.Tensor], file_names: Optional[Sequence[str]],
-                   skip_bad_records: bool) -> Tuple[Features, tf.Tensor]:
-    """The general LibSVM decode: grammar check, tokenizing, `to_number`."""
+                   skip_bad_records: bool, misaligned: Optional[tf.Tensor] = None,
+                   width: Optional[int] = None) -> Tuple[Features, tf.Tensor]:
+    """The general LibSVM decode: grammar check, tokenizing, `to_number`.
+
+    `misaligned` (bool [B]) marks lines cut out of a fixed-width file of
+    `width`-byte lines that are not such a line (`decode_libsvm_rows`): they
+    are bad whatever they hold.
+    """
     well_formed = tf.strings.regex_full_match(lines, LIBSVM_LINE_PATTERN)
     tokens = tf.compat.v1.string_split(lines, sep=TOKEN_DELIMITERS, skip_empty=True,
                                        result_type="RaggedTensor")
     num_pairs = (tokens.row_lengths() - 1) // 2
     good = tf.logical_and(well_formed, tf.equal(num_pairs, field_size))
+    if misaligned is not None:
+        good = tf.logical_and(good, tf.logical_not(misaligned))
     all_good = tf.reduce_all(good)
 
     def report() -> tf.Tensor:
@@ -232,6 +336,12 @@ def _decode_tokens(lines: tf.Tensor, field_size: int, file_index: Optional[tf.Te
             tf.strings.join(["it has ", tf.strings.as_string(num_pairs[first_bad]),
                              " id:value pairs, field_size is %d" % field_size]),
             "it is not `label id:value ...` with a numeric label, integer ids and numeric values")
+        if misaligned is not None:
+            reason = tf.where(
+                misaligned[first_bad],
+                "its file is read as fixed-width LibSVM (its first line is %d bytes long, and its size a multiple "
+                "of that), but this line is not %d bytes long; skip_bad_records reads such files line by line"
+                % (width, width), reason)
         where = _line_location(first_bad, file_index, line_number, file_names)
         return tf.strings.join([where, ": bad LibSVM line (", reason, "): ",
                                 tf.strings.substr(lines[first_bad], 0, QUOTED_LINE_CHARS)])
@@ -329,6 +439,9 @@ def raise_error(message: tf.Tensor) -> tf.Operation:
     failed = tf.debugging.Assert(False, [message])
     with tf.control_dependencies([failed]):
         return tf.no_op()
+
+
+_BYTE_STRINGS = tuple(bytes([b]) for b in range(256))
 
 
 def _line_location(row, file_index, line_number, file_names) -> tf.Tensor:

@@ -44,7 +44,18 @@ TensorFlow's `NotFoundError`, which names it. This bookkeeping costs, on the
 CPU per row against 1.5 for a bare `TFRecordDataset` with the same decode.
 
 LibSVM lines are read with their file index and 1-based line number, so that
-a bad line's error names `file:line` (`input_pipeline.decoders`).
+a bad line's error names `file:line` (`input_pipeline.decoders`). Files of
+fixed-width lines (what `input_pipeline.criteo` writes by default: every
+file's first line has the layout of `writers.encode_libsvm_fixed`, all of
+the same length, and each file's size is a whole number of such lines) are
+read in blocks of `READ_CHUNK_RECORDS` lines straight into uint8 rows, one
+per line, instead of one string per line: no text line reader, no string
+copies through the interleave and the batch (`decoders.decode_libsvm_rows`
+decodes them). Reading 4 fixed-width files of 200,000 Criteo rows on 2
+shared cores, without the decode: about 3.6 microseconds of CPU per row with
+text lines, 2.8 with rows, 2.9 for the same rows as TFRecord. Any
+other file set, or `skip_bad_records` (which must be able to drop one line
+of another length and go on), is read line by line.
 
 This module imports no TensorFlow (and nothing of this package) when it is
 imported: `input_pipeline.schema`, which the TensorFlow-free data tools use,
@@ -77,6 +88,8 @@ COUNT_READ_BYTES = 1 << 20
 DEFAULT_PARALLEL_READS = 8
 READ_CHUNK_RECORDS = 256
 PROBE_BYTES = 1
+# The longest first line read to tell whether a LibSVM file is fixed-width.
+FIXED_WIDTH_PROBE_BYTES = 1 << 16
 CONVERTER_MODULE = "input_pipeline.libsvm_to_tfrecord"
 
 Record = Union[bytes, str]
@@ -209,12 +222,18 @@ class DataFormat(abc.ABC):
             tf.constant(list(indices), tf.int32)))
         reads = config.num_parallel_reads
         cycle_length = min(len(paths), DEFAULT_PARALLEL_READS if reads == tf.data.AUTOTUNE else reads)
+        file_chunks = self._chunk_reader(paths, sizes, config)
         chunks = files.interleave(
-            lambda path, size, index: self._file_chunks(path, size, index, config),
+            lambda path, size, index: file_chunks(path, size, index, config),
             cycle_length=cycle_length, block_length=1,
             num_parallel_calls=tf.data.AUTOTUNE if reads == tf.data.AUTOTUNE else cycle_length,
             deterministic=True)
         return self._checked(chunks, config).unbatch()
+
+    def _chunk_reader(self, paths: Sequence[str], sizes: Sequence[int], config: "pipeline.PipelineConfig"):
+        """The reader of the chunks of one file, chosen for the files at hand (`_file_chunks` by default)."""
+        del paths, sizes, config  # One reader for any files by default.
+        return self._file_chunks
 
     @abc.abstractmethod
     def _file_chunks(self, path: "tf.Tensor", size: "tf.Tensor", index: "tf.Tensor",
@@ -449,6 +468,52 @@ class LibSVMFormat(DataFormat):
         from input_pipeline import writers  # pylint: disable=import-outside-toplevel
         return writers.encode_libsvm(labels, ids, values)
 
+    def fixed_width_line_bytes(self, paths: Sequence[str], sizes: Sequence[int], field_size: int) -> Optional[int]:
+        """The line length (line end included) when every file is read as fixed-width lines; else None.
+
+        That is when every file's first line has the fixed-width layout with
+        `field_size` pairs (`decoders.fixed_width_line_bytes`), all of one
+        length, and each file's size (`sizes`) is a whole number of lines.
+        """
+        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        width = None
+        for path, size in zip(paths, sizes):
+            with open(path, "rb") as f:
+                line = f.readline(FIXED_WIDTH_PROBE_BYTES)
+            line_bytes = decoders.fixed_width_line_bytes(line, field_size)
+            if line_bytes is None or size % line_bytes or width not in (None, line_bytes):
+                return None
+            width = line_bytes
+        return width
+
+    def _chunk_reader(self, paths, sizes, config):
+        width = None if config.skip_bad_records else self.fixed_width_line_bytes(paths, sizes, config.field_size)
+        if width is None:
+            return self._file_chunks
+        return lambda path, size, index, config: self._fixed_width_chunks(path, size, index, width)
+
+    def _fixed_width_chunks(self, path, size, index, width: int):
+        """Chunks of `(uint8 rows [n, width], file index, 1-based line numbers)` of a fixed-width file.
+
+        The file is read in records of `READ_CHUNK_RECORDS` lines, then the
+        lines left at its end as one record.
+        """
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        block = width * READ_CHUNK_RECORDS
+        tail = size % block
+        blocks = tf.data.FixedLengthRecordDataset(path, record_bytes=block, footer_bytes=tail, buffer_size=block)
+        last = tf.data.FixedLengthRecordDataset(path, record_bytes=tf.maximum(tail, 1), header_bytes=size - tail)
+        blocks = blocks.concatenate(last.take(tf.cast(tail > 0, tf.int64)))
+
+        def rows(block_index, data):
+            matrix = tf.reshape(tf.io.decode_raw(data, tf.uint8), [-1, width])
+            count = tf.shape(matrix, out_type=tf.int64)[0]
+            first = block_index * READ_CHUNK_RECORDS + 1
+            return matrix, tf.fill([count], index), first + tf.range(count, dtype=tf.int64)
+
+        return blocks.enumerate().map(rows)
+
     def _file_chunks(self, path, size, index, config):
         """Chunks of `(lines, file index, 1-based line numbers)`."""
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -466,9 +531,13 @@ class LibSVMFormat(DataFormat):
     def decode_batch(self, batch, config, file_names=(), labelled=True):
         from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
         lines, file_index, line_number = batch
-        features, labels = decoders.decode_libsvm(lines, config.field_size, file_index=file_index,
-                                                  line_number=line_number, file_names=file_names,
-                                                  skip_bad_records=config.skip_bad_records)
+        if lines.dtype == "uint8":  # fixed-width rows (`_fixed_width_chunks`)
+            features, labels = decoders.decode_libsvm_rows(lines, config.field_size, file_index=file_index,
+                                                           line_number=line_number, file_names=file_names)
+        else:
+            features, labels = decoders.decode_libsvm(lines, config.field_size, file_index=file_index,
+                                                      line_number=line_number, file_names=file_names,
+                                                      skip_bad_records=config.skip_bad_records)
         return (features, labels) if labelled else features
 
 

@@ -95,7 +95,10 @@ class DatasetMetadata:
     source: str = ""
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
+        # Field by field rather than `dataclasses.asdict`, which deep-copies the vocabulary first.
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        fields["splits"] = {name: dataclasses.asdict(info) for name, info in self.splits.items()}
+        return json.dumps(fields, indent=1, sort_keys=True)
 
     def write(self, root: str) -> str:
         """Writes `root/metadata.json` atomically and returns its path."""

@@ -217,6 +217,17 @@ class FixedWidthTest(DecoderTestCase):
             decoded = decoders.decode_libsvm(tf.constant(lines), FIELDS, skip_bad_records=True)
         self.assertDecoded(decoded, parse_lines_in_python(fixed[:2] + fixed[3:]))
 
+    def test_byte_rows_decode_like_lines(self):
+        fixed, _ = _fixed_and_compact(20, id_width=9)
+        rows = tf.constant(np.frombuffer("".join(line + "\n" for line in fixed).encode(), np.uint8).reshape(20, -1))
+        self.assertEqual(decoders.fixed_width_line_bytes(fixed[0].encode() + b"\n", FIELDS), rows.shape[1])
+        self.assertDecoded(decoders.decode_libsvm_rows(rows, FIELDS), parse_lines_in_python(fixed))
+        with self.assertRaisesRegex(ValueError, "rows of 10 bytes are not fixed-width LibSVM lines of 4 pairs"):
+            decoders.decode_libsvm_rows(rows[:, :10], FIELDS)
+        broken = tf.concat([rows[:3], tf.tensor_scatter_nd_update(rows[3:4], [[0, 5]], [ord("-")]), rows[4:]], 0)
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "row 3 of the batch: bad LibSVM line"):
+            decoders.decode_libsvm_rows(broken, FIELDS)
+
     def test_layout_checks_of_the_writer(self):
         with self.assertRaisesRegex(ValueError, "values in \\[0, 10\\), got -0.5"):
             writers.encode_libsvm_fixed(np.zeros(1), np.ones([1, 2], np.int64), np.array([[1.0, -0.5]]), 3)
