@@ -24,6 +24,7 @@ Writes `benchmarks/results/criteo_convert.{md,json,png}`.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -31,13 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 from benchmarks import common
 
 DEFAULT_ROWS = 2_000_000
 DEFAULT_DISTINCT = (500_000, 8_000_000)
 DEFAULT_WORKERS = (1, 2)
+DEFAULT_COPIES = 2
 DEFAULT_DATA_DIR = os.path.join("data", "criteo_raw")
 DECODE_ROWS = 200_000
 DECODE_BATCH = 1024
@@ -64,32 +66,49 @@ def raw_file(data_dir: str, rows: int, distinct: int) -> str:
     return path
 
 
-def convert_once(path: str, workers: int, memory_mb: int, layout: str = "fixed") -> dict:
-    """Runs the converter CLI on `path` in a child process; returns time, memory and row counts."""
+def convert_once(path: str, workers: int, memory_mb: int, layout: str = "fixed", copies: int = 1) -> dict:
+    """Runs the converter CLI on `path` in `copies` child processes started together.
+
+    Returns:
+      Time (until the last copy ends), memory (over every process of every
+      copy) and row counts (summed over the copies).
+    """
     from input_pipeline import schema
-    out = tempfile.mkdtemp(prefix="criteo-bench-")
-    command = [sys.executable, "-m", "input_pipeline.criteo", "--input", path, "--output_dir", out, "--overwrite",
-               "--workers", str(workers), "--memory_mb", str(memory_mb), "--libsvm_layout", layout]
+    work = tempfile.mkdtemp(prefix="criteo-bench-")
+    outs = [os.path.join(work, "out-%d" % copy) for copy in range(copies)]
+    commands = [[sys.executable, "-m", "input_pipeline.criteo", "--input", path, "--output_dir", out, "--overwrite",
+                 "--workers", str(workers), "--memory_mb", str(memory_mb), "--libsvm_layout", layout]
+                for out in outs]
     try:
-        start = time.time()
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        with common.ProcessTreeSampler(process.pid, SAMPLE_INTERVAL_S) as sampler:
-            output, _ = process.communicate(timeout=CONVERT_TIMEOUT_S)
-        seconds = time.time() - start
-        if process.returncode != 0:
-            raise RuntimeError("%s failed:\n%s" % (" ".join(command), output[-3000:]))
-        metadata = schema.DatasetMetadata.read(out)
-        peaks = [p.peak_rss_bytes / _MIB for p in sampler.processes]
+        with contextlib.ExitStack() as stack:
+            logs = [stack.enter_context(open(out + ".log", "w+")) for out in outs]
+            start = time.time()
+            processes = [subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
+                         for command, log in zip(commands, logs)]
+            samplers = [stack.enter_context(common.ProcessTreeSampler(process.pid, SAMPLE_INTERVAL_S))
+                        for process in processes]
+            for process in processes:
+                process.wait(timeout=CONVERT_TIMEOUT_S)
+            seconds = time.time() - start
+            outputs = []
+            for log in logs:
+                log.seek(0)
+                outputs.append(log.read())
+        for command, process, output in zip(commands, processes, outputs):
+            if process.returncode != 0:
+                raise RuntimeError("%s failed:\n%s" % (" ".join(command), output[-3000:]))
+        rows = sum(info.rows for out in outs for info in schema.DatasetMetadata.read(out).splits.values())
+        peaks = [p.peak_rss_bytes / _MIB for sampler in samplers for p in sampler.processes]
         with open(path, "rb") as f:
             lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
-        return {"seconds": seconds, "rows": sum(info.rows for info in metadata.splits.values()), "lines": lines,
-                "input_mb": os.path.getsize(path) / _MB, "largest_rss_mb": max(peaks), "sum_rss_mb": sum(peaks),
-                "processes": len(peaks), "cpu_seconds": sampler.cpu_seconds_at(time.time()),
-                "feature_size": metadata.feature_size,
-                "phases": [line.strip() for line in output.splitlines() if line.startswith("  ")
+        return {"seconds": seconds, "rows": rows, "lines": lines * copies, "copies": copies,
+                "input_mb": os.path.getsize(path) * copies / _MB, "largest_rss_mb": max(peaks),
+                "sum_rss_mb": sum(peaks), "processes": len(peaks),
+                "cpu_seconds": sum(sampler.cpu_seconds_at(time.time()) for sampler in samplers),
+                "phases": [line.strip() for line in outputs[0].splitlines() if line.startswith("  ")
                            and line.split()[0] in ("count", "vocabulary", "write", "join", "total")]}
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def decode_data(data_dir: str, rows: int) -> Dict[str, str]:
@@ -155,46 +174,63 @@ def _stats(results: Dict[str, List[dict]], name: str, key: str) -> common.Stats:
     return common.Stats([r[key] for r in results[name]])
 
 
-def convert_name(distinct: int, workers: int) -> str:
-    return "%s distinct, %d worker%s" % (format(distinct, ","), workers, "" if workers == 1 else "s")
+def convert_name(distinct: int, workers: int, copies: int = 1) -> str:
+    name = "%s distinct, %d worker%s" % (format(distinct, ","), workers, "" if workers == 1 else "s")
+    return name if copies == 1 else "%s, %d conversions at once" % (name, copies)
+
+
+def conversions(args) -> List[Tuple[int, int, int]]:
+    """(distinct, workers, copies) of every conversion row, in the order a round runs them."""
+    rows = []
+    for distinct in args.distinct:
+        rows += [(distinct, workers, 1) for workers in args.workers]
+        if args.copies > 1:
+            rows.append((distinct, 1, args.copies))
+    return rows
 
 
 def report(args, convert_results: Dict[str, List[dict]], decode_results: Dict[str, List[dict]],
            load: Sequence[float]) -> str:
     """The markdown body of the results file."""
     rows = []
-    for distinct in args.distinct:
-        for workers in args.workers:
-            name = convert_name(distinct, workers)
-            results = convert_results[name]
-            seconds = _stats(convert_results, name, "seconds")
-            lines = results[0]["lines"]
-            mb = results[0]["input_mb"]
-            rows.append([
-                name, common.Stats([lines / r["seconds"] for r in results]).fmt(),
-                common.Stats([mb / r["seconds"] for r in results]).fmt(",.1f"), seconds.fmt(",.1f"),
-                _stats(convert_results, name, "largest_rss_mb").fmt(),
-                _stats(convert_results, name, "sum_rss_mb").fmt(),
-                "yes" if all(r["rows"] == r["lines"] for r in results) else "NO"])
+    for distinct, workers, copies in conversions(args):
+        name = convert_name(distinct, workers, copies)
+        results = convert_results[name]
+        seconds = _stats(convert_results, name, "seconds")
+        lines = results[0]["lines"]
+        mb = results[0]["input_mb"]
+        rows.append([
+            name, common.Stats([lines / r["seconds"] for r in results]).fmt(),
+            common.Stats([mb / r["seconds"] for r in results]).fmt(",.1f"), seconds.fmt(",.1f"),
+            _stats(convert_results, name, "largest_rss_mb").fmt(),
+            _stats(convert_results, name, "sum_rss_mb").fmt(),
+            "yes" if all(r["rows"] == r["lines"] for r in results) else "NO"])
     speedups = []
     for distinct in args.distinct:
         if 1 in args.workers and 2 in args.workers:
             one = _stats(convert_results, convert_name(distinct, 1), "seconds").median
             two = _stats(convert_results, convert_name(distinct, 2), "seconds").median
-            speedups.append((distinct, one / two))
+            ceiling = None
+            if args.copies > 1:
+                at_once = _stats(convert_results, convert_name(distinct, 1, args.copies), "seconds").median
+                ceiling = args.copies * one / at_once
+            speedups.append((distinct, one / two, ceiling))
     body = ["Raw Criteo-shaped TSV (`input_pipeline.raw_criteo`: %s rows, the near-unique categorical fields "
             "holding the distinct values named in each row, the other fields small Zipf vocabularies) converted by "
             "`python -m input_pipeline.criteo --workers W --memory_mb %d` (defaults otherwise: val_fraction 0.1, "
             "4 shards, min_count 10, fixed-width LibSVM and TFRecord), %d runs per row, each a fresh process, rows "
             "interleaved. Time: the whole command, both passes and the join. Rows accounted: rows written == lines "
             "of the input. RSS: `VmHWM` of each process of the tree (the converter and its spawned workers), "
-            "largest one and sum of all peaks (an upper bound of the total at any moment). 1-minute load average "
-            "%.2f at the start, %.2f at the end, this benchmark included." % (
-                format(args.rows, ","), args.memory_mb, args.runs, load[0], load[1]),
+            "largest one and sum of all peaks (an upper bound of the total at any moment). Rows `%d conversions "
+            "at once`: as many independent 1-worker conversions of the input started together, the time until the "
+            "last ends, rows and MB of all of them: what this machine's cores give work that shares nothing, the "
+            "ceiling of a speed-up. 1-minute load average %.2f at the start, %.2f at the end, this benchmark "
+            "included." % (format(args.rows, ","), args.memory_mb, args.runs, args.copies, load[0], load[1]),
             "", "## Conversion", "",
             common.markdown_table(["row", "rows/s median (min-max)", "MB/s", "seconds", "peak RSS MiB, largest process",
                                    "peak RSS MiB, sum of processes", "every row accounted"], rows), ""]
-    body.append("Phases of the last run of each row (from the converter's console report):")
+    body.append("Phases of the last run of each row (from the converter's console report; of the first conversion "
+                "in rows of several):")
     body.append("")
     for name, results in convert_results.items():
         body.append("- %s: %s" % (name, "; ".join(" ".join(p.split()[:2]) for p in results[-1]["phases"][:-1])))
@@ -210,9 +246,11 @@ def report(args, convert_results: Dict[str, List[dict]], decode_results: Dict[st
     target_rows.append(["every row accounted for", "all runs" if all(
         r["rows"] == r["lines"] for results in convert_results.values() for r in results) else "NOT all runs",
         "yes" if all(r["rows"] == r["lines"] for results in convert_results.values() for r in results) else "no"])
-    for distinct, speedup in speedups:
+    for distinct, speedup, ceiling in speedups:
         target_rows.append(["2 workers >= %.1fx 1 worker (%s distinct)" % (TARGET_SPEEDUP, format(distinct, ",")),
-                            "%.2fx (median seconds)" % speedup, "yes" if speedup >= TARGET_SPEEDUP else "no"])
+                            "%.2fx (median seconds)%s" % (speedup, "" if ceiling is None else
+                                                          "; %d conversions at once: %.2fx" % (args.copies, ceiling)),
+                            "yes" if speedup >= TARGET_SPEEDUP else "no"])
     if decode_results:
         tf_rate = _stats(decode_results, "tfrecord", "examples_per_sec").median
         fixed_rate = _stats(decode_results, "libsvm_fixed", "examples_per_sec").median
@@ -265,6 +303,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", default=",".join(str(w) for w in DEFAULT_WORKERS))
     parser.add_argument("--memory_mb", type=int, default=512)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--copies", type=int, default=DEFAULT_COPIES,
+                        help="independent 1-worker conversions run at once as the speed-up ceiling; < 2 skips")
     parser.add_argument("--decode_rows", type=int, default=DECODE_ROWS, help="0 skips part 2")
     parser.add_argument("--results_dir", default=common.RESULTS_DIR)
     parser.add_argument("--one_decode", help=argparse.SUPPRESS)
@@ -283,14 +323,13 @@ def main(argv=None) -> int:
     decode_results: Dict[str, List[dict]] = {}
     path = ""
     for run in range(args.runs):
-        for distinct in args.distinct:
-            for workers in args.workers:
-                name = convert_name(distinct, workers)
-                result = convert_once(inputs[distinct], workers, args.memory_mb)
-                convert_results.setdefault(name, []).append(result)
-                print("run %d %s: %.1fs, %.1f MB/s, largest RSS %.0f MiB, sum %.0f MiB, rows %d/%d"
-                      % (run, name, result["seconds"], result["input_mb"] / result["seconds"],
-                         result["largest_rss_mb"], result["sum_rss_mb"], result["rows"], result["lines"]), flush=True)
+        for distinct, workers, copies in conversions(args):
+            name = convert_name(distinct, workers, copies)
+            result = convert_once(inputs[distinct], workers, args.memory_mb, copies=copies)
+            convert_results.setdefault(name, []).append(result)
+            print("run %d %s: %.1fs, %.1f MB/s, largest RSS %.0f MiB, sum %.0f MiB, rows %d/%d"
+                  % (run, name, result["seconds"], result["input_mb"] / result["seconds"],
+                     result["largest_rss_mb"], result["sum_rss_mb"], result["rows"], result["lines"]), flush=True)
         for variant in DECODE_VARIANTS if roots else ():
             result = common.run_json_subprocess(["-m", "benchmarks.criteo_convert", "--one_decode", variant,
                                                  "--roots", json.dumps(roots)], timeout=600)

@@ -51,11 +51,9 @@ the same length, and each file's size is a whole number of such lines) are
 read in blocks of `READ_CHUNK_RECORDS` lines straight into uint8 rows, one
 per line, instead of one string per line: no text line reader, no string
 copies through the interleave and the batch (`decoders.decode_libsvm_rows`
-decodes them). Reading 4 fixed-width files of 200,000 Criteo rows on 2
-shared cores, without the decode: about 3.6 microseconds of CPU per row with
-text lines, 2.8 with rows, 2.9 for the same rows as TFRecord. Any
-other file set, or `skip_bad_records` (which must be able to drop one line
-of another length and go on), is read line by line.
+decodes them; `benchmarks/criteo_convert.py` compares both ways). Any other
+file set, or `skip_bad_records` (which must be able to drop one line of
+another length and go on), is read line by line.
 
 This module imports no TensorFlow (and nothing of this package) when it is
 imported: `input_pipeline.schema`, which the TensorFlow-free data tools use,

@@ -1,13 +1,14 @@
 """Tests of the Criteo TSV converter, on hand-written lines and real rows."""
 
+import collections
+import errno
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import zlib
-
-import collections
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -65,6 +66,25 @@ class CriteoTestCase(tf.test.TestCase):
         with open(path, "w") as f:
             f.write("".join(line + "\n" for line in lines))
         return path
+
+    def generated_input(self, rows=3000, distinct=6000, seed=0):
+        path = os.path.join(self.new_dir(), "raw.tsv")
+        raw_criteo.write(raw_criteo.RawSpec(rows, distinct, seed), path)
+        return path
+
+    def convert_per_workers(self, path, options, workers=(1, 2), spilled=True, **more):
+        """The dataset tree written with each number of workers (and each of `more`'s values)."""
+        trees = []
+        for count in workers:
+            out = self.new_dir()
+            _, report = criteo.convert_with_report([path], out, workers=count, **options, **more)
+            self.assertEqual(report.workers, count)
+            if spilled:
+                self.assertGreater(report.spilled_runs, 0)
+            else:
+                self.assertEqual(report.spilled_runs, 0)
+            trees.append(dataset_io.read_tree(out))
+        return trees
 
 
 class ConvertTest(CriteoTestCase, parameterized.TestCase):
@@ -262,12 +282,6 @@ def _reference_vocabulary(lines, val_fraction, min_count):
 class ScaleTest(CriteoTestCase, parameterized.TestCase):
     """Bounded memory, byte ranges, shuffling and sampling: same rows, same ids."""
 
-    def generated_input(self, rows=3000, distinct=6000, seed=0):
-        spec = raw_criteo.RawSpec(rows, distinct, seed)
-        path = os.path.join(self.new_dir(), "raw.tsv")
-        raw_criteo.write(spec, path)
-        return path
-
     def test_spilling_to_disk_equals_counting_in_memory(self):
         path = self.generated_input(rows=1500, distinct=3000)
         options = dict(val_fraction=0.2, shards=3, min_count=3, workers=1)
@@ -418,39 +432,42 @@ class ScaleTest(CriteoTestCase, parameterized.TestCase):
         self.assertEqual(dataset_io.read_tree(bounded), dataset_io.read_tree(in_memory))
 
 
-class WorkersTest(CriteoTestCase):
+class WorkersTest(CriteoTestCase, parameterized.TestCase):
     """Several worker processes write what one writes."""
 
     @pytest.mark.slow
     def test_two_workers_equal_one(self):
-        path = os.path.join(self.new_dir(), "raw.tsv")
-        raw_criteo.write(raw_criteo.RawSpec(1200, 1200, seed=2), path)
+        path = self.generated_input(1200, 1200, seed=2)
         options = dict(val_fraction=0.1, shards=3, min_count=2, chunk_bytes=60_000, memory_mb=0.05)
-        trees = []
-        for workers in (1, 2):
-            for shuffle in (False, True):
-                out = self.new_dir()
-                _, report = criteo.convert_with_report([path], out, workers=workers, shuffle=shuffle, **options)
-                self.assertEqual(report.workers, workers)
-                self.assertGreater(report.spilled_runs, 0)
-                trees.append(dataset_io.read_tree(out))
-        self.assertEqual(trees[2], trees[0])
-        self.assertEqual(trees[3], trees[1])
-        self.assertNotEqual(trees[1], trees[0])
+        in_order = self.convert_per_workers(path, options)
+        shuffled = self.convert_per_workers(path, options, shuffle=True)
+        self.assertEqual(in_order[1], in_order[0])
+        self.assertEqual(shuffled[1], shuffled[0])
+        self.assertNotEqual(shuffled[0], in_order[0])
 
     @pytest.mark.slow
     def test_counts_handed_over_on_disk_are_not_spills(self):
         # Within the budget, two workers hand each chunk's counts over as runs on disk: the same output, no spill.
-        path = os.path.join(self.new_dir(), "raw.tsv")
-        raw_criteo.write(raw_criteo.RawSpec(1200, 1200, seed=3), path)
+        path = self.generated_input(1200, 1200, seed=3)
         options = dict(val_fraction=0.1, shards=2, min_count=2, chunk_bytes=60_000, memory_mb=64)
-        trees = []
-        for workers in (1, 2):
-            out = self.new_dir()
-            _, report = criteo.convert_with_report([path], out, workers=workers, **options)
-            self.assertEqual(report.spilled_runs, 0)
-            trees.append(dataset_io.read_tree(out))
+        trees = self.convert_per_workers(path, options, spilled=False)
         self.assertEqual(trees[1], trees[0])
+
+    @parameterized.parameters(True, False)
+    def test_join_pieces_in_order(self, kernel_copy):
+        out = self.new_dir()
+        target = os.path.join(out, "part-00000.tfrecord")
+        pieces = {".piece-%06d" % i: os.urandom(1000 + i) for i in range(3)}
+        for suffix, data in pieces.items():
+            with open(os.path.join(out, "part-00000" + suffix + ".tfrecord"), "wb") as f:
+                f.write(data)
+        with mock.patch.object(criteo.os, "copy_file_range", create=True,
+                               side_effect=None if kernel_copy else OSError(errno.EXDEV, "across devices"),
+                               wraps=os.copy_file_range if kernel_copy else None):
+            criteo._join_pieces(criteo._JoinTask(target, list(pieces)))  # pylint: disable=protected-access
+        with open(target, "rb") as f:
+            self.assertEqual(f.read(), b"".join(pieces.values()))
+        self.assertEqual(os.listdir(out), [os.path.basename(target)])
 
     def test_freed_memory_is_kept_for_reuse(self):
         # Page faults of allocating and freeing two 24 MB arrays 50 times, with and without.
