@@ -184,13 +184,19 @@ def fixed_width_line_bytes(line: bytes, field_size: int) -> Optional[int]:
       line: a line as read from a file, with its line end.
       field_size: the `id:value` pairs the line must have.
     """
-    if field_size < 1 or len(line) < 2 or (len(line) - 2) % field_size:
-        return None
-    id_digits = (len(line) - 2) // field_size - _FIXED_PAIR_EXTRA
-    if not 1 <= id_digits <= _MAX_FIXED_ID_DIGITS:
+    id_digits = _fixed_id_digits(len(line), field_size)
+    if id_digits is None:
         return None
     pattern = rb"[0-9](?: [0-9]{%d}:[0-9]\.[0-9]{%d}){%d}\n" % (id_digits, FIXED_DECIMALS, field_size)
     return len(line) if re.fullmatch(pattern, line) else None
+
+
+def _fixed_id_digits(line_bytes: Optional[int], field_size: int) -> Optional[int]:
+    """Digits per id of fixed-width lines of `line_bytes` bytes (`\\n` included); None if no layout fits."""
+    if not line_bytes or field_size < 1 or line_bytes < 2 or (line_bytes - 2) % field_size:
+        return None
+    id_digits = (line_bytes - 2) // field_size - _FIXED_PAIR_EXTRA
+    return id_digits if 1 <= id_digits <= _MAX_FIXED_ID_DIGITS else None
 
 
 def decode_libsvm_rows(rows: tf.Tensor, field_size: int,
@@ -219,8 +225,8 @@ def decode_libsvm_rows(rows: tf.Tensor, field_size: int,
     """
     rows = tf.convert_to_tensor(rows, tf.uint8)
     width = rows.shape[1]
-    id_digits = (width - 2) // field_size - _FIXED_PAIR_EXTRA if width else 0
-    if not width or (width - 2) % field_size or not 1 <= id_digits <= _MAX_FIXED_ID_DIGITS:
+    id_digits = _fixed_id_digits(width, field_size)
+    if id_digits is None:
         raise ValueError("rows of %s bytes are not fixed-width LibSVM lines of %d pairs" % (width, field_size))
     valid, features, labels = _decode_fixed_bytes(rows, field_size, id_digits, newline=True)
 
