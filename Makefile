@@ -17,7 +17,7 @@ setup:
 	@PYTHON="$(PYTHON)" bash tools/setup_venv.sh
 
 $(DATA_DIR)/metadata.json: | setup
-	$(PY) -m input_pipeline.synthetic --rows $(DATA_ROWS) --output_dir $(DATA_DIR)
+	$(PY) -m dataprep.synthetic --rows $(DATA_ROWS) --output_dir $(DATA_DIR)
 
 train: setup $(DATA_DIR)/metadata.json
 	$(PY) -m deepfm.train --strategy $(STRATEGY) --train_data $(DATA_DIR) \
@@ -37,5 +37,5 @@ test-fast: setup
 # The benchmarks one after the other on the main job's dataset; each writes benchmarks/results/<name>.*
 bench: setup $(DATA_DIR)/metadata.json
 	$(PY) -m benchmarks.train_single --data_dir $(DATA_DIR)
-	$(PY) -m benchmarks.input_pipeline --data_dir $(DATA_DIR)
-	$(PY) -m benchmarks.strategies --data_dir $(DATA_DIR)
+	$(PY) -m benchmarks.input_speed --data_dir $(DATA_DIR)
+	$(PY) -m benchmarks.strategy_speed --data_dir $(DATA_DIR)

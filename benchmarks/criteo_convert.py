@@ -2,9 +2,9 @@
 
     python -m benchmarks.criteo_convert [--rows 2000000] [--distinct 500000,8000000] [--workers 1,2] [--runs 3]
 
-Part 1, conversion: generates raw Criteo-shaped TSV (`input_pipeline.raw_criteo`,
+Part 1, conversion: generates raw Criteo-shaped TSV (`dataprep.raw_criteo`,
 once per distinct-value count, kept in `--data_dir`) and converts it with
-`python -m input_pipeline.criteo` in a fresh process per run, variants
+`python -m dataprep.criteo` in a fresh process per run, variants
 interleaved round by round. Reports rows/s and MB/s of input (wall time of
 the whole command, both passes), the peak resident memory of the largest
 process and the sum of every process's peak (an upper bound of the total at
@@ -58,7 +58,7 @@ _MIB = float(1 << 20)
 
 def raw_file(data_dir: str, rows: int, distinct: int) -> str:
     """The generated TSV for (rows, distinct), written once."""
-    from input_pipeline import raw_criteo
+    from dataprep import raw_criteo
     path = os.path.join(data_dir, "raw-%d-rows-%d-distinct.tsv" % (rows, distinct))
     if not os.path.isfile(path):
         print("generating %s" % path, flush=True)
@@ -76,7 +76,7 @@ def convert_once(path: str, workers: int, memory_mb: int, layout: str = "fixed",
     from input_pipeline import schema
     work = tempfile.mkdtemp(prefix="criteo-bench-")
     outs = [os.path.join(work, "out-%d" % copy) for copy in range(copies)]
-    commands = [[sys.executable, "-m", "input_pipeline.criteo", "--input", path, "--output_dir", out, "--overwrite",
+    commands = [[sys.executable, "-m", "dataprep.criteo", "--input", path, "--output_dir", out, "--overwrite",
                  "--workers", str(workers), "--memory_mb", str(memory_mb), "--libsvm_layout", layout]
                 for out in outs]
     try:
@@ -113,7 +113,8 @@ def convert_once(path: str, workers: int, memory_mb: int, layout: str = "fixed",
 
 def decode_data(data_dir: str, rows: int) -> Dict[str, str]:
     """Dataset roots of the same rows with fixed and compact LibSVM (TFRecord is in both)."""
-    from input_pipeline import criteo, schema
+    from input_pipeline import schema
+    from dataprep import criteo
     roots = {}
     for layout in ("fixed", "compact"):
         root = os.path.join(data_dir, "decode-%d-%s" % (rows, layout))
@@ -215,9 +216,9 @@ def report(args, convert_results: Dict[str, List[dict]], decode_results: Dict[st
                 at_once = _stats(convert_results, convert_name(distinct, 1, args.copies), "seconds").median
                 ceiling = args.copies * one / at_once
             speedups.append((distinct, one / two, ceiling))
-    body = ["Raw Criteo-shaped TSV (`input_pipeline.raw_criteo`: %s rows, the near-unique categorical fields "
+    body = ["Raw Criteo-shaped TSV (`dataprep.raw_criteo`: %s rows, the near-unique categorical fields "
             "holding the distinct values named in each row, the other fields small Zipf vocabularies) converted by "
-            "`python -m input_pipeline.criteo --workers W --memory_mb %d` (defaults otherwise: val_fraction 0.1, "
+            "`python -m dataprep.criteo --workers W --memory_mb %d` (defaults otherwise: val_fraction 0.1, "
             "4 shards, min_count 10, fixed-width LibSVM and TFRecord), %d runs per row, each a fresh process, rows "
             "interleaved. Time: the whole command, both passes and the join. Rows accounted: rows written == lines "
             "of the input. RSS: `VmHWM` of each process of the tree (the converter and its spawned workers), "

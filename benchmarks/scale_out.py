@@ -32,7 +32,7 @@ Same data and per-replica batch in every variant; a single process runs
 AUC is measured on the validation split.
 
 Per run, in the window where every training process is past warm-up
-(`benchmarks.strategies.job_window`, from the processes' `--progress_file`):
+(`benchmarks.strategy_speed.job_window`, from the processes' `--progress_file`):
 
 * examples/sec of the job, and its efficiency = examples/sec / (hosts x
   `single`'s median examples/sec);
@@ -57,7 +57,7 @@ variant against its reference measured in the same round, back to back),
 steadier on a machine whose speed drifts than a ratio of medians.
 
 `--trace_steps N` adds, after the timed rounds, one traced run of every
-variant: its training processes trace N steps (`deepfm.step_trace`) and the
+variant: its training processes trace N steps (`deepfm.runtime.step_trace`) and the
 report shows where the first process's step goes (compute, waiting on the
 exchange alone, the tail after the backward pass, op time by scope). Traced
 steps are slower than untimed ones; the traced run is not in the timings.
@@ -81,7 +81,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy
 
 from benchmarks import common
-from benchmarks import strategies as strategies_bench
+from benchmarks import strategy_speed as strategies_bench
 from jobs import hosts as hosts_lib
 
 NAME = "scale_out"
@@ -259,7 +259,7 @@ class RunResult:
       auc: validation AUC after training.
       stopped_hosts: hosts stopped after the others had finished
         (`STRAGGLER_GRACE_S`); their measurements are complete.
-      traces: a traced run's step breakdowns (`deepfm.step_trace`'s
+      traces: a traced run's step breakdowns (`deepfm.runtime.step_trace`'s
         medians) by training process; empty for a timed run.
       round: the round (0-based) the run belongs to.
       machine_busy_s: the machine's busy CPU seconds in the window, every
@@ -568,7 +568,7 @@ def measure_run(variant: Variant, config: BenchmarkConfig, work: str,
     busy = None
     if len(machine_cpu) >= 2:
         busy = _interp(machine_cpu, 1, end) - _interp(machine_cpu, 1, start)
-    from deepfm import step_trace  # TensorFlow: only where traces are read, not in every host's supervisor
+    from deepfm.runtime import step_trace  # TensorFlow: only where traces are read, not in every host's supervisor
 
     traces = {}
     for path in sorted(glob.glob(os.path.join(work, TRACES, "*" + step_trace.SUMMARY_SUFFIX))):
@@ -813,7 +813,7 @@ def _trace_text(config: BenchmarkConfig, traced: Dict[str, Dict]) -> str:
     header = ["variant", "process", "traced step ms", "compute ms", "waiting on the exchange alone ms",
               "idle ms", "after the backward pass ms", "op ms by scope (top %d)" % TRACE_SCOPES_SHOWN]
     return ("Where a step goes (`--trace_steps %d`: one more run of each variant, its processes tracing %d steps "
-            "with `deepfm.step_trace`; medians over the traced steps of the first process; tracing slows the "
+            "with `deepfm.runtime.step_trace`; medians over the traced steps of the first process; tracing slows the "
             "traced steps):\n\n%s" % (config.trace_steps, config.trace_steps, common.markdown_table(header, table)))
 
 

@@ -28,7 +28,8 @@ def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
     import logging as std_logging
 
     from absl import logging
-    from deepfm import config, trainer
+    from deepfm import config
+    from deepfm.runtime import trainer
     from input_pipeline import files, formats, pipeline, schema
     import strategies
 

@@ -1,4 +1,4 @@
-"""Which strategy to scale out with: measures a step here, predicts N hosts x C cores with `deepfm.cost_model`.
+"""Which strategy to scale out with: measures a step here, predicts N hosts x C cores with `strategies.cost_model`.
 
     python -m deepfm.advise --data data/synthetic_300k --hosts 2 --cores_per_host 1 --link_gbps 25
 
@@ -27,8 +27,8 @@ import time
 from absl import app, flags
 
 from deepfm import config as config_lib
-from deepfm import console as console_lib
-from deepfm import cost_model
+from cli import entry
+from strategies import cost_model
 
 FLAGS = flags.FLAGS
 # Fitted by `cost_model.calibrate` (`--fit_to`) to benchmarks/results/scale_out.json.
@@ -84,7 +84,7 @@ def measure_step(data: str, batch_size: int, dedup: bool, steps: int, warmup_ste
     import numpy as np
     import tensorflow as tf
 
-    from deepfm import model as model_lib
+    from deepfm.models import deepfm as model_lib
     from input_pipeline import files, formats, pipeline, schema
 
     metadata = schema.DatasetMetadata.read(data)
@@ -124,7 +124,7 @@ def format_table(predictions) -> str:
 
 def main(argv):
     del argv
-    console_lib.configure_logging(console_lib.flags_want_detail())
+    entry.configure_logging(entry.flags_want_detail())
     for flag in ("hosts", "cores_per_host", "batch_size", "steps"):
         if getattr(FLAGS, flag) < 1:
             raise app.UsageError("--%s must be >= 1, got %r" % (flag, getattr(FLAGS, flag)))
@@ -256,7 +256,7 @@ def check(path: str, profile: cost_model.StepProfile) -> str:
 
 def run():
     """Console-script entry point."""
-    console_lib.entry_point(define_flags, main)
+    entry.entry_point(define_flags, main)
 
 
 if __name__ == "__main__":

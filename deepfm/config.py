@@ -119,12 +119,12 @@ class TrainConfig:
       early_stopping_patience: with `eval_every_n_steps`, stop after this
         many evaluations without a better validation AUC; None never stops
         early.
-      progress_file: JSON lines, one `deepfm.hooks.ProgressRecord` per
+      progress_file: JSON lines, one `deepfm.runtime.hooks.ProgressRecord` per
         interval. `{task}` in it is replaced by the process's task name, so
         that each process of a job writes its own; without it, only the
         chief writes.
       trace_steps: steps of every training process to trace
-        (`deepfm.step_trace`) after its first
+        (`deepfm.runtime.step_trace`) after its first
         `step_trace.DEFAULT_WARMUP_STEPS`; 0 traces none.
       trace_dir: where the traces go; None: `<model_dir>/traces`.
     """

@@ -19,7 +19,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from deepfm import console as console_lib
+from cli import entry
 from input_pipeline import formats, schema
 
 FLAGS = flags.FLAGS
@@ -53,7 +53,7 @@ def serving_signature(saved_model: str):
         signature (`feat_ids`, `feat_vals` -> `prob`).
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from deepfm import model as model_lib  # pylint: disable=import-outside-toplevel
+    from deepfm.models import deepfm as model_lib  # pylint: disable=import-outside-toplevel
 
     if not tf.saved_model.contains_saved_model(saved_model):
         raise ValueError("--saved_model %r holds no SavedModel (saved_model.pb); pass one timestamped "
@@ -91,7 +91,7 @@ def batches(paths: Sequence[str], data_format: formats.DataFormat, field_size: i
 
 def predict_rows(signature, dataset, labelled: bool) -> Iterator[Tuple[List, Optional[List]]]:
     """Yields `(probabilities, labels or None)` per batch of `dataset`."""
-    from deepfm import model as model_lib  # pylint: disable=import-outside-toplevel
+    from deepfm.models import deepfm as model_lib  # pylint: disable=import-outside-toplevel
     for element in dataset:
         features, labels = element if labelled else (element, None)
         prob = signature(**{schema.FEAT_IDS: features[schema.FEAT_IDS],
@@ -141,13 +141,13 @@ def write_predictions(saved_model: str, data: Sequence[str], data_format: format
 
 
 def main(argv):
-    console_lib.run_main(_main, argv, PROGRAM, console_lib.flags_want_detail)
+    entry.run_main(_main, argv, PROGRAM, entry.flags_want_detail)
 
 
 def _main(argv):
     if len(argv) > 1:
         raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
-    console_lib.configure_logging(console_lib.flags_want_detail())
+    entry.configure_logging(entry.flags_want_detail())
     rows, seconds = write_predictions(FLAGS.saved_model, FLAGS.data, formats.get(FLAGS.data_format), FLAGS.output,
                                       FLAGS.batch_size)
     print("scored %d rows in %.1f s (%s rows/sec) -> %s" % (
@@ -156,7 +156,7 @@ def _main(argv):
 
 def run():
     """Console-script entry point."""
-    console_lib.entry_point(define_flags, main)
+    entry.entry_point(define_flags, main)
 
 
 if __name__ == "__main__":

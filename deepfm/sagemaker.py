@@ -11,7 +11,7 @@ Both take the same job: `--instance_count` hosts, `--distribution`
 (`none`, `parameter_server`, `mpi` with `--processes_per_host`),
 `--channel NAME=PATH` (repeatable), `--input_mode File|Pipe`,
 `--distribution_type ShardedByS3Key` (for the training channels), and the
-hyperparameters after `--`, which reach `sagemaker_entry_point.py` as
+hyperparameters after `--`, which reach `examples/sagemaker_entry_point.py` as
 SageMaker passes them.
 
 `local` runs SageMaker's own training toolkit on `algo-1..N`, each a network
@@ -28,7 +28,7 @@ from typing import Optional
 
 from absl import app, flags
 
-from deepfm import cost_model
+from strategies import cost_model
 from jobs import auto_distribution
 from jobs import hosts as hosts_lib
 from jobs import processes

@@ -4,22 +4,23 @@
         --strategy single --export_dir runs/m1/export --metrics_file runs/m1/metrics.json
 
 `--train_data` takes files, globs or directories; a dataset root (a directory
-with metadata.json, as written by `input_pipeline.criteo` or
-`input_pipeline.synthetic`) means its `train/` files, and `--val_data` then
+with metadata.json, as written by `dataprep.criteo` or
+`dataprep.synthetic`) means its `train/` files, and `--val_data` then
 defaults to its `validation/` files. `--feature_size` and `--field_size`
 default to the dataset's metadata.
 
 `--eval_every_n_steps N [--early_stopping_patience K]` evaluates during
 training, exports the best checkpoint and may stop early. The console shows
 a progress line per `--log_every_n_steps` and a summary; `--verbosity 0`
-brings back TensorFlow's own logging (`deepfm.console`).
+brings back TensorFlow's own logging (`deepfm.runtime.console`).
 """
 
 
 from absl import app, flags
 
 from deepfm import config as config_lib
-from deepfm import console as console_lib
+from cli import entry
+from deepfm.runtime import console as console_lib
 from input_pipeline import formats, schema
 
 PROGRAM = "deepfm.train"
@@ -198,15 +199,15 @@ def find_metadata(spec):
 
 
 def main(argv):
-    console_lib.run_main(_main, argv, PROGRAM, console_lib.flags_want_detail)
+    entry.run_main(_main, argv, PROGRAM, entry.flags_want_detail)
 
 
 def _main(argv):
     del argv
     import strategies
-    from deepfm import trainer
+    from deepfm.runtime import trainer
 
-    console_lib.configure_logging(console_lib.flags_want_detail())
+    entry.configure_logging(entry.flags_want_detail())
     metadata = find_metadata(FLAGS.train_data or [])
     train, model, input_config, strategy_config = parse_flags(FLAGS, metadata)
     try:
@@ -215,7 +216,7 @@ def _main(argv):
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     multi_process = strategy.role != "worker" or strategy.num_workers > 1
-    console_lib.configure_logging(console_lib.flags_want_detail(), task_logs=multi_process)
+    entry.configure_logging(entry.flags_want_detail(), task_logs=multi_process)
     console = console_lib.Console(enabled=strategy.role == "worker" and strategy.is_chief)
     result = trainer.run(train, model, input_config, strategy, console=console)
     if result is not None and strategy.is_chief:
@@ -227,7 +228,7 @@ def _main(argv):
 
 def run():
     """Console-script entry point."""
-    console_lib.entry_point(define_flags, main)
+    entry.entry_point(define_flags, main)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ schema.FEAT_VALS: float32 [B, field_size]}`, `labels` float32 [B].
   than padding them with `RaggedTensor.to_tensor`.
   Splitting at the character set costs about a quarter of replacing `:` by a
   space with a regex and then splitting at whitespace, which made the
-  decode almost twice as slow (`benchmarks/input_pipeline.py`); for the
+  decode almost twice as slow (`benchmarks/input_speed.py`); for the
   same reason `tf.io.decode_csv` (typed columns, but only one delimiter, so
   `:` must be replaced first) is slower too.
 
@@ -28,7 +28,7 @@ lines are dropped instead (the batch comes out shorter) and each batch that
 drops lines prints one warning to stderr: how many it dropped and the first
 one's `file:line` and reason.
 
-Fixed-width LibSVM (`writers.encode_libsvm_fixed`, what `input_pipeline.criteo`
+Fixed-width LibSVM (`encoders.encode_libsvm_fixed`, what `dataprep.criteo`
 writes by default): when every line of a batch has the same length and the
 layout (`label` digit, then per pair ` `, the id's digits, `:`, `D.DDDDDD`),
 the batch is decoded as a byte matrix (`tf.io.decode_raw`): ids and values
@@ -76,7 +76,7 @@ PAIR_SEPARATOR = ":"
 TOKEN_DELIMITERS = " \t\n\v\f\r" + PAIR_SEPARATOR
 # Characters of a bad line quoted in error messages.
 QUOTED_LINE_CHARS = 200
-# The fixed-width layout (`writers.encode_libsvm_fixed`): per pair a space,
+# The fixed-width layout (`encoders.encode_libsvm_fixed`): per pair a space,
 # the id, `:`, one integer digit, `.` and `FIXED_DECIMALS` decimals.
 FIXED_DECIMALS = 6
 _FIXED_PAIR_EXTRA = 4 + FIXED_DECIMALS  # every byte of a pair but the id's digits

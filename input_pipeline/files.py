@@ -110,7 +110,7 @@ def row_counts(paths: Sequence[str], data_format: formats.DataFormatLike) -> Opt
             return None
         if meta not in tables:
             tables[meta] = schema.DatasetMetadata.read(meta).rows_per_file(
-                os.path.dirname(meta), data_format)
+                os.path.dirname(meta), data_format.extension)
         rows = tables[meta].get(os.path.abspath(path))
         if rows is None:
             return None

@@ -20,7 +20,7 @@ set is refused. Formats:
   SageMaker Pipe mode carries. Option: `max_corrupted_records`.
 * `LIBSVM` (`libsvm`): one `label id:value ...` line per row. Option:
   `skip_bad_records`. Its `suggestion` is the one command converting the
-  files to TFRecord (`input_pipeline.libsvm_to_tfrecord`).
+  files to TFRecord (`dataprep.libsvm_to_tfrecord`).
 
 Reading files (`DataFormat.records`): the files are read in parallel by a
 deterministic interleave with a fixed cycle length (every pipeline sees the
@@ -45,8 +45,8 @@ CPU per row against 1.5 for a bare `TFRecordDataset` with the same decode.
 
 LibSVM lines are read with their file index and 1-based line number, so that
 a bad line's error names `file:line` (`input_pipeline.decoders`). Files of
-fixed-width lines (what `input_pipeline.criteo` writes by default: every
-file's first line has the layout of `writers.encode_libsvm_fixed`, all of
+fixed-width lines (what `dataprep.criteo` writes by default: every
+file's first line has the layout of `encoders.encode_libsvm_fixed`, all of
 the same length, and each file's size is a whole number of such lines) are
 read in blocks of `READ_CHUNK_RECORDS` lines straight into uint8 rows, one
 per line, instead of one string per line: no text line reader, no string
@@ -55,10 +55,10 @@ decodes them; `benchmarks/criteo_convert.py` compares both ways). Any other
 file set, or `skip_bad_records` (which must be able to drop one line of
 another length and go on), is read line by line.
 
-This module imports no TensorFlow (and nothing of this package) when it is
-imported: `input_pipeline.schema`, which the TensorFlow-free data tools use,
-takes its format names and extensions from here. The methods that build
-graphs import TensorFlow, `decoders` and `writers` when called.
+This module imports no TensorFlow when it is imported, so that the
+TensorFlow-free data tools (`dataprep`) can name formats and files. The
+methods that build graphs import TensorFlow and `decoders` when called, and
+`encode` imports `encoders` (numpy).
 """
 
 import abc
@@ -67,6 +67,8 @@ import shlex
 import struct
 import sys
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from input_pipeline import schema
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,7 +90,7 @@ READ_CHUNK_RECORDS = 256
 PROBE_BYTES = 1
 # The longest first line read to tell whether a LibSVM file is fixed-width.
 FIXED_WIDTH_PROBE_BYTES = 1 << 16
-CONVERTER_MODULE = "input_pipeline.libsvm_to_tfrecord"
+CONVERTER_MODULE = "dataprep.libsvm_to_tfrecord"
 
 Record = Union[bytes, str]
 
@@ -113,6 +115,10 @@ class DataFormat(abc.ABC):
 
     def __repr__(self) -> str:
         return "formats.get(%r)" % self.name
+
+    def shard_name(self, index: int) -> str:
+        """The file name of shard `index` in this format (`part-00003.tfrecord`)."""
+        return schema.shard_stem(index) + self.extension
 
     def __eq__(self, other) -> bool:
         return isinstance(other, DataFormat) and other.name == self.name
@@ -190,7 +196,7 @@ class DataFormat(abc.ABC):
 
     @abc.abstractmethod
     def encode(self, labels: "np.ndarray", ids: "np.ndarray", values: "np.ndarray") -> bytes:
-        """The bytes of rows in the format, as `input_pipeline.writers` writes them."""
+        """The bytes of rows in the format, as `dataprep.writers` writes them."""
 
     # --- tf.data ---------------------------------------------------------------
     def records(self, paths: Sequence[str], config: "pipeline.PipelineConfig",
@@ -328,8 +334,8 @@ class TFRecordFormat(DataFormat):
         return decoders.example_has_label(path, self.read_first_record(path))
 
     def encode(self, labels, ids, values) -> bytes:
-        from input_pipeline import writers  # pylint: disable=import-outside-toplevel
-        return writers.encode_tfrecord(labels, ids, values)
+        from input_pipeline import encoders  # pylint: disable=import-outside-toplevel
+        return encoders.encode_tfrecord(labels, ids, values)
 
     def _file_chunks(self, path, size, index, config):
         """Chunks of a file's records, then an empty chunk marking its end.
@@ -463,8 +469,8 @@ class LibSVMFormat(DataFormat):
                 % (CONVERTER_MODULE, field_size, " ".join(inputs), TFRECORD.name))
 
     def encode(self, labels, ids, values) -> bytes:
-        from input_pipeline import writers  # pylint: disable=import-outside-toplevel
-        return writers.encode_libsvm(labels, ids, values)
+        from input_pipeline import encoders  # pylint: disable=import-outside-toplevel
+        return encoders.encode_libsvm(labels, ids, values)
 
     def fixed_width_line_bytes(self, paths: Sequence[str], sizes: Sequence[int], field_size: int) -> Optional[int]:
         """The line length (line end included) when every file is read as fixed-width lines; else None.

@@ -12,7 +12,7 @@ comes before shuffle (after it, every epoch would replay the first epoch's
 order) and before repeat (after it, the cache would store every epoch again
 and its memory grow by one copy of the data per epoch). No other order can be
 asked for. `DatasetBuilder.records` and `DatasetBuilder.decode_batch` are
-the parts a caller needs to build one anyway: `benchmarks/input_pipeline.py`
+the parts a caller needs to build one anyway: `benchmarks/input_speed.py`
 builds the slow orders the text warns against (a scalar map before batch, no
 prefetch, cache after repeat) from them, to measure them.
 

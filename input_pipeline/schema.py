@@ -1,7 +1,7 @@
 """The on-disk layout of a DeepFM dataset root and its `metadata.json`.
 
-A dataset root, as written by `input_pipeline.criteo` and
-`input_pipeline.synthetic`, looks like::
+A dataset root, as written by `dataprep.criteo` and
+`dataprep.synthetic`, looks like::
 
     DIR/metadata.json
     DIR/train/part-00000.tfrecord   DIR/train/part-00000.libsvm   ...
@@ -25,8 +25,6 @@ import json
 import os
 from typing import Dict, List, Optional
 
-from input_pipeline import formats
-
 NUM_DENSE_FIELDS = 13
 NUM_CATEGORICAL_FIELDS = 26
 FIELD_SIZE = NUM_DENSE_FIELDS + NUM_CATEGORICAL_FIELDS
@@ -45,15 +43,12 @@ FEAT_VALS = "feat_vals"
 METADATA_FILE = "metadata.json"
 TRAIN_SPLIT = "train"
 VALIDATION_SPLIT = "validation"
-# Format name -> extension, and the names: views of `input_pipeline.formats`,
-# which defines each format once.
-FORMAT_EXTENSIONS = formats.extensions()
-DATA_FORMATS = tuple(formats.names())
+SHARD_STEM = "part-%05d"
 
 
-def shard_name(index: int, data_format: formats.DataFormatLike) -> str:
-    """Returns the file name of shard `index` in `data_format` (a format or its name)."""
-    return "part-%05d%s" % (index, formats.as_format(data_format).extension)
+def shard_stem(index: int) -> str:
+    """The file name of shard `index` without its format's extension (`part-00003`)."""
+    return SHARD_STEM % index
 
 
 @dataclasses.dataclass
@@ -132,11 +127,10 @@ class DatasetMetadata:
         except TypeError as e:
             raise ValueError("%s is not a dataset metadata file: %s" % (path, e)) from e
 
-    def rows_per_file(self, root: str, data_format: formats.DataFormatLike) -> Dict[str, int]:
-        """Maps each shard file's absolute path in `data_format` (a format or its name) to its rows."""
-        ext = formats.as_format(data_format).extension
+    def rows_per_file(self, root: str, extension: str) -> Dict[str, int]:
+        """Maps each shard file's absolute path with `extension` (a format's) to its rows."""
         return {
-            os.path.abspath(os.path.join(root, stem + ext)): rows
+            os.path.abspath(os.path.join(root, stem + extension)): rows
             for split in self.splits.values()
             for stem, rows in split.shards.items()
         }

@@ -1,7 +1,7 @@
 """`--distribution auto`: the SageMaker distribution the cost model predicts fastest for a job's shape.
 
 The choice is `deepfm.advise`'s (the same measurement and cost model,
-`deepfm.cost_model.choose`), run as a child process: it measures a step of
+`strategies.cost_model.choose`), run as a child process: it measures a step of
 the default model on one core of this machine on a local dataset root and
 predicts every strategy for `instance_count` hosts of `cores_per_host` cores
 on a `link_gbps` link. Its pick becomes a distribution:
@@ -15,7 +15,7 @@ on a `link_gbps` link. Its pick becomes a distribution:
   process beats every multi-host layout, and the extra instances would be
   paid for nothing.
 
-This module imports no TensorFlow (`deepfm.cost_model` is arithmetic): the child process does.
+This module imports no TensorFlow (`strategies.cost_model` is arithmetic): the child process does.
 """
 
 import dataclasses
@@ -24,7 +24,7 @@ import subprocess
 import sys
 from typing import Dict, Mapping, Optional, Sequence
 
-from deepfm import cost_model
+from strategies import cost_model
 from jobs import sagemaker_job
 
 AUTO = "auto"

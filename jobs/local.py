@@ -36,7 +36,7 @@ RESERVED_TRAIN_FLAGS = ("strategy",)
 EXIT_FAILURE = 1
 RESTART_LOG_DIR = "restart_%d"
 # A training task stopped by SIGTERM finishes its step and saves a
-# checkpoint (`deepfm.interrupt`) before it exits; it gets this long.
+# checkpoint (`deepfm.runtime.interrupt`) before it exits; it gets this long.
 DEFAULT_STOP_GRACE_S = 30.0
 # Horovod's stall check: a rank that waits this long in a collective for
 # another rank is reported, and after the shutdown time the job fails (so

@@ -28,8 +28,11 @@ S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 FULLY_REPLICATED, SHARDED_BY_S3_KEY = S3_DISTRIBUTIONS
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9\.\-_]+$")
 JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+# The script SageMaker's toolkit runs, at the root of the source it unpacks, and where it lives in
+# this project.
 ENTRY_POINT = "sagemaker_entry_point.py"
-SOURCE_PACKAGES = ("deepfm", "strategies", "input_pipeline", "jobs")
+ENTRY_POINT_SOURCE = "examples/sagemaker_entry_point.py"
+SOURCE_PACKAGES = ("deepfm", "strategies", "input_pipeline", "dataprep", "jobs", "cli")
 SOURCE_TARBALL = "sourcedir.tar.gz"
 TRAINING_MODULE = "sagemaker_tensorflow_container.training:main"
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
@@ -268,23 +271,27 @@ def project_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def source_files(root: Optional[str] = None) -> List[str]:
-    """The files shipped to the container, relative to `root`: the entry point and the packages' modules."""
+def source_files(root: Optional[str] = None) -> List[Tuple[str, str]]:
+    """The files shipped to the container: (name in the archive, path relative to `root`).
+
+    The entry point goes to the archive's root, where the toolkit runs it;
+    the packages' modules keep their paths.
+    """
     root = root or project_root()
-    found = [ENTRY_POINT]
+    found = [(ENTRY_POINT, ENTRY_POINT_SOURCE)]
     for package in SOURCE_PACKAGES:
         for directory, subdirs, names in os.walk(os.path.join(root, package)):
             subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
-            found += sorted(os.path.relpath(os.path.join(directory, name), root)
-                            for name in names if name.endswith(".py"))
+            found += sorted((path, path) for path in (os.path.relpath(os.path.join(directory, name), root)
+                                                      for name in names if name.endswith(".py")))
     return found
 
 
 def _source_contents(root: Optional[str]) -> List[Tuple[str, bytes]]:
     root = root or project_root()
     contents = []
-    for name in source_files(root):
-        with open(os.path.join(root, name), "rb") as f:
+    for name, path in source_files(root):
+        with open(os.path.join(root, path), "rb") as f:
             contents.append((name, f.read()))
     return contents
 

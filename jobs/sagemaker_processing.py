@@ -6,12 +6,12 @@
     python -m jobs.sagemaker_processing submit --input s3://bucket/criteo/raw --instance_count 8 \\
         --output_path s3://bucket/criteo/converted --role arn:aws:iam::123456789012:role/SageMaker --dry_run
 
-Both run the distributed Criteo conversion of `input_pipeline.criteo_processing`
+Both run the distributed Criteo conversion of `dataprep.criteo_processing`
 as three Processing jobs, one after the other: `count` (N instances, the raw
 TSV files `ShardedByS3Key`), `convert` (N instances, the raw files sharded
 again plus every instance's counts `FullyReplicated`) and `combine` (one
 instance, writes the dataset root's `metadata.json`). Each job's container
-runs `python3 -m input_pipeline.criteo_processing <stage>`; the project's
+runs `python3 -m dataprep.criteo_processing <stage>`; the project's
 packages reach it as a zip archive in its `code` input, on `PYTHONPATH`.
 The dataset root is output `data`: `<output_dir>/data` here,
 `<output_path>/<job_name>/data` on SageMaker.
@@ -53,8 +53,9 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from input_pipeline import criteo, schema
-from input_pipeline import criteo_processing as stages
+from input_pipeline import schema
+from dataprep import criteo
+from dataprep import criteo_processing as stages
 from jobs import hosts as hosts_lib
 from jobs import processes
 from jobs import sagemaker_job
@@ -69,7 +70,7 @@ CONFIG_DIR = stages.CONFIG_DIR
 PROCESSING_JOB_CONFIG = "processingjobconfig.json"
 CODE = "code"
 CONTAINER_PYTHON = "python3"
-ENTRYPOINT = (CONTAINER_PYTHON, "-m", "input_pipeline.criteo_processing")
+ENTRYPOINT = (CONTAINER_PYTHON, "-m", "dataprep.criteo_processing")
 LOCAL_IMAGE_URI = "local"
 LOCAL_ROLE = "<no_role>"
 JOBS = "jobs"

@@ -4,7 +4,7 @@ A strategy adapter wraps the DeepFM `model_fn` without changing it, and
 decides everything about distribution: how many replicas there are, how the
 input is sharded and batched, the session and run configuration, optimizer
 wrapping, learning-rate scaling, hooks, and which process saves, evaluates
-and exports. `deepfm.trainer` drives any adapter through this interface.
+and exports. `deepfm.runtime.trainer` drives any adapter through this interface.
 
 Adapters live one per module and register themselves by name::
 
@@ -112,7 +112,7 @@ class Strategy(abc.ABC):
     """How one process of a training job takes part in it.
 
     The defaults describe a single process on one device; adapters override
-    what differs. Methods are called in this order by `deepfm.trainer`:
+    what differs. Methods are called in this order by `deepfm.runtime.trainer`:
     `validate`, `setup`, then (on processes whose `role` is `worker`) the
     rest; a `ps` process calls `serve` only.
 

@@ -35,7 +35,7 @@ No rank ever waits in a collective for a rank busy with something else
   broadcast at session start, and one broadcast of rank 0's resume step in
   `run_config`, which every rank calls once. Evaluation and export run after
   the last step and contain no collective.
-* A stop on SIGTERM or SIGINT (`deepfm.interrupt`) is agreed in the step
+* A stop on SIGTERM or SIGINT (`deepfm.runtime.interrupt`) is agreed in the step
   itself: `agree_to_stop`'s allreduce of a stop flag is fetched with every
   training step, so all ranks stop after the same step.
 * Evaluation runs on every rank (`evaluates`), each on the whole validation
@@ -464,7 +464,7 @@ class HorovodStrategy(base.Strategy):
     def agree_to_stop(self, flag: tf.Tensor) -> tf.Tensor:
         """Whether any rank asked to stop: the maximum of every rank's int32 `flag`.
 
-        `deepfm.interrupt` fetches it with every training step, so every rank
+        `deepfm.runtime.interrupt` fetches it with every training step, so every rank
         stops after the same step when any of them got SIGTERM or SIGINT.
         """
         with tf.device(devices.HOST_DEVICE):

@@ -76,7 +76,7 @@ PS_EXIT_GRACE_SECONDS = 1.0
 # ready gives up after SESSION_CREATION_TIMEOUT_SECONDS
 # (`RunConfig.session_creation_timeout_secs`; TensorFlow's default is 2 h).
 # They do not end the wait TensorFlow starts when a ps dies (it re-creates
-# the session and waits for the ps to return): `deepfm.watchdog` does.
+# the session and waits for the ps to return): `deepfm.runtime.watchdog` does.
 OPERATION_TIMEOUT_SECONDS = 120
 SESSION_CREATION_TIMEOUT_SECONDS = 120
 MILLISECONDS = 1000

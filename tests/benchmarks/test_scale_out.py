@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import scale_out as bench
-from deepfm import hooks
-from input_pipeline import synthetic
+from deepfm.runtime import hooks
+from dataprep import synthetic
 from jobs import hosts as hosts_lib
 
 ROWS = 3000

@@ -7,7 +7,7 @@ import os
 import tensorflow as tf
 
 from deepfm import advise
-from deepfm import cost_model
+from strategies import cost_model
 
 # A step like the default model's on `synthetic_300k` (39 ids x batch 1,024, about 5,470 distinct).
 PROFILE = cost_model.StepProfile(

@@ -10,10 +10,14 @@ import numpy as np
 import tensorflow as tf
 
 import strategies
-from deepfm import config, model as model_lib, predict, trainer
-from input_pipeline import files, pipeline, schema, synthetic
+from deepfm import config, predict
+from deepfm.models import deepfm as model_lib
+from deepfm.runtime import trainer
+from input_pipeline import files, pipeline, schema
+from dataprep import synthetic
+from tests import paths
 
-REPO_ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+REPO_ROOT = paths.REPO_ROOT
 ROWS = 2_500
 FEATURE_SIZE = 300
 BATCH = 128

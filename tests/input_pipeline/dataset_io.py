@@ -11,7 +11,7 @@ from typing import Tuple
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline import schema
+from input_pipeline import formats, schema
 
 Rows = Tuple[np.ndarray, np.ndarray, np.ndarray]  # labels [n], ids [n, f], values [n, f]
 
@@ -51,7 +51,7 @@ def read_tfrecord(path: str, field_size: int = schema.FIELD_SIZE) -> Rows:
 def read_split(root: str, metadata: schema.DatasetMetadata, split: str, data_format: str) -> Rows:
     """Concatenates the rows of every shard of `split`, in shard order."""
     readers = {"libsvm": read_libsvm, "tfrecord": read_tfrecord}
-    parts = [readers[data_format](os.path.join(root, stem + schema.FORMAT_EXTENSIONS[data_format]))
+    parts = [readers[data_format](os.path.join(root, stem + formats.extensions()[data_format]))
              for stem in sorted(metadata.splits[split].shards)]
     return tuple(np.concatenate([part[i] for part in parts]) for i in range(3))
 

@@ -82,8 +82,8 @@ def write_dataset_root(root: str, split_shards: Dict[str, List[Rows]],
         os.makedirs(os.path.join(root, split), exist_ok=True)
         info = schema.SplitInfo()
         for index, rows in enumerate(shards):
-            stem = os.path.join(split, os.path.splitext(schema.shard_name(index, formats.TFRECORD))[0])
-            for data_format in schema.DATA_FORMATS:
+            stem = os.path.join(split, schema.shard_stem(index))
+            for data_format in formats.names():
                 write_rows(os.path.join(root, stem), rows, data_format)
             info.shards[stem] = len(rows[0])
             info.rows += len(rows[0])

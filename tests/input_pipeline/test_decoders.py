@@ -7,13 +7,12 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline import decoders, schema, writers
+from input_pipeline import decoders, schema
+from input_pipeline import encoders
 from tests.input_pipeline import example_files
+from tests import paths
 
 FIELDS = example_files.SMALL_FIELD_SIZE
-CRITEO_ENV = "CRITEO_DATA_DIR"
-CRITEO_DEFAULT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                  "..", "shared", "data", "criteo")
 CRITEO_LIBSVM = "criteo_lambdaji_va.libsvm"
 CRITEO_ROWS = 64
 
@@ -59,9 +58,9 @@ class DecodeTest(DecoderTestCase):
                                            from_libsvm[0][schema.FEAT_VALS]])
 
     def test_real_criteo_lines_equal_tfrecord_decode(self):
-        path = os.path.join(os.environ.get(CRITEO_ENV, CRITEO_DEFAULT_DIR), CRITEO_LIBSVM)
+        path = os.path.join(paths.CRITEO_DIR, CRITEO_LIBSVM)
         if not os.path.isfile(path):
-            self.skipTest("real Criteo LibSVM rows not found at %s (set %s)" % (path, CRITEO_ENV))
+            self.skipTest("real Criteo LibSVM rows not found at %s (set %s)" % (path, paths.CRITEO_DIR_VARIABLE))
         with open(path) as f:
             lines = [next(f).rstrip("\n") for _ in range(CRITEO_ROWS)]
         rows = parse_lines_in_python(lines)
@@ -162,8 +161,8 @@ def _fixed_and_compact(num_rows, field_size=FIELDS, id_width=6, seed=0):
     ids = rng.integers(0, 10 ** id_width, [num_rows, field_size])
     values = np.round(rng.random([num_rows, field_size]) * 9.999999, 6)
     values[0, :3] = [0.0, 1.0, 9.999999]
-    fixed = writers.encode_libsvm_fixed(labels, ids, values, id_width).decode().splitlines()
-    compact = writers.encode_libsvm(labels, ids, values).decode().splitlines()
+    fixed = encoders.encode_libsvm_fixed(labels, ids, values, id_width).decode().splitlines()
+    compact = encoders.encode_libsvm(labels, ids, values).decode().splitlines()
     return fixed, compact
 
 
@@ -181,13 +180,13 @@ class FixedWidthTest(DecoderTestCase):
         self.assertDecoded(from_fixed, parse_lines_in_python(fixed))
 
     def test_real_criteo_rows_in_fixed_layout(self):
-        path = os.path.join(os.environ.get(CRITEO_ENV, CRITEO_DEFAULT_DIR), CRITEO_LIBSVM)
+        path = os.path.join(paths.CRITEO_DIR, CRITEO_LIBSVM)
         if not os.path.isfile(path):
-            self.skipTest("real Criteo LibSVM rows not found at %s (set %s)" % (path, CRITEO_ENV))
+            self.skipTest("real Criteo LibSVM rows not found at %s (set %s)" % (path, paths.CRITEO_DIR_VARIABLE))
         with open(path) as f:
             rows = parse_lines_in_python([next(f).rstrip("\n") for _ in range(CRITEO_ROWS)])
         width = len(str(int(rows[1].max())))
-        fixed = writers.encode_libsvm_fixed(rows[0], rows[1], rows[2].astype(np.float64), width).decode()
+        fixed = encoders.encode_libsvm_fixed(rows[0], rows[1], rows[2].astype(np.float64), width).decode()
         self.assertDecoded(decoders.decode_libsvm(tf.constant(fixed.splitlines()), schema.FIELD_SIZE),
                            parse_lines_in_python(fixed.splitlines()))
 
@@ -230,11 +229,11 @@ class FixedWidthTest(DecoderTestCase):
 
     def test_layout_checks_of_the_writer(self):
         with self.assertRaisesRegex(ValueError, "values in \\[0, 10\\), got -0.5"):
-            writers.encode_libsvm_fixed(np.zeros(1), np.ones([1, 2], np.int64), np.array([[1.0, -0.5]]), 3)
+            encoders.encode_libsvm_fixed(np.zeros(1), np.ones([1, 2], np.int64), np.array([[1.0, -0.5]]), 3)
         with self.assertRaisesRegex(ValueError, "id 1000 has more than id_width=3 digits"):
-            writers.encode_libsvm_fixed(np.zeros(1), np.array([[1, 1000]]), np.ones([1, 2]), 3)
+            encoders.encode_libsvm_fixed(np.zeros(1), np.array([[1, 1000]]), np.ones([1, 2]), 3)
         with self.assertRaisesRegex(ValueError, "labels 0 or 1, got 0.5"):
-            writers.encode_libsvm_fixed(np.array([0.5]), np.ones([1, 2], np.int64), np.ones([1, 2]), 3)
+            encoders.encode_libsvm_fixed(np.array([0.5]), np.ones([1, 2], np.int64), np.ones([1, 2]), 3)
 
 
 if __name__ == "__main__":

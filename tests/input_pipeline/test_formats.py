@@ -8,7 +8,8 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline import formats, pipeline, schema, writers
+from input_pipeline import formats, pipeline, schema
+from input_pipeline import encoders
 from tests.input_pipeline import example_files
 
 FIELDS = example_files.SMALL_FIELD_SIZE
@@ -34,8 +35,8 @@ class RegistryTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_names_in_registration_order(self):
         self.assertEqual(formats.names(), ["tfrecord", "libsvm"])
-        self.assertEqual(schema.DATA_FORMATS, ("tfrecord", "libsvm"))
-        self.assertEqual(schema.FORMAT_EXTENSIONS, {"tfrecord": ".tfrecord", "libsvm": ".libsvm"})
+        self.assertEqual(formats.names(), ["tfrecord", "libsvm"])
+        self.assertEqual(formats.extensions(), {"tfrecord": ".tfrecord", "libsvm": ".libsvm"})
 
     @parameterized.parameters("tfrecord", "libsvm")
     def test_get_by_name(self, name):
@@ -44,7 +45,7 @@ class RegistryTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(data_format.name, name)
         self.assertIs(formats.as_format(name), data_format)
         self.assertIs(formats.as_format(data_format), data_format)
-        self.assertEqual(schema.shard_name(3, data_format), "part-00003." + name)
+        self.assertEqual(formats.as_format(data_format).shard_name(3), "part-00003." + name)
 
     @parameterized.parameters("csv", "TFRecord", "")
     def test_unknown_name_lists_the_valid_ones(self, name):
@@ -139,7 +140,7 @@ class FixedWidthReadTest(FormatTestCase):
 
     def write_fixed(self, stem, rows, id_width=ID_WIDTH, replace=None):
         """`rows` as fixed-width lines; `replace` maps 0-based line indices to other lines."""
-        lines = writers.encode_libsvm_fixed(*rows, id_width).decode().splitlines()
+        lines = encoders.encode_libsvm_fixed(*rows, id_width).decode().splitlines()
         for index, line in (replace or {}).items():
             lines[index] = line
         path = os.path.join(self.dir, stem + ".libsvm")
@@ -164,7 +165,7 @@ class FixedWidthReadTest(FormatTestCase):
         # 600 lines: two whole blocks of 256 and 88 left; 300: one block and 44 left.
         rows = [self.fixed_rows(600, seed=1), self.fixed_rows(300, seed=2)]
         paths = [self.write_fixed("a", rows[0]), self.write_fixed("b", rows[1])]
-        width = writers.fixed_libsvm_line_bytes(FIELDS, self.ID_WIDTH)
+        width = encoders.fixed_libsvm_line_bytes(FIELDS, self.ID_WIDTH)
         self.assertEqual(formats.LIBSVM.fixed_width_line_bytes(paths, [os.path.getsize(p) for p in paths], FIELDS),
                          width)
         spec, by_rows = self.read(paths)
@@ -176,14 +177,14 @@ class FixedWidthReadTest(FormatTestCase):
 
     def test_a_bad_line_is_named_by_file_and_line(self):
         rows = self.fixed_rows(600)
-        line = writers.encode_libsvm_fixed(*[part[519:520] for part in rows], self.ID_WIDTH).decode().rstrip("\n")
+        line = encoders.encode_libsvm_fixed(*[part[519:520] for part in rows], self.ID_WIDTH).decode().rstrip("\n")
         path = self.write_fixed("bad", rows, replace={519: line[:4] + "x" + line[5:]})
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "%s:520: bad LibSVM line \\(it is not" % path):
             self.read([path])
 
     def test_a_line_of_another_length_stops_the_fixed_width_read(self):
         rows = self.fixed_rows(600)
-        lines = writers.encode_libsvm_fixed(*rows, self.ID_WIDTH).decode().splitlines()
+        lines = encoders.encode_libsvm_fixed(*rows, self.ID_WIDTH).decode().splitlines()
         # Line 300 a byte shorter, line 301 a byte longer: valid LibSVM, and the size stays a multiple.
         shorter, longer = lines[299][:-1], lines[300].replace(" ", " 0", 1)
         path = self.write_fixed("shifted", rows, replace={299: shorter, 300: longer})
@@ -202,7 +203,7 @@ class FixedWidthReadTest(FormatTestCase):
         wider = self.write_fixed("wider", rows, id_width=self.ID_WIDTH + 1)
         compact = os.path.join(self.dir, "compact.libsvm")
         with open(compact, "wb") as f:
-            f.write(writers.encode_libsvm(*rows))
+            f.write(encoders.encode_libsvm(*rows))
         cut = os.path.join(self.dir, "cut.libsvm")
         with open(fixed) as f, open(cut, "w") as out:
             out.write(f.read()[:-1])  # no newline after the last line
@@ -340,7 +341,7 @@ class CapabilityTest(FormatTestCase):
         for path in paths:
             open(path, "w").close()
         text = formats.LIBSVM.suggestion(paths, 39)
-        self.assertIn("python -m input_pipeline.libsvm_to_tfrecord --field_size 39 --input '%s/*.libsvm'"
+        self.assertIn("python -m dataprep.libsvm_to_tfrecord --field_size 39 --input '%s/*.libsvm'"
                       % self.dir, text)
         for path in paths:
             open(path[:-len(".libsvm")] + ".tfrecord", "w").close()

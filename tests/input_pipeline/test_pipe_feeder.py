@@ -19,8 +19,9 @@ import pytest
 import tensorflow as tf
 
 from input_pipeline import pipe, pipe_feeder, schema
+from tests import paths
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 # Larger than a Linux pipe's buffer (64 KiB), so a writer cannot finish an
 # epoch before its reader has read most of it.
 BIG_FILE_BYTES = 200 * 1024

@@ -195,7 +195,7 @@ class FormatTest(PipelineTestCase):
     def test_libsvm_pipeline_equals_tfrecord_pipeline(self):
         root = self.write_root([300, 7])
         batches = {}
-        for data_format in schema.DATA_FORMATS:
+        for data_format in formats.names():
             builder = pipeline.DatasetBuilder(self.train_files(root, data_format),
                                               config(data_format=data_format), BATCH)
             batches[data_format] = list(builder())

@@ -8,12 +8,13 @@ import sys
 import time
 
 import psutil
+from tests import paths
 
 LAUNCH_TIMEOUT_S = 240
 POLL_S = 0.2
 # Where a Horovod rank finds its rank: Gloo's variable, then Open MPI's.
 RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK")
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 
 
 class LaunchedJob:

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
-from deepfm import cost_model
-from input_pipeline import synthetic
+from strategies import cost_model
+from dataprep import synthetic
 from jobs import auto_distribution, sagemaker_job
 from tests.jobs import test_sagemaker_submit
 

@@ -20,9 +20,9 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
-from deepfm import trainer
+from deepfm.runtime import trainer
 from jobs import local as launch
-from input_pipeline import synthetic
+from dataprep import synthetic
 from strategies import cluster as cluster_lib
 from tests.jobs import launch_testing
 

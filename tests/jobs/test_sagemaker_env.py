@@ -8,11 +8,12 @@ import sys
 from absl.testing import parameterized
 import tensorflow as tf
 
-from input_pipeline import synthetic
+from dataprep import synthetic
 from jobs import sagemaker_env
+from tests import paths
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENTRY_POINT = os.path.join(REPO_ROOT, "sagemaker_entry_point.py")
+REPO_ROOT = paths.REPO_ROOT
+ENTRY_POINT = os.path.join(REPO_ROOT, "examples/sagemaker_entry_point.py")
 
 
 def data_config(**modes):

@@ -17,10 +17,11 @@ import time
 import pytest
 import tensorflow as tf
 
-from input_pipeline import synthetic
+from dataprep import synthetic
 from jobs import hosts, sagemaker_local
+from tests import paths
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 JOB_TIMEOUT_S = 300
 FEATURE_SIZE = 500
 ROWS = 6_000

@@ -18,11 +18,15 @@ import psutil
 import pytest
 import tensorflow as tf
 
-from input_pipeline import criteo, criteo_processing as stages, files, raw_criteo, schema
+from input_pipeline import files, formats, schema
+from dataprep import criteo
+from dataprep import criteo_processing as stages
+from dataprep import raw_criteo
 from jobs import hosts, sagemaker_job, sagemaker_local, sagemaker_processing
 from tests.input_pipeline import dataset_io
+from tests import paths
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 RAW_FILES = 4
 ROWS_PER_FILE = 150
 DISTINCT = 150
@@ -322,7 +326,7 @@ class LocalConversionTest(EmulatedHostsTestCase):
         self.assertEqual(sorted_libsvm_lines(whole_dir, whole), sorted_libsvm_lines(dataset, metadata))
         self.assertLen(metadata.splits["train"].shards, INSTANCES * OPTIONS.shards)
         # What the trainer reads: the root's files with the metadata's row counts.
-        for data_format in schema.DATA_FORMATS:
+        for data_format in formats.names():
             train = files.resolve(dataset, data_format)
             self.assertLen(train, INSTANCES * OPTIONS.shards)
             self.assertEqual(files.count_rows(train, data_format), files.row_counts(train, data_format))
@@ -423,7 +427,7 @@ class SubmitDryRunTest(tf.test.TestCase):
         for request, stage in zip((count, convert, combine), stages.STAGES):
             app_spec = request["AppSpecification"]
             self.assertRegex(app_spec["ImageUri"], r"tensorflow-training:2\.14-cpu-py310$")
-            self.assertEqual(["python3", "-m", "input_pipeline.criteo_processing"], app_spec["ContainerEntrypoint"])
+            self.assertEqual(["python3", "-m", "dataprep.criteo_processing"], app_spec["ContainerEntrypoint"])
             self.assertEqual(stage, app_spec["ContainerArguments"][0])
             self.assertEqual("/opt/ml/processing/input/code/%s" % sagemaker_job.SOURCE_ZIP,
                              request["Environment"]["PYTHONPATH"])

@@ -14,8 +14,9 @@ from absl.testing import parameterized
 import tensorflow as tf
 
 from jobs import sagemaker_job
+from tests import paths
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 JOB = "deepfm-dry-run"
 

@@ -55,7 +55,7 @@ def _numpy_scalar(value):
 def main(argv):
     del argv
     import strategies
-    from deepfm import trainer
+    from deepfm.runtime import trainer
 
     metadata = train_main.find_metadata(FLAGS.train_data or [])
     train, model, input_config, strategy_config = train_main.parse_flags(FLAGS, metadata)

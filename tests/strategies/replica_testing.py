@@ -12,8 +12,8 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from deepfm import model as model_lib
-from deepfm import trainer
+from deepfm.models import deepfm as model_lib
+from deepfm.runtime import trainer
 from deepfm.config import ModelConfig, TrainConfig
 from input_pipeline import schema
 from strategies import base
@@ -59,7 +59,7 @@ def model_config(**overrides) -> ModelConfig:
 
 def build_estimator(strategy: base.Strategy, model_dir: str, model: Optional[ModelConfig] = None,
                     seed: int = 1) -> tf.estimator.Estimator:
-    """The Estimator `deepfm.trainer` builds for `strategy`."""
+    """The Estimator `deepfm.runtime.trainer` builds for `strategy`."""
     train = TrainConfig(model_dir=model_dir, train_files=(), seed=seed, log_every_n_steps=100)
     return trainer.build_estimator(train, model or model_config(), strategy)
 

@@ -20,10 +20,12 @@ from absl.testing import parameterized
 
 import strategies
 from jobs import local as launch, processes
-from input_pipeline import formats, pipeline, schema, synthetic
+from input_pipeline import formats, pipeline, schema
+from dataprep import synthetic
 from strategies import horovod
+from tests import paths
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 NUM_RANKS = 2
 RUN_TIMEOUT_SECS = 240
@@ -275,7 +277,7 @@ class TwoRanksTest(tf.test.TestCase):
             for data_format in map(formats.get, formats.names()):
                 with open(os.path.join(train_dir, "file-%d%s" % (index, data_format.extension)), "wb") as merged:
                     for part in parts:
-                        path = os.path.join(train_dir, schema.shard_name(part, data_format))
+                        path = os.path.join(train_dir, formats.as_format(data_format).shard_name(part))
                         with open(path, "rb") as f:
                             shutil.copyfileobj(f, merged)
                         os.remove(path)

@@ -14,6 +14,7 @@ import strategies
 from strategies import devices as devices_lib
 from strategies import mirrored
 from tests.strategies import replica_testing as rt
+from tests import paths
 
 REPLICAS = 2
 PER_REPLICA_BATCH = 64
@@ -23,7 +24,7 @@ EVAL_BATCH = 300
 # Four evaluation batches, the last a single row: the second step of two
 # replicas has one full batch and one of a single row.
 EVAL_ROWS = 3 * EVAL_BATCH + 1
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 SUBPROCESS_TIMEOUT_S = 120
 
 

@@ -17,7 +17,8 @@ from absl import logging
 from absl.testing import parameterized
 
 from jobs import local as launch
-from input_pipeline import synthetic
+from dataprep import synthetic
+from tests import paths
 
 ROWS = 16_000
 FEATURE_SIZE = 1_000
@@ -27,7 +28,7 @@ REPLICAS = 2
 # equal to 4 decimals, horovod within 0.001, asynchronous ps within 0.006.
 AUC_TOLERANCE = 0.02
 TIMEOUT_S = 600
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO_ROOT = paths.REPO_ROOT
 MODEL_FLAGS = ["--embedding_size", "8", "--deep_layers", "32,16", "--dropout", "0,0",
                "--learning_rate", "0.005", "--optimizer", "lazy_adam", "--seed", "1",
                "--log_every_n_steps", "20"]

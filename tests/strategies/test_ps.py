@@ -17,10 +17,11 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
-from deepfm import model as model_lib
+from deepfm.models import deepfm as model_lib
 from jobs import processes
 from deepfm.config import ModelConfig
-from input_pipeline import schema, synthetic
+from input_pipeline import schema
+from dataprep import synthetic
 from strategies import cluster as cluster_lib
 from strategies import ps
 from tests.jobs import launch_testing

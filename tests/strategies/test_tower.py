@@ -10,11 +10,12 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
-from deepfm import model as model_lib
+from deepfm.models import deepfm as model_lib
 from input_pipeline import schema
 from strategies import devices as devices_lib
 from strategies import tower
 from tests.strategies import replica_testing as rt
+from tests import paths
 
 TOWERS = 2
 PER_TOWER_BATCH = 64
@@ -25,7 +26,7 @@ MIN_AUC = 0.9
 EVAL_BATCH = 300
 EVAL_ROWS = 3 * EVAL_BATCH + 1
 CPU_TOWERS = devices_lib.DeviceList(devices_lib.CPU, ("/cpu:1", "/cpu:2"))
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 # Imports every strategy adapter and prints the modules of the model package it loaded.
 IMPORT_SCRIPT = """
 import sys

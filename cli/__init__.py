@@ -1,0 +1,1 @@
+"""The start of every command line of this project (`cli.entry`)."""

@@ -1,0 +1,222 @@
+"""How every command line of this project starts, reports user errors and keeps the console quiet.
+
+A command's output is its own short record; TensorFlow's is kept to its real
+warnings and errors:
+
+* `TF_CPP_MIN_LOG_LEVEL` (TensorFlow's C++ log level) is set to 2 (the C++
+  runtime's INFO and WARNING lines dropped, its errors kept) before
+  TensorFlow is imported, unless the environment already sets it (to a
+  non-empty value);
+* the import's CUDA plugin-registration errors and GPU-discovery lines,
+  which TensorFlow prints on any machine (with or without a GPU) and which
+  say nothing about the run, are filtered out of stderr while TensorFlow is
+  imported; every other line of the import is written back;
+* Python-side, absl and TensorFlow log WARNING and above, without the
+  deprecation notices ("Instructions for updating: ...") TensorFlow's own
+  tf.estimator and tf.compat.v1 code emits.
+
+`--verbosity 0` (absl's flag; 1 for debug) brings every line back: the C++
+log level 0, no filter, Estimator's INFO lines, and a traceback for errors
+the user caused, which otherwise end with their message alone. The tasks of
+a multi-process job (parameter servers, Horovod) write to their own log
+files, which also keep this package's INFO lines
+(`configure_logging(task_logs=True)`).
+
+This package imports neither TensorFlow nor any other package of the
+project: every layer's command lines use it.
+"""
+
+import contextlib
+import logging as std_logging
+import os
+import re
+import sys
+import tempfile
+from typing import Callable, List, Optional, Sequence
+
+# TensorFlow's C++ log level (0 all, 1 no INFO, 2 no INFO/WARNING, 3 no ERROR either).
+TF_CPP_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
+QUIET_TF_CPP_LEVEL = "2"
+DETAILED_TF_CPP_LEVEL = "0"
+# absl's --verbosity values: -1 WARNING (our default), 0 INFO, 1 DEBUG.
+VERBOSITY_FLAG = "verbosity"
+QUIET_VERBOSITY = -1
+DETAIL_VERBOSITY = 0
+# Lines TensorFlow 2.14 prints while it is imported, on any machine, that say
+# nothing about the run: CUDA plugin double registration, GPU discovery,
+# TensorRT's absence, the CPU-instructions notice.
+IMPORT_NOISE = re.compile(
+    r"Unable to register cu(DNN|FFT|BLAS) factory|Could not find cuda drivers|"
+    r"TF-TRT Warning|cpu_feature_guard|To enable the following instructions|"
+    r"This TensorFlow binary is optimized")
+# TensorFlow's deprecation notices (tensorflow/python/util/deprecation.py).
+DEPRECATION_MARKERS = ("Instructions for updating", "is deprecated and will be removed")
+TENSORFLOW_LOGGER = "tensorflow"
+
+
+def explicit_verbosity(argv: Sequence[str]) -> Optional[int]:
+    """The `--verbosity` (or `-v`/`--v`) value on a command line, or None.
+
+    Read before flags are parsed, because TensorFlow's C++ log level must be
+    set before TensorFlow is imported. A value that is not an integer is left
+    to the flag parser to report.
+    """
+    value = None
+    args = list(argv[1:])
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        for name in ("--" + VERBOSITY_FLAG, "-" + VERBOSITY_FLAG, "--v", "-v"):
+            if arg == name and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg[len(name) + 1:]
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def wants_detail(verbosity: Optional[int]) -> bool:
+    """Whether `verbosity` asks for TensorFlow's full output (INFO or more)."""
+    return verbosity is not None and verbosity >= DETAIL_VERBOSITY
+
+
+def flags_want_detail() -> bool:
+    """Whether the parsed `--verbosity` flag asks for TensorFlow's full output (call after parsing)."""
+    from absl import flags
+    given = flags.FLAGS[VERBOSITY_FLAG]
+    return wants_detail(given.value if given.present else None)
+
+
+def import_tensorflow(detail: bool, stderr_fd: int = 2):
+    """Sets TensorFlow's C++ log level, then imports it with the import noise filtered.
+
+    Args:
+      detail: keep everything (`--verbosity` 0 or more).
+      stderr_fd: the file descriptor TensorFlow's C++ runtime writes to.
+
+    Returns:
+      The `tensorflow` module.
+    """
+    if not os.environ.get(TF_CPP_LEVEL_ENV):
+        os.environ[TF_CPP_LEVEL_ENV] = DETAILED_TF_CPP_LEVEL if detail else QUIET_TF_CPP_LEVEL
+    if detail or "tensorflow" in sys.modules:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return tf
+    with filtered_fd(stderr_fd, IMPORT_NOISE):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf
+
+
+@contextlib.contextmanager
+def filtered_fd(fd: int, noise: "re.Pattern"):
+    """Captures what is written to `fd` inside the block, then writes back the lines not matching `noise`.
+
+    Works on the file descriptor, so it also catches what C++ code writes.
+    """
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), fd)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().decode("utf-8", errors="replace").splitlines(True)
+                    if not noise.search(line)]
+            if kept:
+                os.write(fd, "".join(kept).encode("utf-8"))
+
+
+class DeprecationFilter(std_logging.Filter):
+    """Drops TensorFlow's deprecation notices from the `tensorflow` logger."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(marker in message for marker in DEPRECATION_MARKERS)
+
+
+def configure_logging(detail: bool, task_logs: bool = False) -> None:
+    """Sets absl's and TensorFlow's Python log levels (call after flags are parsed).
+
+    Quiet: WARNING and above, without deprecation notices. Detail: absl's
+    `--verbosity` as given, everything TensorFlow logs.
+
+    Args:
+      detail: the user asked for detail (`--verbosity` 0 or more).
+      task_logs: this process is one task of a multi-process job (parameter
+        servers, Horovod), whose output goes to its own log file (the local
+        launcher's, SageMaker's per-host streams): this package's own INFO
+        lines (cluster start-up, the end of training, ...) are kept there;
+        TensorFlow's stay at WARNING.
+    """
+    from absl import logging  # pylint: disable=import-outside-toplevel
+    tf_logger = std_logging.getLogger(TENSORFLOW_LOGGER)
+    tf_logger.handlers = []  # absl's handler on the root logger prints TensorFlow's records.
+    for old in [f for f in tf_logger.filters if isinstance(f, DeprecationFilter)]:
+        tf_logger.removeFilter(old)
+    if detail:
+        tf_logger.setLevel(std_logging.DEBUG)
+        return
+    logging.set_verbosity(logging.INFO if task_logs else logging.WARNING)
+    tf_logger.setLevel(std_logging.WARNING)
+    tf_logger.addFilter(DeprecationFilter())
+
+
+# Errors a user causes with bad flags, values or files: reported by their message alone.
+def user_errors() -> tuple:
+    """The exception types `run_main` reports without a traceback."""
+    from absl import app  # pylint: disable=import-outside-toplevel
+    errors: List[type] = [app.UsageError, ValueError, FileNotFoundError]
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        errors.append(tf.errors.InvalidArgumentError)
+    return tuple(errors)
+
+
+def error_message(error: BaseException) -> str:
+    """The user-facing text of `error`: TensorFlow's op errors without their graph trace."""
+    message = getattr(error, "message", None) or str(error)
+    return message.split("\n\t [[")[0].strip()
+
+
+def run_main(main: Callable[[List[str]], None], argv: List[str], program: str,
+             detail: Callable[[], bool]) -> None:
+    """Runs `main(argv)`; a user-caused error ends the process with its message, not a traceback.
+
+    Args:
+      main: the entry point's main, run inside `absl.app.run`.
+      argv: its arguments.
+      program: the program's name, for the error line.
+      detail: whether the user asked for detail (then the traceback is
+        kept: the error propagates).
+    """
+    try:
+        main(argv)
+    except user_errors() as e:  # pylint: disable=catching-non-exception
+        if detail():
+            raise
+        sys.stdout.flush()
+        sys.stderr.write("%s: error: %s\n" % (program, error_message(e)))
+        sys.stderr.write("(--verbosity 0 shows the traceback)\n")
+        sys.stderr.flush()
+        raise SystemExit(1) from None
+
+
+def entry_point(define_flags: Callable[[], None], main: Callable[[List[str]], None]) -> None:
+    """A console script's start: TensorFlow imported quietly (unless `--verbosity`), flags defined, `main` run.
+
+    Args:
+      define_flags: defines the program's flags.
+      main: the program's `main(argv)` for `absl.app.run`.
+    """
+    from absl import app
+    import_tensorflow(wants_detail(explicit_verbosity(sys.argv)))
+    define_flags()
+    app.run(main)

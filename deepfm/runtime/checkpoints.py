@@ -1,0 +1,224 @@
+"""Checkpoints a training run can trust.
+
+Before training resumes from a model directory:
+
+* **Unreadable checkpoints are skipped.** A checkpoint cut short (a process
+  killed or a disk filled while it was written, a file lost in a copy) is
+  found by reading every tensor of it (TensorFlow checks each tensor's
+  CRC32C as it reads it). The newest readable checkpoint is the one training
+  resumes from; each skipped one is named in a warning, and the chief
+  rewrites the `checkpoint` state file to point at the good one, so every
+  later reader (the Estimator's restore, Horovod's resume step, evaluation)
+  sees the same. The skipped files stay where they are.
+* **A checkpoint of another model shape is refused**, never half-loaded. The
+  expected shapes come from building the model's variables once in a
+  scratch graph (`model_shapes`); every model variable of the checkpoint
+  (those under the model's scope, optimizer slots aside) must exist with the
+  same shape, and every model variable must be in the checkpoint. The error
+  lists each difference with both shapes, e.g. a checkpoint written with
+  another `--embedding_size`, `--feature_size` or `--deep_layers`.
+
+While training runs, `save_errors` turns a full disk during a checkpoint
+save into `CheckpointSaveError`, which names the directory, the free space
+and the latest complete checkpoint. TensorFlow writes a checkpoint's files
+under temporary names and updates the state file only after they are
+complete, so a failed save never becomes the latest checkpoint.
+"""
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import tensorflow as tf
+from absl import logging
+
+from deepfm.models import deepfm as model_lib
+from deepfm.config import ModelConfig
+
+GLOBAL_STEP = tf.compat.v1.GraphKeys.GLOBAL_STEP
+MODEL_SCOPE = model_lib.SCOPE
+NO_SPACE_MESSAGE = os.strerror(errno.ENOSPC)
+MIB = 1 << 20
+# Differences listed in a shape-mismatch error; more are counted.
+MAX_LISTED_DIFFERENCES = 8
+MISSING = "absent"
+STATE_FILE = "checkpoint"
+# What TensorFlow's checkpoint reader raises on a damaged file (a short read
+# surfaces as IndexError, a bad CRC or header as DataLossError).
+READ_ERRORS = (tf.errors.OpError, ValueError, IndexError, OSError, RuntimeError)
+
+Shapes = Dict[str, Tuple[int, ...]]
+
+
+class ModelShapeMismatchError(ValueError):
+    """The checkpoint to resume from holds a model of another shape."""
+
+
+class NoReadableCheckpointError(ValueError):
+    """A model directory lists checkpoints, none of which can be read."""
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written (e.g. the disk is full)."""
+
+
+def checkpoint_step(path: str) -> int:
+    """The global step stored in the checkpoint with prefix `path`."""
+    return int(tf.train.load_variable(path, GLOBAL_STEP))
+
+
+def listed_checkpoints(model_dir: str) -> List[str]:
+    """The checkpoint prefixes the state file of `model_dir` lists, oldest first, the latest last."""
+    state = tf.train.get_checkpoint_state(model_dir)
+    if state is None:
+        return []
+    paths = []
+    for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
+        if not path:
+            continue
+        path = path if os.path.isabs(path) else os.path.join(model_dir, path)
+        if path in paths:
+            paths.remove(path)
+        paths.append(path)
+    return paths
+
+
+def unreadable_reason(path: str) -> Optional[str]:
+    """Why the checkpoint with prefix `path` cannot be restored, or None when every tensor reads back."""
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except READ_ERRORS as e:
+        return "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+    return None
+
+
+def resume_checkpoint(model_dir: str, repair: bool = True) -> Optional[str]:
+    """The newest readable checkpoint of `model_dir`, skipping unreadable ones with a warning.
+
+    Args:
+      model_dir: the model directory.
+      repair: rewrite the state file to point at the checkpoint returned
+        when a newer one was skipped (the chief; other processes only read).
+
+    Returns:
+      The checkpoint prefix, or None when the directory lists none.
+
+    Raises:
+      NoReadableCheckpointError: checkpoints are listed and none is readable
+        (training would silently start over).
+    """
+    paths = listed_checkpoints(model_dir)
+    skipped = []
+    for index in range(len(paths) - 1, -1, -1):
+        reason = unreadable_reason(paths[index])
+        if reason is None:
+            if skipped and repair:
+                write_state(model_dir, paths[:index + 1])
+                logging.warning("rewrote %s to resume from %s", os.path.join(model_dir, STATE_FILE), paths[index])
+            return paths[index]
+        logging.warning("checkpoint %s is unreadable and is skipped (%s); resuming from an earlier one",
+                        paths[index], reason)
+        skipped.append(paths[index])
+    if skipped:
+        raise NoReadableCheckpointError(
+            "--model_dir %r: none of its checkpoints can be read (%s); move them away to start over"
+            % (model_dir, ", ".join(skipped)))
+    return None
+
+
+def write_state(model_dir: str, paths: List[str]) -> None:
+    """Rewrites the state file of `model_dir` (atomically): `paths` oldest first, the last the latest.
+
+    Paths inside `model_dir` are written relative to it, as TensorFlow's
+    saver writes them, so the directory can be moved or synced elsewhere.
+    """
+    def entry(path):
+        relative = os.path.relpath(path, model_dir)
+        return json.dumps(path if relative.startswith(os.pardir) else relative)
+    lines = ["model_checkpoint_path: %s" % entry(paths[-1])]
+    lines += ["all_model_checkpoint_paths: %s" % entry(path) for path in paths]
+    state = os.path.join(model_dir, STATE_FILE)
+    with open(state + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(state + ".tmp", state)
+
+
+def model_shapes(model: ModelConfig) -> Shapes:
+    """The shape of every model variable `model` creates, by name (built once in a scratch graph)."""
+    with tf.Graph().as_default():
+        feat_ids = tf.compat.v1.placeholder(tf.int64, [None, model.field_size])
+        feat_vals = tf.compat.v1.placeholder(tf.float32, [None, model.field_size])
+        model_lib.deepfm_logits(feat_ids, feat_vals, model, training=False)
+        return {v.op.name: tuple(v.shape.as_list()) for v in tf.compat.v1.global_variables()
+                if v.op.name.startswith(MODEL_SCOPE + "/")}
+
+
+def checkpoint_model_shapes(path: str) -> Shapes:
+    """The model variables of a checkpoint and their shapes (optimizer slots left out)."""
+    shapes = {name: tuple(shape) for name, shape in tf.train.list_variables(path)
+              if name.startswith(MODEL_SCOPE + "/")}
+    return {name: shape for name, shape in shapes.items()
+            if not any(name.startswith(other + "/") for other in shapes if other != name)}
+
+
+def check_model_shapes(path: str, model: ModelConfig) -> None:
+    """Refuses a checkpoint whose model variables differ from `model`'s.
+
+    Raises:
+      ModelShapeMismatchError: a variable differs in shape or exists on one
+        side only; the message lists the checkpoint's and the model's shape
+        of each.
+    """
+    expected = model_shapes(model)
+    found = checkpoint_model_shapes(path)
+    differences = ["%s: checkpoint %s, this model %s" % (name, _shape(found.get(name)), _shape(expected.get(name)))
+                   for name in sorted(set(expected) | set(found)) if expected.get(name) != found.get(name)]
+    if differences:
+        more = len(differences) - MAX_LISTED_DIFFERENCES
+        listed = differences[:MAX_LISTED_DIFFERENCES] + (["... %d more" % more] if more > 0 else [])
+        raise ModelShapeMismatchError(
+            "checkpoint %s holds a model of another shape than this run's (feature_size %d, field_size %d, "
+            "embedding_size %d, deep_layers %s); it is not loaded. Use the flags it was trained with "
+            "or a new --model_dir:\n  %s" % (
+                path, model.feature_size, model.field_size, model.embedding_size,
+                ",".join(str(w) for w in model.deep_layers), "\n  ".join(listed)))
+
+
+def _shape(shape: Optional[Tuple[int, ...]]) -> str:
+    return MISSING if shape is None else "[%s]" % ", ".join(str(d) for d in shape)
+
+
+def is_no_space_error(error: BaseException) -> bool:
+    """Whether `error` (an OSError or a TensorFlow error) means the device is full."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    return isinstance(error, tf.errors.OpError) and NO_SPACE_MESSAGE in str(error)
+
+
+@contextlib.contextmanager
+def save_errors(model_dir: str) -> Iterator[None]:
+    """Within the block, a full disk while writing to `model_dir` raises `CheckpointSaveError`.
+
+    Raises:
+      CheckpointSaveError: the message names `model_dir`, its free space and
+        the latest complete checkpoint, which is left as it was.
+    """
+    try:
+        yield
+    except (tf.errors.OpError, OSError) as e:
+        if not is_no_space_error(e):
+            raise
+        try:
+            free = "%.1f MiB free" % (shutil.disk_usage(model_dir).free / MIB)
+        except OSError:
+            free = "free space unknown"
+        latest = tf.train.latest_checkpoint(model_dir)
+        raise CheckpointSaveError(
+            "writing to --model_dir %r failed: no space left on its device (%s). The latest complete "
+            "checkpoint is still %s; free some space and run the same command again to resume from it"
+            % (model_dir, free, latest or "none")) from e

@@ -1,0 +1,455 @@
+"""The training job: train, evaluate, export, report, through any strategy.
+
+`run` is what `python -m deepfm.train` calls once its flags are parsed; it is
+also the library entry point for SageMaker scripts and benchmarks.
+
+The step budget: every worker runs the same number of steps, so that no
+Horovod rank waits on another that ran out of data. With `max_steps` unset,
+each worker runs `num_epochs * steps_per_epoch` steps, where
+`steps_per_epoch` is the number of full batches of the *smallest* input shard
+(from the row counts in the dataset's metadata). A strategy maps that to the
+global step at which training stops (asynchronous parameter servers add up
+every worker's steps).
+
+With `eval_every_n_steps`, training goes in rounds with an evaluation after
+each, the best checkpoint is kept and exported, and training may stop early
+(`deepfm.runtime.early_stopping`).
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Dict, List, Optional
+
+import tensorflow as tf
+from absl import logging
+
+from deepfm.runtime import checkpoints
+from deepfm.runtime import console as console_lib
+from deepfm.runtime import early_stopping
+from deepfm.runtime import hooks as hooks_lib
+from deepfm.runtime import interrupt
+from deepfm.models import deepfm as model_lib
+from deepfm.runtime import step_trace
+from deepfm.runtime import watchdog
+from deepfm.config import ModelConfig, TrainConfig
+from input_pipeline import pipeline
+from strategies import base as strategies_base
+
+EVAL_BATCH_SIZE = 4096
+MAIN_TASK = "main"
+# Under the model directory, where `--trace_steps` traces go by default.
+TRACE_DIR = "traces"
+# The strategy whose chief evaluates inside its training session (`_train_evaluating_in_session`).
+PARAMETER_SERVERS = "ps"
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What a training job reports.
+
+    Attributes:
+      auc: validation AUC (None without validation data).
+      logloss: validation log loss.
+      examples_per_sec: mean training throughput of this process after
+        warm-up, all its replicas together.
+      global_step: the global step at the end.
+      export_path: the SavedModel directory (None where this process does
+        not export).
+      model_dir: the checkpoint directory.
+      strategy: the strategy's description.
+      train_seconds: wall time of training.
+      best_step: the step of the checkpoint `auc` and `logloss` describe
+        and the SavedModel holds: the best by validation AUC when training
+        evaluated in rounds, else the last.
+      stopped_early: training ended by early stopping.
+      evaluations: with evaluation during training, every evaluation
+        (`step`, `auc`, `logloss`), in order.
+    """
+
+    auc: Optional[float] = None
+    logloss: Optional[float] = None
+    examples_per_sec: Optional[float] = None
+    global_step: int = 0
+    export_path: Optional[str] = None
+    model_dir: str = ""
+    strategy: str = ""
+    train_seconds: float = 0.0
+    best_step: Optional[int] = None
+    stopped_early: bool = False
+    evaluations: List[Dict] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
+
+
+def check_model_dir(model_dir: str, model: Optional[ModelConfig] = None, repair: bool = True) -> Optional[int]:
+    """Makes sure `model_dir` is usable before training starts.
+
+    Unreadable checkpoints are skipped and, with `model`, a checkpoint of
+    another model shape is refused (see `deepfm.runtime.checkpoints`).
+
+    Args:
+      model_dir: the model directory.
+      model: the model this run trains; None skips the shape check.
+      repair: point the state file at the checkpoint resumed from when a
+        newer one is unreadable (the chief).
+
+    Returns:
+      The global step of the checkpoint training resumes from, or None for a
+      new model directory.
+
+    Raises:
+      ValueError: `model_dir` is a file or cannot be written, none of its
+        checkpoints is readable, or its checkpoint holds another model shape.
+    """
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise ValueError("--model_dir %r exists and is not a directory" % model_dir)
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+    except OSError as e:
+        raise ValueError("--model_dir %r cannot be created: %s" % (model_dir, e)) from e
+    if not os.access(model_dir, os.W_OK | os.X_OK):
+        raise ValueError("--model_dir %r is not writable" % model_dir)
+    checkpoint = checkpoints.resume_checkpoint(model_dir, repair=repair)
+    if checkpoint is None:
+        return None
+    if model is not None:
+        checkpoints.check_model_shapes(checkpoint, model)
+    return checkpoints.checkpoint_step(checkpoint)
+
+
+def _steps_per_worker(train: TrainConfig, builder: pipeline.DatasetBuilder,
+                      context: tf.distribute.InputContext, batches_per_step: int) -> Optional[int]:
+    """Each worker's step budget; None for a Pipe channel of unknown size (train to its end)."""
+    if train.max_steps:
+        return train.max_steps
+    steps = builder.steps_per_epoch(context)
+    if steps is None and builder.channel is not None:
+        return None
+    if steps is None:
+        raise ValueError(
+            "the number of rows of %s is unknown (no metadata.json beside the files, or Pipe mode): "
+            "set --max_steps" % (", ".join(train.train_files) or "the input"))
+    if steps == 0:
+        raise ValueError(
+            "the smallest input shard holds fewer rows than one batch of %d: lower --batch_size "
+            "or use fewer workers" % builder.batch_size)
+    return steps * train.num_epochs // batches_per_step
+
+
+def build_estimator(train: TrainConfig, model: ModelConfig, strategy: strategies_base.Strategy,
+                    ) -> tf.estimator.Estimator:
+    """The Estimator of `model` as `strategy` trains it."""
+    scaled = dataclasses.replace(model, learning_rate=model.learning_rate * strategy.learning_rate_factor())
+    run_config = strategy.run_config(
+        model_dir=train.model_dir,
+        tf_random_seed=train.seed,
+        save_checkpoints_steps=train.save_checkpoints_steps,
+        save_checkpoints_secs=None,
+        save_summary_steps=train.log_every_n_steps,
+        log_step_count_steps=train.log_every_n_steps)
+    return tf.estimator.Estimator(
+        model_fn=strategy.wrap_model_fn(model_lib.model_fn),
+        config=run_config,
+        params=strategy.model_params({"model": scaled}))
+
+
+def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineConfig,
+        strategy: strategies_base.Strategy, console: Optional[console_lib.Console] = None,
+        ) -> Optional[TrainResult]:
+    """Runs this process's part of a training job.
+
+    Args:
+      train: what to train on and where results go.
+      model: the model's hyperparameters.
+      input_config: how the input pipeline reads the data.
+      strategy: the distribution strategy adapter of this process.
+      console: where progress and evaluations are printed; None prints
+        nothing (library use).
+
+    Returns:
+      The result, or None on a process that does not train (a parameter
+      server).
+
+    Raises:
+      ValueError: bad configuration, found before training starts.
+    """
+    strategy.validate()
+    strategy.setup()
+    if strategy.role != "worker":
+        strategy.serve()
+        return None
+
+    resumed_step = check_model_dir(train.model_dir, model, repair=strategy.is_chief)
+    if resumed_step is not None:
+        logging.info("resuming from the checkpoint in %s at global step %d", train.model_dir, resumed_step)
+    context = strategy.input_context()
+    batch = strategy.batch_per_input_pipeline(train.batch_size)
+    source = strategy.pipe_channel() if input_config.input_mode == pipeline.INPUT_MODE_PIPE else train.train_files
+    train_builder = pipeline.DatasetBuilder(source, input_config, batch_size=batch, num_epochs=None)
+    per_step = strategy.batches_per_step()
+    steps = _steps_per_worker(train, train_builder, context, per_step)
+    if steps is None:
+        # Pipe mode without row counts: each epoch ends with its FIFO.
+        train_builder = pipeline.DatasetBuilder(source, input_config, batch_size=batch, num_epochs=train.num_epochs)
+        max_steps = None
+
+        def input_fn():
+            return strategy.finite_input(train_builder(context))
+        logging.info("%s; per-replica batch %d; training for %d epoch(s) of channel %s, each ending with its FIFO",
+                     strategy.describe(), train.batch_size, train.num_epochs, source)
+    else:
+        max_steps = strategy.global_max_steps(steps)
+
+        def input_fn():
+            return train_builder(context)
+        logging.info("%s; per-replica batch %d; training to global step %d",
+                     strategy.describe(), train.batch_size, max_steps)
+
+    console = console or console_lib.Console(enabled=False)
+    rounds = bool(train.eval_every_n_steps) and strategy.evaluates
+    if rounds and input_config.input_mode == pipeline.INPUT_MODE_PIPE:
+        raise ValueError("--eval_every_n_steps needs File mode: training in rounds would reopen the Pipe-mode "
+                         "channel %r from its first epoch each round" % source)
+    epoch_steps = _global_steps_per_epoch(train_builder, context, per_step, steps, max_steps)
+    console.line("%s; per-replica batch %d; %s" % (
+        strategy.describe(), train.batch_size, "training to global step %d" % max_steps if max_steps
+        else "training to the end of the channel"))
+    estimator = build_estimator(train, model, strategy)
+    throughput = hooks_lib.ProgressHook(
+        batch * per_step, every_n_steps=train.log_every_n_steps,
+        listeners=_progress_listeners(train, model, strategy, console, max_steps, epoch_steps))
+    train_input_fn = _continuing_input_fn(train_builder, context, throughput, per_step) if rounds else input_fn
+    start = time.time()
+    outcome = None
+    with interrupt.StopRequest() as stop, checkpoints.save_errors(train.model_dir), \
+            watchdog.watch_parameter_servers(strategy):
+        hooks = strategy.train_hooks() + [throughput, stop.hook(interrupt.agreement_of(strategy))]
+        if train.trace_steps:
+            hooks.append(_trace_hook(train, strategy))
+        if rounds and strategy.name == PARAMETER_SERVERS:
+            outcome = _train_evaluating_in_session(estimator, train_input_fn, hooks, train, input_config, console,
+                                                   max_steps, lambda: stop.stopped_before(max_steps) is not None)
+        elif rounds:
+            outcome = _train_in_rounds(estimator, train_input_fn, hooks, train, input_config, strategy, console,
+                                       resumed_step, max_steps, lambda: stop.stopped_before(max_steps) is not None)
+        else:
+            estimator.train(train_input_fn, max_steps=max_steps, hooks=hooks)
+    console.close()
+    interrupted = stop.stopped_before(max_steps) is not None
+    if not interrupted:
+        strategy.finish_training()
+    result = TrainResult(
+        examples_per_sec=throughput.examples_per_second, model_dir=train.model_dir,
+        strategy=strategy.describe(), train_seconds=time.time() - start,
+        global_step=int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)))
+    if interrupted:
+        interrupt.stop_training(result, train.metrics_file if strategy.is_chief else None, stop)
+
+    if outcome is not None:
+        if outcome.best is not None:
+            result.auc, result.logloss, result.best_step = outcome.best.auc, outcome.best.logloss, outcome.best.step
+        result.stopped_early = outcome.stopped_early
+        result.evaluations = [dataclasses.asdict(e) for e in outcome.evaluations]
+    elif train.val_channel and input_config.input_mode == pipeline.INPUT_MODE_PIPE:
+        if strategy.is_chief:
+            result.auc, result.logloss, result.global_step = _evaluate(
+                estimator, train.val_channel, dataclasses.replace(input_config, shuffle_buffer=0, cache=None,
+                                                                  drop_remainder=False))
+    elif strategy.evaluates and train.val_files:
+        result.auc, result.logloss, result.global_step = _evaluate(
+            estimator, train.val_files, _file_eval_config(input_config))
+    if outcome is None:
+        result.best_step = result.global_step
+    if strategy.is_chief:
+        if train.export_dir:
+            result.export_path = export(estimator, train.export_dir, model.field_size,
+                                        outcome.checkpoint_path if outcome is not None else None)
+        if train.metrics_file:
+            write_metrics(train.metrics_file, result)
+    return result
+
+
+def _file_eval_config(input_config: pipeline.PipelineConfig) -> pipeline.PipelineConfig:
+    """How evaluation reads validation files: every row once, in order."""
+    return dataclasses.replace(input_config, input_mode=pipeline.INPUT_MODE_FILE, shuffle_buffer=0, cache=None,
+                               drop_remainder=False)
+
+
+def _evaluate(estimator, source: pipeline.Source, eval_config: pipeline.PipelineConfig,
+              checkpoint_path: Optional[str] = None):
+    """Evaluates on every row of `source` (files, or a Pipe channel)."""
+    builder = pipeline.DatasetBuilder(source, eval_config, batch_size=EVAL_BATCH_SIZE, num_epochs=1)
+    metrics = estimator.evaluate(builder.input_fn(), name="validation", checkpoint_path=checkpoint_path)
+    logging.info("validation: %s", metrics)
+    return float(metrics["auc"]), float(metrics["logloss"]), int(metrics["global_step"])
+
+
+def _continuing_input_fn(builder: pipeline.DatasetBuilder, context: tf.distribute.InputContext,
+                         progress: hooks_lib.ProgressHook, per_step: int):
+    """An input_fn for training in rounds: each round goes on where the last one left the data.
+
+    The dataset skips the batches this process trained in earlier rounds
+    (modulo one epoch's batches).
+    """
+    epoch_batches = builder.steps_per_epoch(context)
+
+    def input_fn():
+        skip = progress.steps * per_step
+        return builder(context).skip(skip % epoch_batches if epoch_batches else skip)
+    return input_fn
+
+
+def _global_steps_per_epoch(builder: pipeline.DatasetBuilder, context: tf.distribute.InputContext,
+                            per_step: int, steps_per_worker: Optional[int], max_steps: Optional[int]
+                            ) -> Optional[int]:
+    """Global steps of one epoch (for the console's `epoch e/N`); None when rows are unknown."""
+    batches = builder.steps_per_epoch(context)
+    if not batches or not steps_per_worker or not max_steps or batches < per_step:
+        return None
+    return max(1, (batches // per_step) * max_steps // steps_per_worker)
+
+
+def _progress_listeners(train: TrainConfig, model: ModelConfig, strategy: strategies_base.Strategy,
+                        console: console_lib.Console, max_steps: Optional[int],
+                        epoch_steps: Optional[int]) -> List[hooks_lib.Listener]:
+    """Where progress goes: the console, the chief's TensorBoard scalars, the progress file."""
+    listeners: List[hooks_lib.Listener] = []
+    if max_steps:
+        listeners.append(hooks_lib.ConsoleProgress(
+            console, max_steps, epoch_steps, None if train.max_steps else train.num_epochs))
+    if strategy.is_chief:
+        listeners.append(hooks_lib.SummaryProgress(
+            train.model_dir, model.learning_rate * strategy.learning_rate_factor()))
+    if train.progress_file and (strategy.is_chief or hooks_lib.TASK_PLACEHOLDER in train.progress_file):
+        listeners.append(hooks_lib.ProgressFile(
+            train.progress_file.replace(hooks_lib.TASK_PLACEHOLDER, task_name(strategy))))
+    return listeners
+
+
+def _trace_hook(train: TrainConfig, strategy: strategies_base.Strategy) -> step_trace.StepTraceHook:
+    """The hook tracing `train.trace_steps` steps of this process (`deepfm.runtime.step_trace`)."""
+    cluster = getattr(strategy, "cluster", None)
+    return step_trace.StepTraceHook(
+        train.trace_dir or os.path.join(train.model_dir, TRACE_DIR), task_name(strategy), train.trace_steps,
+        own_job=cluster.task_type if cluster is not None else None)
+
+
+def task_name(strategy: strategies_base.Strategy) -> str:
+    """This process's name in its job: `rank<r>` (Horovod), `<job>_<index>` (parameter servers), else `main`."""
+    rank = getattr(strategy, "rank", None)
+    if rank is not None:
+        return "rank%d" % rank
+    cluster = getattr(strategy, "cluster", None)
+    if cluster is not None:
+        return cluster.task_name
+    return MAIN_TASK
+
+
+def _agree(strategy: strategies_base.Strategy, value: int) -> int:
+    """The largest `value` of the processes that must agree (Horovod ranks); `value` elsewhere.
+
+    A collective where the strategy has one (`agree_to_stop`): every rank
+    calls it at the same point.
+    """
+    agree = interrupt.agreement_of(strategy)
+    if agree is None:
+        return value
+    with tf.Graph().as_default():
+        combined = agree(tf.constant(value, tf.int32))
+        with tf.compat.v1.Session(config=strategy.session_config()) as session:
+            return int(session.run(combined))
+
+
+def _train_in_rounds(estimator: tf.estimator.Estimator, input_fn, hooks, train: TrainConfig,
+                     input_config: pipeline.PipelineConfig, strategy: strategies_base.Strategy,
+                     console: console_lib.Console, resumed_step: Optional[int], max_steps: int,
+                     interrupted) -> early_stopping.RoundsOutcome:
+    """Trains to each evaluation step, evaluates, keeps the best checkpoint, stops early."""
+    tracker = early_stopping.BestCheckpoint(train.model_dir, train.early_stopping_patience, keep=strategy.is_chief)
+    eval_config = _file_eval_config(input_config)
+
+    def train_to(step: int) -> int:
+        estimator.train(input_fn, max_steps=step, hooks=hooks)
+        return int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP))
+
+    def evaluate():
+        checkpoint = estimator.latest_checkpoint()
+        auc, logloss, step = _evaluate(estimator, train.val_files, eval_config, checkpoint)
+        return early_stopping.Evaluation(step=step, auc=auc, logloss=logloss), checkpoint
+
+    # Rank 0's resume step on every Horovod rank: the others train in private directories.
+    start_step = _agree(strategy, (resumed_step or 0) if strategy.is_chief else 0)
+    return early_stopping.train_in_rounds(
+        train_to, evaluate, tracker, start_step, max_steps, train.eval_every_n_steps,
+        agree=lambda flag: _agree(strategy, flag), report=console.line, interrupted=interrupted)
+
+
+def _train_evaluating_in_session(estimator: tf.estimator.Estimator, input_fn, hooks, train: TrainConfig,
+                                 input_config: pipeline.PipelineConfig, console: console_lib.Console,
+                                 max_steps: int, interrupted) -> early_stopping.RoundsOutcome:
+    """A parameter-server chief: evaluates from inside one training session, then once at the end.
+
+    A new session of the chief would restore the parameter servers from its
+    last checkpoint and undo the other workers' updates since
+    (`early_stopping.EvaluateInSessionHook`).
+    """
+    tracker = early_stopping.BestCheckpoint(train.model_dir, train.early_stopping_patience)
+    eval_config = _file_eval_config(input_config)
+
+    def evaluate(checkpoint: str) -> early_stopping.Evaluation:
+        auc, logloss, step = _evaluate(estimator, train.val_files, eval_config, checkpoint)
+        return early_stopping.Evaluation(step=step, auc=auc, logloss=logloss)
+
+    hook = early_stopping.EvaluateInSessionHook(train.model_dir, evaluate, tracker, max_steps,
+                                                train.eval_every_n_steps, report=console.line)
+    estimator.train(input_fn, max_steps=max_steps, hooks=hooks + [hook])
+    if not hook.stopped_early and not interrupted():
+        checkpoint = estimator.latest_checkpoint()
+        early_stopping.report_evaluation(tracker, evaluate(checkpoint), checkpoint, console.line)
+    return early_stopping.RoundsOutcome(best=tracker.best, checkpoint_path=tracker.checkpoint_path,
+                                        evaluations=list(tracker.history), stopped_early=hook.stopped_early)
+
+
+def export(estimator: tf.estimator.Estimator, export_dir: str, field_size: int,
+           checkpoint_path: Optional[str] = None) -> str:
+    """Exports a checkpoint (by default the latest) as a SavedModel under `export_dir`.
+
+    Returns:
+      The timestamped SavedModel directory.
+    """
+    path = estimator.export_saved_model(export_dir, model_lib.serving_input_receiver_fn(field_size),
+                                        checkpoint_path=checkpoint_path)
+    return path.decode() if isinstance(path, bytes) else path
+
+
+def write_metrics(path: str, result: TrainResult) -> None:
+    """Writes the final evaluation as JSON (auc, logloss, examples_per_sec, global_step, ...)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(result.to_json())
+    os.replace(tmp, path)
+
+
+def summary(result: TrainResult, extra: Optional[Dict[str, str]] = None) -> str:
+    """A short human-readable summary of a result."""
+    def fmt(value, spec):
+        return "n/a" if value is None else format(value, spec)
+    items = [
+        ("strategy", result.strategy),
+        ("validation AUC", fmt(result.auc, ".4f")),
+        ("validation logloss", fmt(result.logloss, ".4f")),
+        ("examples/sec", fmt(result.examples_per_sec, ",.0f")),
+        ("global step", str(result.global_step)),
+    ] + ([("best checkpoint", "step %s of %d evaluations%s" % (
+        result.best_step, len(result.evaluations), ", stopped early" if result.stopped_early else ""))]
+         if result.evaluations else []) + [
+        ("model dir", result.model_dir),
+        ("SavedModel", result.export_path or "not exported"),
+    ] + list((extra or {}).items())
+    width = max(len(key) for key, _ in items) + 2
+    return "\n".join((key + ":").ljust(width) + value for key, value in items)

@@ -1,0 +1,91 @@
+"""Tests of `cli.entry`: the verbosity read before parsing, the import filter, user errors."""
+
+import io
+import logging as std_logging
+import os
+import sys
+
+import tensorflow as tf
+from absl import app
+from absl.testing import parameterized
+
+from cli import entry
+
+
+class ExplicitVerbosityTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("absent", ["prog", "--model_dir", "x"], None),
+        ("equals", ["prog", "--verbosity=0"], 0),
+        ("separate", ["prog", "--verbosity", "1"], 1),
+        ("short", ["prog", "-v", "-1"], -1),
+        ("after_double_dash_ignored", ["prog", "--", "--verbosity=1"], None),
+        ("not_a_number", ["prog", "--verbosity=loud"], None),
+    )
+    def test_reads_the_flag_before_parsing(self, argv, expected):
+        self.assertEqual(expected, entry.explicit_verbosity(argv))
+
+    def test_detail_from_info_up(self):
+        self.assertEqual([False, False, True, True],
+                         [entry.wants_detail(v) for v in (None, -1, 0, 1)])
+
+class FilterTest(tf.test.TestCase):
+
+    def test_noise_written_to_the_descriptor_is_dropped_the_rest_kept(self):
+        path = os.path.join(self.get_temp_dir(), "stderr.txt")
+        with open(path, "wb") as target:
+            with entry.filtered_fd(target.fileno(), entry.IMPORT_NOISE):
+                os.write(target.fileno(), b"E cuda_dnn.cc:9342] Unable to register cuDNN factory: ...\n")
+                os.write(target.fileno(), b"E real_error.cc:1] something broke\n")
+                os.write(target.fileno(), b"I cudart_stub.cc:28] Could not find cuda drivers on your machine\n")
+        with open(path) as f:
+            self.assertEqual("E real_error.cc:1] something broke\n", f.read())
+
+    def test_deprecation_notices_are_dropped_real_warnings_kept(self):
+        logger = std_logging.getLogger("tensorflow.test_console")
+        handler_output = io.StringIO()
+        handler = std_logging.StreamHandler(handler_output)
+        logger.addHandler(handler)
+        logger.addFilter(entry.DeprecationFilter())
+        self.addCleanup(logger.removeHandler, handler)
+        logger.warning("From x.py:1: foo (from bar) is deprecated and will be removed in a future version.\n"
+                       "Instructions for updating:\nUse tf.keras instead.")
+        logger.warning("the disk is full")
+        self.assertEqual("the disk is full\n", handler_output.getvalue())
+
+class RunMainTest(tf.test.TestCase):
+
+    def _run(self, error, detail):
+        """(exit code or None, stderr) of `run_main` around a main raising `error`."""
+        def main(argv):
+            del argv
+            raise error
+        err = io.StringIO()
+        old, sys.stderr = sys.stderr, err
+        try:
+            entry.run_main(main, ["prog"], "prog", lambda: detail)
+        except SystemExit as e:
+            return e.code, err.getvalue()
+        finally:
+            sys.stderr = old
+        return None, err.getvalue()
+
+    def test_user_errors_end_with_their_message_without_traceback(self):
+        for error in (ValueError("bad --x 3"), app.UsageError("bad --x 3"), FileNotFoundError("bad --x 3")):
+            with self.subTest(error=type(error).__name__):
+                code, err = self._run(error, detail=False)
+                self.assertEqual(1, code)
+                self.assertIn("prog: error: bad --x 3\n", err)
+                self.assertNotIn("Traceback", err)
+
+    def test_detail_keeps_the_exception(self):
+        with self.assertRaisesRegex(ValueError, "bad"):
+            self._run(ValueError("bad"), detail=True)
+
+    def test_other_errors_propagate(self):
+        with self.assertRaises(KeyError):
+            self._run(KeyError("bug"), detail=False)
+
+    def test_op_errors_lose_their_graph_trace(self):
+        error = tf.errors.InvalidArgumentError(None, None, "id 7 outside [0, 5)\n\t [[{{node check}}]]")
+        self.assertEqual("id 7 outside [0, 5)", entry.error_message(error))

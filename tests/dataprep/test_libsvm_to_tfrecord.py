@@ -1,0 +1,46 @@
+"""Tests of dataprep.libsvm_to_tfrecord: the one-line conversion the pipeline suggests."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from dataprep import libsvm_to_tfrecord
+from tests.input_pipeline import dataset_io, example_files
+from tests import paths
+
+REPO_ROOT = paths.REPO_ROOT
+
+
+class LibsvmToTFRecordTest(tf.test.TestCase):
+
+    def test_tfrecord_twin_holds_the_same_rows(self):
+        directory = tempfile.mkdtemp(dir=self.get_temp_dir())
+        rows = example_files.make_rows(20, seed=4)
+        path = example_files.write_rows(os.path.join(directory, "part"), rows, "libsvm")
+        targets = libsvm_to_tfrecord.convert([os.path.join(directory, "*.libsvm")], example_files.SMALL_FIELD_SIZE)
+        self.assertEqual(targets, [path[:-len(".libsvm")] + ".tfrecord"])
+        for got, want in zip(dataset_io.read_tfrecord(targets[0], example_files.SMALL_FIELD_SIZE), rows):
+            self.assertAllEqual(got, want)
+        with self.assertRaisesRegex(FileExistsError, "already exist.*--overwrite"):
+            libsvm_to_tfrecord.convert([path], example_files.SMALL_FIELD_SIZE)
+
+    def test_command_line_names_a_bad_line(self):
+        directory = tempfile.mkdtemp(dir=self.get_temp_dir())
+        path = os.path.join(directory, "bad.libsvm")
+        with open(path, "w") as f:
+            f.write("1 1:1 2:1 3:1 4:1\n0 1:x 2:1 3:1 4:1\n")
+        result = subprocess.run([sys.executable, "-m", "dataprep.libsvm_to_tfrecord", "--field_size", "4",
+                                 "--input", path], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("%s:2: bad LibSVM line" % path, result.stderr)
+        self.assertFalse(os.path.exists(os.path.join(directory, "bad.tfrecord")))
+        self.assertEqual(np.sort(os.listdir(directory)).tolist(), ["bad.libsvm"])
+
+
+if __name__ == "__main__":
+    tf.test.main()

@@ -1,0 +1,149 @@
+"""Tests of the cost model's arithmetic (`strategies.cost_model`)."""
+
+from absl.testing import parameterized
+import tensorflow as tf
+
+from strategies import cost_model
+
+# A small step: 10 ids of which 4 distinct, k = 3 (row bytes (3 + 1) x 4 = 16,
+# with two int64 indices 32), 100 dense parameters (400 bytes), tables of 50 rows (800 bytes).
+COMPUTE_S = 0.01
+BATCH = 5
+
+
+def _profile(**overrides):
+    values = dict(compute_s=COMPUTE_S, batch_size=BATCH, ids_per_step=10, distinct_ids_per_step=4.0,
+                  embedding_size=3, feature_size=50, dense_params=100, cpu_s_per_byte=1e-6, dedup=True)
+    values.update(overrides)
+    return cost_model.StepProfile(**values)
+
+
+# 1 Gbit/s = 125,000,000 bytes/s; no latency unless a test sets it.
+def _cluster(hosts=2, cores=1, gbps=1.0, latency_s=0.0):
+    return cost_model.Cluster(hosts=hosts, cores_per_host=cores, link_gbps=gbps, latency_s=latency_s)
+
+
+class StepProfileTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.named_parameters(("dedup", True, 4 * 32.0), ("plain", False, 10 * 32.0))
+    def test_sparse_bytes_count_rows_values_and_indices(self, dedup, expected):
+        self.assertAlmostEqual(expected, _profile(dedup=dedup).sparse_bytes)
+
+    def test_dense_and_table_bytes(self):
+        profile = _profile()
+        self.assertEqual(400, profile.dense_bytes)
+        self.assertEqual(50 * 16, profile.table_bytes)
+
+    def test_bad_values_are_named(self):
+        with self.assertRaisesRegex(ValueError, "distinct_ids_per_step must be in .* got 11"):
+            _profile(distinct_ids_per_step=11.0)
+        with self.assertRaisesRegex(ValueError, "compute_s must be > 0, got 0"):
+            _profile(compute_s=0)
+        with self.assertRaisesRegex(ValueError, "link_gbps must be > 0, got 0"):
+            _cluster(gbps=0)
+
+
+class TrafficTest(tf.test.TestCase):
+
+    def test_horovod_two_processes(self):
+        # Allgather: 1 other process's rows (128 bytes); allreduce: 2 x 1/2 x 400 = 400 bytes.
+        link, handled, rounds = cost_model.traffic(cost_model.HOROVOD, _profile(), _cluster())
+        self.assertAlmostEqual(128 + 400, link)
+        self.assertAlmostEqual(2 * (128 + 400), handled)
+        self.assertEqual(3, rounds)
+
+    def test_horovod_grows_with_processes(self):
+        # 2 hosts x 2 cores: 3 other processes' rows, allreduce 2 x 3/4 x 400 = 600.
+        link, _, rounds = cost_model.traffic(cost_model.HOROVOD, _profile(), _cluster(cores=2))
+        self.assertAlmostEqual(3 * 128 + 600, link)
+        self.assertEqual(9, rounds)
+
+    def test_horovod_dense_reduces_the_tables(self):
+        link, handled, _ = cost_model.traffic(cost_model.HOROVOD_DENSE, _profile(), _cluster())
+        self.assertAlmostEqual(800 + 400, link)
+        self.assertAlmostEqual(2 * 1200, handled)
+
+    def test_ps_sends_half_of_a_pull_and_push_to_the_other_host(self):
+        # Per worker: 2 x (128 + 400) = 1056 bytes; half goes to the other host's ps.
+        link, handled, rounds = cost_model.traffic(cost_model.PS, _profile(), _cluster())
+        self.assertAlmostEqual(528, link)
+        self.assertAlmostEqual(2 * 1056, handled)
+        self.assertEqual(4, rounds)
+
+    def test_one_host_has_no_link_traffic(self):
+        for strategy in (cost_model.HOROVOD, cost_model.HOROVOD_DENSE, cost_model.PS):
+            link, _, _ = cost_model.traffic(strategy, _profile(), _cluster(hosts=1, cores=2))
+            self.assertEqual(0.0, link, strategy)
+
+    def test_unknown_strategy_is_named(self):
+        with self.assertRaisesRegex(ValueError, "got 'mirrored'"):
+            cost_model.traffic("mirrored", _profile(), _cluster())
+
+
+class PredictTest(tf.test.TestCase):
+
+    def test_single_is_batch_over_compute(self):
+        prediction = cost_model.predict(cost_model.SINGLE, _profile(), _cluster(hosts=4))
+        self.assertAlmostEqual(BATCH / COMPUTE_S, prediction.examples_per_sec)
+        self.assertAlmostEqual(1.0, prediction.efficiency)
+
+    def test_horovod_step_adds_cpu_link_and_latency(self):
+        prediction = cost_model.predict(cost_model.HOROVOD, _profile(), _cluster(latency_s=1e-4))
+        cpu = 2 * 528 * 1e-6
+        link = 528 / 125e6
+        step = COMPUTE_S + cpu + link + 3 * 1e-4
+        self.assertAlmostEqual(cpu, prediction.cpu_comm_s)
+        self.assertAlmostEqual(link, prediction.link_s)
+        self.assertAlmostEqual(step, prediction.step_s)
+        self.assertAlmostEqual(2 * BATCH / step, prediction.examples_per_sec)
+        self.assertAlmostEqual(COMPUTE_S / step, prediction.efficiency)
+
+    def test_slow_link_makes_the_link_the_bottleneck(self):
+        profile = _profile(cpu_s_per_byte=0.0, dedup=False)
+        prediction = cost_model.predict(cost_model.HOROVOD_DENSE, profile, _cluster(gbps=1e-5))
+        self.assertEqual("link bandwidth", prediction.bottleneck())
+
+    def test_choose_prefers_sparse_rows_over_dense_tables(self):
+        # Tables far larger than a batch's rows: moving whole tables loses.
+        profile = _profile(feature_size=10 ** 6, cpu_s_per_byte=1e-9)
+        ranked = cost_model.predict_all(profile, _cluster(gbps=10.0))
+        self.assertEqual(cost_model.HOROVOD_DENSE, ranked[-1].strategy)
+        strategy, reason = cost_model.choose(profile, _cluster(gbps=10.0))
+        self.assertEqual(ranked[0].strategy, strategy)
+        self.assertIn(strategy, reason)
+
+    def test_choose_single_when_moving_bytes_costs_more_than_a_step(self):
+        strategy, reason = cost_model.choose(_profile(cpu_s_per_byte=1e-3), _cluster())
+        self.assertEqual(cost_model.SINGLE, strategy)
+        self.assertIn("one process", reason)
+
+    def test_overhead_is_added_to_distributed_steps_only(self):
+        profile = _profile(cpu_s_per_byte=0.0, overhead_s=0.002)
+        self.assertAlmostEqual(0.002, cost_model.predict(cost_model.HOROVOD, profile, _cluster()).cpu_comm_s)
+        self.assertAlmostEqual(0.0, cost_model.predict(cost_model.SINGLE, profile, _cluster()).cpu_comm_s)
+
+    def test_ps_has_its_own_costs_where_given(self):
+        profile = _profile(cpu_s_per_byte=0.0, overhead_s=0.002, ps_cpu_s_per_byte=1e-9, ps_overhead_s=0.005)
+        self.assertEqual((0.005, 1e-9), profile.costs(cost_model.PS))
+        self.assertEqual((0.002, 0.0), profile.costs(cost_model.HOROVOD))
+        prediction = cost_model.predict(cost_model.PS, profile, _cluster())
+        self.assertAlmostEqual(0.005 + 2 * 1056 * 1e-9, prediction.cpu_comm_s)
+        self.assertEqual((0.002, 0.0), _profile(cpu_s_per_byte=0.0, overhead_s=0.002).costs(cost_model.PS))
+
+    def test_calibrate_recovers_a_line(self):
+        overhead, per_byte = cost_model.calibrate([1e6, 3e6, 5e6], [0.003, 0.005, 0.007])
+        self.assertAlmostEqual(0.002, overhead)
+        self.assertAlmostEqual(1e-9, per_byte)
+        with self.assertRaisesRegex(ValueError, "different bytes"):
+            cost_model.calibrate([1e6, 1e6], [0.003, 0.004])
+        with self.assertRaisesRegex(ValueError, "got 1 and 1"):
+            cost_model.calibrate([1e6], [0.003])
+
+    def test_relative_error(self):
+        self.assertAlmostEqual(0.1, cost_model.relative_error(110.0, 100.0))
+        with self.assertRaisesRegex(ValueError, "measured must be > 0, got 0"):
+            cost_model.relative_error(1.0, 0.0)
+
+
+if __name__ == "__main__":
+    tf.test.main()
