@@ -1,0 +1,59 @@
+"""Train click-through-rate models with pluggable TensorFlow distribution strategies.
+
+The public API (each name is loaded on first use, so `import deepfm` is
+cheap and imports no TensorFlow)::
+
+    import deepfm
+
+    data = deepfm.Dataset.open("data/synthetic")
+    result = deepfm.train_and_evaluate(
+        deepfm.TrainConfig(model_dir="runs/m1", train_files=data.train_files, val_files=data.val_files),
+        deepfm.ModelConfig(feature_size=data.feature_size, field_size=data.field_size),
+        strategy=deepfm.StrategyConfig(name="horovod"))
+
+* `train_and_evaluate`: train, evaluate, export (`deepfm.api`).
+* `write_predictions`: score data with an exported SavedModel (`deepfm.predict`).
+* The configuration: `TrainConfig`, `ModelConfig` (`deepfm.config`),
+  `PipelineConfig` (`input_pipeline.pipeline`), `StrategyConfig`
+  (`strategies.base`) and each strategy's own options dataclass.
+* `Dataset`: a dataset root or files, with their metadata
+  (`input_pipeline.dataset`); `DatasetBuilder`: the tf.data input pipeline.
+* `ModelContext`: what a model_fn of your own gets from its strategy
+  (`strategies.base`); `models`: the built-in model_fns (DeepFM, DCN).
+* `strategies`: `strategies.get(config)`, `strategies.names()`.
+* `TrainResult`: what a run reports.
+
+docs/api.md walks through it.
+"""
+
+import importlib
+
+# Public name -> (module, attribute); None: the module itself.
+_EXPORTS = {
+    "train_and_evaluate": ("deepfm.api", "train_and_evaluate"),
+    "write_predictions": ("deepfm.predict", "write_predictions"),
+    "TrainConfig": ("deepfm.config", "TrainConfig"),
+    "ModelConfig": ("deepfm.config", "ModelConfig"),
+    "PipelineConfig": ("input_pipeline.pipeline", "PipelineConfig"),
+    "StrategyConfig": ("strategies.base", "StrategyConfig"),
+    "ModelContext": ("strategies.base", "ModelContext"),
+    "Dataset": ("input_pipeline.dataset", "Dataset"),
+    "DatasetBuilder": ("input_pipeline.pipeline", "DatasetBuilder"),
+    "TrainResult": ("deepfm.runtime.trainer", "TrainResult"),
+    "models": ("deepfm.models", None),
+    "strategies": ("strategies", None),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError("module 'deepfm' has no attribute %r" % name)
+    module_name, attribute = _EXPORTS[name]
+    module = importlib.import_module(module_name)
+    return module if attribute is None else getattr(module, attribute)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

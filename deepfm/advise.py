@@ -55,7 +55,7 @@ def define_flags() -> None:
     flags.DEFINE_float("link_gbps", 25.0, "Each host's link in Gbit/s.")
     flags.DEFINE_float("latency_us", cost_model.DEFAULT_LATENCY_S * 1e6, "One-way latency between hosts in us.")
     flags.DEFINE_integer("batch_size", config_lib.DEFAULT_BATCH_SIZE, "Examples per replica and step.")
-    flags.DEFINE_bool("dedup_lookups", config_lib.ModelConfig.dedup_lookups, "Deduplicated embedding lookups.")
+    flags.DEFINE_bool("dedup_lookups", False, "Deduplicated embedding lookups.")
     flags.DEFINE_integer("steps", DEFAULT_STEPS, "Timed steps of the measurement.")
     flags.DEFINE_integer("warmup_steps", DEFAULT_WARMUP_STEPS, "Steps before the timed ones.")
     flags.DEFINE_float("compute_ms", None, "Use this step time instead of measuring one.")
@@ -84,19 +84,23 @@ def measure_step(data: str, batch_size: int, dedup: bool, steps: int, warmup_ste
     import numpy as np
     import tensorflow as tf
 
+    import strategies
+    from deepfm.models import ctr
     from deepfm.models import deepfm as model_lib
     from input_pipeline import files, formats, pipeline, schema
 
-    metadata = schema.DatasetMetadata.read(data)
+    metadata = schema.load_metadata(os.path.join(data, schema.METADATA_FILE) if os.path.isdir(data) else data)
     train_files = files.resolve([data], formats.TFRECORD, split=schema.TRAIN_SPLIT)
     builder = pipeline.DatasetBuilder(
         train_files, pipeline.PipelineConfig(data_format=formats.TFRECORD, field_size=metadata.field_size),
         batch_size=batch_size, num_epochs=None)
-    model = config_lib.ModelConfig(feature_size=metadata.feature_size, field_size=metadata.field_size,
-                                   dedup_lookups=dedup)
+    model = config_lib.ModelConfig(feature_size=metadata.feature_size, field_size=metadata.field_size)
+    context = strategies.get(strategies.StrategyConfig(dedup_lookups=dedup)).model_context(
+        tf.estimator.ModeKeys.TRAIN)
     with tf.Graph().as_default():
         features, labels = tf.compat.v1.data.make_one_shot_iterator(builder(None)).get_next()
-        spec = model_lib.model_fn(features, labels, tf.estimator.ModeKeys.TRAIN, {"model": model})
+        spec = model_lib.model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,
+                                  context.with_params(ctr.model_params(model)))
         dense = sum(v.shape.num_elements() for v in tf.compat.v1.trainable_variables()
                     if not any(name in v.name for name in EMBEDDING_VARIABLES))
         ids = features[schema.FEAT_IDS]

@@ -10,6 +10,9 @@ from typing import Optional, Tuple
 from input_pipeline import schema
 
 OPTIMIZERS = ("adam", "lazy_adam", "adagrad", "momentum", "ftrl", "sgd")
+# The built-in models (`deepfm.models`).
+MODELS = ("deepfm", "dcn")
+DEEPFM, DCN = MODELS
 
 # Defaults of the Amazon SageMaker DeepFM sample's notebook.
 DEFAULT_EMBEDDING_SIZE = 32
@@ -19,13 +22,16 @@ DEFAULT_LEARNING_RATE = 0.0005
 DEFAULT_L2_REG = 0.0001
 DEFAULT_DROPOUT = (0.5, 0.5, 0.5)
 DEFAULT_MOMENTUM = 0.9
+DEFAULT_CROSS_LAYERS = 3
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Hyperparameters of the DeepFM model.
+    """Hyperparameters of a CTR model (DeepFM, DCN, or a user's own model_fn).
 
     Attributes:
+      model: the built-in model (`MODELS`) the command line trains; a
+        model_fn passed to the API reads what it needs from this config.
       feature_size: number of distinct feature ids; every id must be below it.
       field_size: ids per example.
       embedding_size: size k of each feature's FM factor / field embedding.
@@ -45,11 +51,7 @@ class ModelConfig:
       momentum: momentum of the `momentum` optimizer.
       check_ids: check at run time that every id is in [0, feature_size)
         and fail with the offending id otherwise.
-      dedup_lookups: look up each distinct id of a batch once (`tf.unique`,
-        gather, scatter back), so each embedding row moves once per step and
-        duplicate gradient rows are summed before any exchange (a quarter of
-        the bytes per step on synthetic Zipf ids). Off by default: on one
-        core the extra ops cost more step time than they save.
+      cross_layers: DCN's cross layers.
     """
 
     feature_size: int
@@ -64,9 +66,14 @@ class ModelConfig:
     optimizer: str = "lazy_adam"
     momentum: float = DEFAULT_MOMENTUM
     check_ids: bool = True
-    dedup_lookups: bool = False
+    model: str = DEEPFM
+    cross_layers: int = DEFAULT_CROSS_LAYERS
 
     def __post_init__(self):
+        if self.model not in MODELS:
+            raise ValueError("model must be one of %s, got %r" % (", ".join(MODELS), self.model))
+        if self.cross_layers < 1:
+            raise ValueError("cross_layers must be >= 1, got %r" % self.cross_layers)
         if self.feature_size < 1:
             raise ValueError("feature_size must be >= 1, got %r" % self.feature_size)
         if self.field_size < 1:
@@ -148,6 +155,13 @@ class TrainConfig:
     trace_dir: Optional[str] = None
 
     def __post_init__(self):
+        for name in ("batch_size", "num_epochs", "log_every_n_steps", "save_checkpoints_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError("--%s must be >= 1, got %r" % (name, getattr(self, name)))
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError("--max_steps must be >= 1, got %r" % self.max_steps)
+        object.__setattr__(self, "train_files", tuple(self.train_files))
+        object.__setattr__(self, "val_files", tuple(self.val_files))
         if self.trace_steps < 0:
             raise ValueError("--trace_steps must be >= 0, got %r" % self.trace_steps)
         for name in ("eval_every_n_steps", "early_stopping_patience"):

@@ -1,4 +1,4 @@
-"""Scores data files with an exported DeepFM SavedModel and writes a CSV.
+"""Scores data files with an exported SavedModel of this package and writes a CSV.
 
     python -m deepfm.predict --saved_model runs/m1/export/1795320872 \\
         --data data/synthetic/validation --output predictions.csv
@@ -53,7 +53,7 @@ def serving_signature(saved_model: str):
         signature (`feat_ids`, `feat_vals` -> `prob`).
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from deepfm.models import deepfm as model_lib  # pylint: disable=import-outside-toplevel
+    from deepfm.models import ctr  # pylint: disable=import-outside-toplevel
 
     if not tf.saved_model.contains_saved_model(saved_model):
         raise ValueError("--saved_model %r holds no SavedModel (saved_model.pb); pass one timestamped "
@@ -65,8 +65,8 @@ def serving_signature(saved_model: str):
             saved_model, tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY, sorted(loaded.signatures)))
     inputs = signature.structured_input_signature[1]
     missing = {schema.FEAT_IDS, schema.FEAT_VALS} - set(inputs)
-    if missing or model_lib.SERVING_SIGNATURE_OUTPUT not in signature.structured_outputs:
-        raise ValueError("--saved_model %r is not a DeepFM export: its serving signature takes %s and returns %s"
+    if missing or ctr.SERVING_SIGNATURE_OUTPUT not in signature.structured_outputs:
+        raise ValueError("--saved_model %r is not an export of this package: its serving signature takes %s and returns %s"
                          % (saved_model, sorted(inputs), sorted(signature.structured_outputs)))
     return loaded, signature, int(inputs[schema.FEAT_IDS].shape[1])
 
@@ -91,11 +91,11 @@ def batches(paths: Sequence[str], data_format: formats.DataFormat, field_size: i
 
 def predict_rows(signature, dataset, labelled: bool) -> Iterator[Tuple[List, Optional[List]]]:
     """Yields `(probabilities, labels or None)` per batch of `dataset`."""
-    from deepfm.models import deepfm as model_lib  # pylint: disable=import-outside-toplevel
+    from deepfm.models import ctr  # pylint: disable=import-outside-toplevel
     for element in dataset:
         features, labels = element if labelled else (element, None)
         prob = signature(**{schema.FEAT_IDS: features[schema.FEAT_IDS],
-                            schema.FEAT_VALS: features[schema.FEAT_VALS]})[model_lib.SERVING_SIGNATURE_OUTPUT]
+                            schema.FEAT_VALS: features[schema.FEAT_VALS]})[ctr.SERVING_SIGNATURE_OUTPUT]
         yield prob.numpy().reshape(-1).tolist(), (labels.numpy().reshape(-1).tolist() if labelled else None)
 
 

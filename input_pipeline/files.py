@@ -109,7 +109,7 @@ def row_counts(paths: Sequence[str], data_format: formats.DataFormatLike) -> Opt
         if meta is None:
             return None
         if meta not in tables:
-            tables[meta] = schema.DatasetMetadata.read(meta).rows_per_file(
+            tables[meta] = schema.load_metadata(meta).rows_per_file(
                 os.path.dirname(meta), data_format.extension)
         rows = tables[meta].get(os.path.abspath(path))
         if rows is None:

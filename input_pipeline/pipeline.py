@@ -259,7 +259,7 @@ class DatasetBuilder:
     def _check_field_size(self) -> None:
         meta = schema.find_metadata(self.files[0])
         if meta is not None:
-            field_size = schema.DatasetMetadata.read(meta).field_size
+            field_size = schema.load_metadata(meta).field_size
             if field_size != self.config.field_size:
                 raise ValueError("%s says field_size=%d, the pipeline is configured with field_size=%d"
                                  % (meta, field_size, self.config.field_size))

@@ -21,6 +21,7 @@ with its own offset, vocabulary and unknown id. Id 0 is never used.
 """
 
 import dataclasses
+import functools
 import json
 import os
 from typing import Dict, List, Optional
@@ -134,6 +135,27 @@ class DatasetMetadata:
             for split in self.splits.values()
             for stem, rows in split.shards.items()
         }
+
+
+def load_metadata(path: str) -> DatasetMetadata:
+    """The metadata file at `path`, read once per process while it is unchanged.
+
+    A training run looks its dataset's metadata up several times (the entry
+    point, the row counts of each pipeline, their field-size checks); a
+    Criteo-scale vocabulary makes each read costly. Callers share the object
+    and must not change it.
+
+    Raises:
+      FileNotFoundError, ValueError: as `DatasetMetadata.read`.
+    """
+    stat = os.stat(path)
+    return _load_metadata(os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_metadata(path: str, mtime_ns: int, size: int) -> DatasetMetadata:
+    del mtime_ns, size  # The cache key: a rewritten file is read again.
+    return DatasetMetadata.read(path)
 
 
 def find_metadata(path: str) -> Optional[str]:

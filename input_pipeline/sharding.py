@@ -5,12 +5,11 @@ sits (`Topology`) and asks for `(num_shards, index)`, which becomes the
 `tf.distribute.InputContext` (`num_input_pipelines`, `input_pipeline_id`)
 that `input_pipeline.pipeline.DatasetBuilder` shards by.
 
-File mode (`file_mode_shard`): every process sees the same file list.
-
-* One worker per host (`single`, `ps`): (num_hosts, host_index); with
-  ShardedByS3Key no shard, S3 already split the files by host.
-* `horovod`: (size, rank); with ShardedByS3Key (workers_per_host,
-  local_rank): S3 split the files by host, the host's workers split its part.
+File mode (`file_mode_shard`): every process sees the same file list and
+reads (size, rank); with ShardedByS3Key (workers_per_host, local_rank): S3
+split the files by host, the host's workers split its part. With one worker
+per host (parameter servers) that is (num_hosts, host_index), and no shard
+with ShardedByS3Key.
 
 Pipe mode (`pipe_mode_shard`): each worker of a host reads its own channel
 (`assign_channel`; the first process to open a FIFO takes it, so two workers
@@ -27,11 +26,6 @@ whole (`files[index::num_shards]`) and what each shard then holds.
 
 import dataclasses
 from typing import List, Sequence, Tuple
-
-FRAMEWORK_SINGLE = "single"
-FRAMEWORK_PS = "ps"
-FRAMEWORK_HOROVOD = "horovod"
-FRAMEWORKS = (FRAMEWORK_SINGLE, FRAMEWORK_PS, FRAMEWORK_HOROVOD)
 
 # Dealing whole files out is accepted when the smallest shard holds at least
 # this fraction of the largest one's rows (or bytes); otherwise records are
@@ -93,31 +87,16 @@ class Topology:
                    workers_per_host=workers_per_host, local_rank=local_rank, rank=rank, size=size)
 
 
-def file_mode_shard(topology: Topology, framework: str, s3_sharded: bool) -> Tuple[int, int]:
+def file_mode_shard(topology: Topology, s3_sharded: bool) -> Tuple[int, int]:
     """Returns (num_shards, index) of a File-mode process (see the module docstring).
 
     Args:
       topology: where the process sits.
-      framework: one of `FRAMEWORKS`; `single` stands for every strategy with
-        one training process per host (single, tower, mirrored).
       s3_sharded: the hosts received different files (`ShardedByS3Key`).
-
-    Raises:
-      ValueError: unknown framework, or a one-worker-per-host framework with
-        several workers per host.
     """
-    if framework not in FRAMEWORKS:
-        raise ValueError("framework must be one of %s, got %r" % (", ".join(FRAMEWORKS), framework))
-    if framework == FRAMEWORK_HOROVOD:
-        if s3_sharded:
-            return topology.workers_per_host, topology.local_rank
-        return topology.size, topology.rank
-    if topology.workers_per_host != 1:
-        raise ValueError("framework %r runs one worker per host, got workers_per_host=%d"
-                         % (framework, topology.workers_per_host))
     if s3_sharded:
-        return NO_SHARD
-    return topology.num_hosts, topology.host_index
+        return topology.workers_per_host, topology.local_rank
+    return topology.size, topology.rank
 
 
 def pipe_mode_shard(topology: Topology, s3_sharded: bool) -> Tuple[int, int]:

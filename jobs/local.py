@@ -21,9 +21,10 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from jobs import processes
 from strategies import cluster as cluster_lib
+from strategies import strategy_names as names
 
-STRATEGY_PS = "ps"
-STRATEGY_HOROVOD = "horovod"
+STRATEGY_PS = names.PS
+STRATEGY_HOROVOD = names.HOROVOD
 STRATEGIES = (STRATEGY_PS, STRATEGY_HOROVOD)
 CONTROLLERS = ("auto", "gloo", "mpi")
 TRAIN_MODULE = "deepfm.train"

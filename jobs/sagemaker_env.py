@@ -30,6 +30,8 @@ import os
 import re
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from strategies import strategy_names as names
+
 DEFAULT_BASE_DIR = "/opt/ml"
 BASE_DIR_VARIABLE = "SAGEMAKER_BASE_DIR"
 CHECKPOINT_CONFIG = "checkpointconfig.json"
@@ -44,8 +46,8 @@ SHARDED_BY_S3_KEY = "ShardedByS3Key"
 MPI_ENABLED = "sagemaker_mpi_enabled"
 MPI_PROCESSES_PER_HOST = "sagemaker_mpi_num_of_processes_per_host"
 PS_ENABLED = "sagemaker_parameter_server_enabled"
-STRATEGY_HOROVOD = "horovod"
-STRATEGY_PS = "ps"
+STRATEGY_HOROVOD = names.HOROVOD
+STRATEGY_PS = names.PS
 S3_SCHEME = "s3://"
 
 

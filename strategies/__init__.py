@@ -1,14 +1,17 @@
-"""Interchangeable distribution strategies for the DeepFM model_fn.
+"""Interchangeable distribution strategies for any Estimator model_fn.
 
 `get(config)` builds an adapter by name and `names()` lists them; both load
-every adapter module first (`base.ADAPTER_MODULES`). The package loads
-TensorFlow only when one of its names below is used, so tools that need only
-`strategies.cluster` (the local launcher) start without it.
+every adapter module first (`base.ADAPTER_MODULES`). A model_fn takes what
+its strategy gives it with `ModelContext.of(params)` (see `strategies.base`).
+The package loads TensorFlow only when one of the names below is used, so
+tools that need only `strategies.names`, `strategies.cluster` or
+`strategies.cost_model` (the launchers, the job layer) start without it.
 """
 
 import importlib
 
-__all__ = ["Strategy", "StrategyConfig", "get", "names", "register"]
+__all__ = ["EmbeddingTable", "ModelContext", "NoOptions", "Strategy", "StrategyConfig", "adapter_class",
+           "get", "make_config", "names", "option_owners", "options_class", "register"]
 
 
 def __getattr__(name):

@@ -23,6 +23,7 @@ import tensorflow as tf
 from absl import logging
 
 from strategies import base
+from strategies import strategy_names as names
 
 # Towers need one core for the reduction and at least two more to beat one device.
 MIN_CORES_FOR_TOWERS = 3
@@ -39,7 +40,7 @@ def choose(environ: Mapping[str, str], cpu_count: int, num_gpus: int) -> Tuple[s
     """
     for variable in HOROVOD_SIZE_VARIABLES:
         if int(environ.get(variable, "1") or 1) > 1:
-            return "horovod", "%s=%s: launched as Horovod ranks" % (variable, environ[variable])
+            return names.HOROVOD, "%s=%s: launched as Horovod ranks" % (variable, environ[variable])
     tf_config = environ.get("TF_CONFIG")
     if tf_config:
         try:
@@ -47,22 +48,34 @@ def choose(environ: Mapping[str, str], cpu_count: int, num_gpus: int) -> Tuple[s
         except json.JSONDecodeError as e:
             raise ValueError("TF_CONFIG is not valid JSON (%s): %r" % (e, tf_config)) from e
         if cluster.get("ps"):
-            return "ps", "TF_CONFIG names %d parameter server(s)" % len(cluster["ps"])
+            return names.PS, "TF_CONFIG names %d parameter server(s)" % len(cluster["ps"])
     if num_gpus > 1:
-        return "mirrored", "%d GPUs on one host: scale up before scaling out" % num_gpus
+        return names.MIRRORED, "%d GPUs on one host: scale up before scaling out" % num_gpus
     if num_gpus == 1:
-        return "single", "one GPU"
+        return names.SINGLE, "one GPU"
     if cpu_count >= MIN_CORES_FOR_TOWERS:
-        return "tower", "%d CPU cores on one host: one tower per core but /cpu:0" % cpu_count
-    return "single", "%d CPU core(s): too few for towers to pay off" % cpu_count
+        return names.TOWER, "%d CPU cores on one host: one tower per core but /cpu:0" % cpu_count
+    return names.SINGLE, "%d CPU core(s): too few for towers to pay off" % cpu_count
 
 
-@base.register("auto")
+def _pick() -> Tuple[str, str]:
+    return choose(os.environ, os.cpu_count() or 1, len(tf.config.list_physical_devices("GPU")))
+
+
+@base.register(names.AUTO)
 class AutoStrategy(base.Strategy):
-    """Builds the adapter `choose` picks instead of itself."""
+    """Builds the adapter `choose` picks instead of itself.
+
+    The config's `options`, if any, must be the picked adapter's
+    (`concrete_name` tells which one it will be).
+    """
 
     def __new__(cls, config: base.StrategyConfig):
-        name, reason = choose(os.environ, os.cpu_count() or 1,
-                              len(tf.config.list_physical_devices("GPU")))
+        name, reason = _pick()
         logging.info("--strategy auto picked %r: %s", name, reason)
         return base.get(dataclasses.replace(config, name=name))
+
+    @classmethod
+    def concrete_name(cls) -> str:
+        """The name of the adapter `choose` picks for this process."""
+        return _pick()[0]

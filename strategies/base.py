@@ -1,14 +1,36 @@
-"""The strategy interface and its registry.
+"""The strategy interface, what a model_fn receives from a strategy, and the registry.
 
-A strategy adapter wraps the DeepFM `model_fn` without changing it, and
+A strategy adapter trains any Estimator `model_fn` without changing it, and
 decides everything about distribution: how many replicas there are, how the
-input is sharded and batched, the session and run configuration, optimizer
-wrapping, learning-rate scaling, hooks, and which process saves, evaluates
-and exports. `deepfm.runtime.trainer` drives any adapter through this interface.
+input is sharded and batched, the session and run configuration, how the
+optimizer is wrapped and the learning rate scaled, where embedding tables
+live and how their rows are looked up, hooks, and which process saves,
+evaluates and exports. `deepfm.runtime.trainer` drives any adapter through
+`Strategy` and nothing else: code outside this package never tests a
+strategy's name or reaches into an adapter.
 
-Adapters live one per module and register themselves by name::
+What a model_fn gets from its strategy is one object, a `ModelContext`
+(`ModelContext.of(params)`): it creates the embedding tables and looks up
+their rows, builds the train op with the strategy's optimizer wrapping and
+learning-rate factor, and computes the evaluation metrics where the strategy
+needs them computed (the tower method's whole batch). A model_fn written
+against it trains under every strategy::
 
-    @base.register("single")
+    def model_fn(features, labels, mode, params):
+        context = strategies.ModelContext.of(params)
+        with tf.compat.v1.variable_scope("my_model", reuse=tf.compat.v1.AUTO_REUSE):
+            table = context.embedding("embeddings", num_rows, [width])
+            rows = table.lookup(features["feat_ids"])
+            ...
+        train_op = context.minimize(loss, tf.compat.v1.train.AdamOptimizer, learning_rate)
+
+Variables are created with `tf.compat.v1.get_variable` under a scope with
+`reuse=AUTO_REUSE`, so that the tower method's copies share them.
+
+Adapters live one per module and register themselves by name
+(`strategies.names`), each with its own options dataclass::
+
+    @base.register(names.SINGLE)
     class SingleStrategy(base.Strategy):
         ...
 
@@ -19,88 +41,106 @@ import abc
 import dataclasses
 import importlib
 import os
-from typing import Callable, ClassVar, Dict, List, Optional, Type
+from typing import Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import tensorflow as tf
 
-CROSS_DEVICE_OPS = ("reduction_to_one_device", "hierarchical_copy", "nccl")
-LR_SCALINGS = ("none", "linear", "sqrt", "capped")
-HVD_COMPRESSIONS = ("none", "fp16")
-DEVICE_TYPES = ("auto", "cpu", "gpu")
-DEFAULT_LR_SCALE_CAP = 1.5
-# The best-practice text: raise the learning rate with the workers, but not by their number
-# (0.001 to 0.0015 even with four or more). Measured: at 2 ranks it keeps Horovod's AUC within
-# 0.005 of one process's after the same examples, unscaled it does not (benchmarks/results/scale_out.md).
-DEFAULT_LR_SCALING = "capped"
+from strategies import strategy_names as names_lib
 
-ModelFn = Callable[..., tf.estimator.EstimatorSpec]
+DEVICE_TYPES = ("auto", "cpu", "gpu")
+# The one params key under which a model_fn finds its `ModelContext`.
+MODEL_CONTEXT_PARAM = "strategy_model_context"
+# What `Strategy.role` returns.
+ROLE_WORKER = "worker"
+ROLE_PS = "ps"
 # The adapter modules of this package; each registers itself when imported.
 ADAPTER_MODULES = ("single", "tower", "mirrored", "ps", "horovod", "auto")
+
+ModelFn = Callable[..., tf.estimator.EstimatorSpec]
+OptimizerFn = Callable[[float], tf.compat.v1.train.Optimizer]
+OptimizerWrapper = Callable[[tf.compat.v1.train.Optimizer], tf.compat.v1.train.Optimizer]
+MetricFn = Callable[[tf.Tensor, Dict[str, tf.Tensor]], Dict[str, Tuple[tf.Tensor, tf.Operation]]]
+
+
+def check_choice(flag: str, value, allowed) -> None:
+    """Raises ValueError naming `--flag`, the bad value and the allowed ones."""
+    if value not in allowed:
+        raise ValueError("--%s must be one of %s, got %r" % (flag, ", ".join(map(str, allowed)), value))
+
+
+def check_at_least(flag: str, value, minimum) -> None:
+    """Raises ValueError naming `--flag` and the bad value unless `value >= minimum`."""
+    if value < minimum:
+        raise ValueError("--%s must be >= %g, got %r" % (flag, minimum, value))
+
+
+def option(default, help: str, choices: Optional[Sequence] = None):  # pylint: disable=redefined-builtin
+    """A field of an options dataclass, with the help text (and choices) its command-line flag shows.
+
+    The field's name is the flag's name.
+    """
+    metadata = {"help": help}
+    if choices is not None:
+        metadata["choices"] = tuple(choices)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """The options of an adapter that has none of its own."""
 
 
 @dataclasses.dataclass(frozen=True)
 class StrategyConfig:
-    """Options of every strategy; each adapter reads the ones it needs.
+    """The strategy of one process, and the options every adapter reads.
 
     Attributes:
-      name: registered strategy name.
-      num_devices: towers or replicas on this host (tower, mirrored); 0 means
-        every device of `device_type` (on CPU: every core but `/cpu:0`, which
-        does the reduction).
+      name: the registered strategy name (`strategies.names`).
+      options: the adapter's own options: an instance of its `Strategy.Options`
+        (e.g. `strategies.horovod.HorovodOptions`); None for its defaults.
       device_type: `cpu`, `gpu`, or `auto` (GPUs if any are visible).
-      cross_device_ops: MirroredStrategy's reduction (`CROSS_DEVICE_OPS`).
-      lr_scaling: Horovod learning-rate policy (`LR_SCALINGS`): `none`,
-        `linear` (x size), `sqrt` (x sqrt(size)), `capped`
-        (x min(size, lr_scale_cap); the default).
-      lr_scale_cap: the largest factor of the `capped` policy.
-      sparse_as_dense: Horovod allreduces embedding gradients densely.
-      hvd_compression: Horovod's compression of dense allreduces
-        (`HVD_COMPRESSIONS`); Horovod never compresses the allgathers of
-        sparse gradients.
-      hvd_fusion_threshold_bytes: `HOROVOD_FUSION_THRESHOLD` (-1: Horovod's
-        default).
-      hvd_cycle_time_ms: `HOROVOD_CYCLE_TIME` in ms (-1: Horovod's default).
-      ps_lr_factor: parameter server: factor on the learning rate for
-        asynchronous updates (< 1 lowers it).
-      ps_towers: parameter server: towers per worker (0 for none).
-      intra_op_threads: `ConfigProto.intra_op_parallelism_threads` (0: TF's
-        choice).
-      inter_op_threads: `ConfigProto.inter_op_parallelism_threads` (0: TF's
-        choice).
+      intra_op_threads: `ConfigProto.intra_op_parallelism_threads` (0:
+        TF's choice).
+      inter_op_threads: `ConfigProto.inter_op_parallelism_threads` (0:
+        TF's choice).
       omp_num_threads: `OMP_NUM_THREADS` for oneDNN (0: leave unset).
       kmp_affinity: `KMP_AFFINITY` for oneDNN ("" leaves it unset).
       amp: mixed-precision graph rewrite of the optimizer (GPUs only).
       xla: XLA JIT compilation of the graph.
+      dedup_lookups: look up each distinct id of a batch once (`tf.unique`,
+        gather, scatter back), so each embedding row moves once per step and
+        duplicate gradient rows are summed before any exchange. Off by
+        default: on one core the extra ops cost more step time than they
+        save (docs/scaling.md).
       train_channels: Pipe-mode training channels, one per worker on a host,
         assigned to workers by local rank in this order; empty in File mode.
         The input mode is the input pipeline's one setting
         (`input_pipeline.pipeline.PipelineConfig.input_mode`): a strategy
-        carries no copy of it, and one that reads differently in Pipe mode
-        tells Pipe mode by `pipe_mode`, that is by its channels.
+        tells Pipe mode by its channels (`pipe_mode`).
       s3_sharded: the input was split across hosts by S3 (ShardedByS3Key):
         do not shard it again by host.
     """
 
-    name: str = "single"
-    num_devices: int = 0
+    name: str = names_lib.SINGLE
+    options: Optional[object] = None
     device_type: str = "auto"
-    cross_device_ops: str = "reduction_to_one_device"
-    lr_scaling: str = DEFAULT_LR_SCALING
-    lr_scale_cap: float = DEFAULT_LR_SCALE_CAP
-    sparse_as_dense: bool = False
-    hvd_compression: str = "none"
-    hvd_fusion_threshold_bytes: int = -1
-    hvd_cycle_time_ms: float = -1
-    ps_lr_factor: float = 1.0
-    ps_towers: int = 0
     intra_op_threads: int = 0
     inter_op_threads: int = 0
     omp_num_threads: int = 0
     kmp_affinity: str = ""
     amp: bool = False
     xla: bool = False
-    train_channels: tuple = ()
+    dedup_lookups: bool = False
+    train_channels: Tuple[str, ...] = ()
     s3_sharded: bool = False
+
+    def __post_init__(self):
+        check_choice("device_type", self.device_type, DEVICE_TYPES)
+        for flag in ("intra_op_threads", "inter_op_threads", "omp_num_threads"):
+            check_at_least(flag, getattr(self, flag), 0)
+        object.__setattr__(self, "train_channels", tuple(self.train_channels))
+        if len(set(self.train_channels)) != len(self.train_channels):
+            raise ValueError("--train_channels %r lists a channel twice" % ",".join(self.train_channels))
 
     @property
     def pipe_mode(self) -> bool:
@@ -108,38 +148,218 @@ class StrategyConfig:
         return bool(self.train_channels)
 
 
+# --- what a model_fn gets ---------------------------------------------------------------------------
+class EmbeddingTable(abc.ABC):
+    """An embedding table as a strategy holds it: rows looked up by id.
+
+    Attributes:
+      name: the table's variable name under the model's scope.
+      shape: the whole table's shape, `[num_rows] + row_shape`, whatever
+        part of it this process holds.
+    """
+
+    def __init__(self, name: str, shape: Sequence[int]):
+        self.name = name
+        self.shape = tuple(shape)
+
+    @abc.abstractmethod
+    def lookup(self, ids: tf.Tensor) -> tf.Tensor:
+        """The rows of `ids` (any integer shape): `ids.shape + row_shape`, differentiable."""
+
+
+class VariableTable(EmbeddingTable):
+    """A table in one variable of this process, or partitioned across parameter servers.
+
+    Args:
+      name: the variable's name (in the current variable scope).
+      shape: `[num_rows] + row_shape`.
+      initializer: the rows' initializer; None: Glorot normal.
+      partitioner: a variable partitioner (parameter servers), or None.
+      dedup: look up each distinct id once (see `StrategyConfig.dedup_lookups`).
+    """
+
+    def __init__(self, name: str, shape: Sequence[int], initializer=None, partitioner=None, dedup: bool = False):
+        super().__init__(name, shape)
+        self._dedup = dedup
+        self.variable = tf.compat.v1.get_variable(
+            name, list(shape), initializer=initializer or tf.compat.v1.glorot_normal_initializer(),
+            partitioner=partitioner)
+
+    def lookup(self, ids: tf.Tensor) -> tf.Tensor:
+        if not self._dedup:
+            return _gather(self.variable, ids)
+        distinct, index = tf.unique(tf.reshape(ids, [-1]), out_idx=tf.int32)
+        rows = tf.gather(_gather(self.variable, distinct), index)
+        looked_up = tf.reshape(rows, tf.concat([tf.shape(ids), tf.shape(rows)[1:]], axis=0))
+        looked_up.set_shape(ids.shape.concatenate(rows.shape[1:]))
+        return looked_up
+
+
+def _gather(table, ids: tf.Tensor) -> tf.Tensor:
+    """`table[ids]`, also for a partitioned table ('div' rows)."""
+    return tf.compat.v1.nn.embedding_lookup(table, ids, partition_strategy="div")
+
+
+EmbeddingFactory = Callable[[str, Sequence[int], Optional[object]], EmbeddingTable]
+
+
+@dataclasses.dataclass(frozen=True)
+class VariableTables:
+    """Creates `VariableTable`s with `partitioner` and `dedup` (an `EmbeddingFactory`)."""
+
+    partitioner: Optional[Callable] = None
+    dedup: bool = False
+
+    def __call__(self, name: str, shape: Sequence[int], initializer=None) -> VariableTable:
+        return VariableTable(name, shape, initializer, partitioner=self.partitioner, dedup=self.dedup)
+
+
+def variable_tables(partitioner=None, dedup: bool = False) -> EmbeddingFactory:
+    """The factory of `VariableTable`s with `partitioner` and `dedup`."""
+    return VariableTables(partitioner, dedup)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelContext:
+    """What a model_fn receives from the strategy that trains it.
+
+    A strategy builds one for every model_fn call (`Strategy.model_context`)
+    and the trainer puts it in `params`; a model_fn takes it with
+    `ModelContext.of(params)`, which gives the single-device defaults to a
+    model_fn called outside this library (a plain Estimator).
+
+    Attributes:
+      learning_rate_factor: the strategy's factor on the configured
+        learning rate (Horovod's scaling with the ranks, the parameter
+        servers' lower rate for asynchronous updates).
+      optimizer_wrappers: applied in order to the optimizer `minimize`
+        builds (Horovod's `DistributedOptimizer`, the tower gradient
+        collector, mixed precision).
+      embedding_factory: creates the tables of `embedding`: one variable,
+        partitions on the parameter servers, or rows sharded across ranks.
+      metric_sink: where the tower method records the metric function of
+        `eval_metric_ops`, to compute it once over the whole batch; None
+        elsewhere.
+    """
+
+    learning_rate_factor: float = 1.0
+    optimizer_wrappers: Tuple[OptimizerWrapper, ...] = ()
+    embedding_factory: EmbeddingFactory = dataclasses.field(default_factory=variable_tables)
+    metric_sink: Optional[Callable[[MetricFn], None]] = None
+
+    @classmethod
+    def of(cls, params: Optional[Mapping]) -> "ModelContext":
+        """The context in a model_fn's `params`, or the single-device defaults when there is none.
+
+        Raises:
+          TypeError: `params` holds something else under `MODEL_CONTEXT_PARAM`.
+        """
+        context = (params or {}).get(MODEL_CONTEXT_PARAM)
+        if context is None:
+            return cls()
+        if not isinstance(context, ModelContext):
+            raise TypeError("params[%r] must be a ModelContext, got %r" % (MODEL_CONTEXT_PARAM, context))
+        return context
+
+    def learning_rate(self, base: float) -> float:
+        """The learning rate to train with: `base` times the strategy's factor."""
+        return base * self.learning_rate_factor
+
+    def embedding(self, name: str, num_rows: int, row_shape: Sequence[int] = (),
+                  initializer=None) -> EmbeddingTable:
+        """Creates (or, under AUTO_REUSE, reuses) the table `name` of `num_rows` rows of `row_shape`.
+
+        Args:
+          name: the variable name, in the current variable scope.
+          num_rows: rows, e.g. the feature ids' count.
+          row_shape: the shape of one row: `[]` for a weight per id,
+            `[k]` for a k-dimensional embedding.
+          initializer: the rows' initializer; None: Glorot normal.
+        """
+        return self.embedding_factory(name, [num_rows] + list(row_shape), initializer)
+
+    def minimize(self, loss: tf.Tensor, optimizer_fn: OptimizerFn, learning_rate: float) -> tf.Operation:
+        """The train op: `loss` minimized by `optimizer_fn(lr)` as the strategy trains.
+
+        The learning rate is `learning_rate(learning_rate)`; the optimizer is
+        wrapped by `optimizer_wrappers`; the op runs after the graph's
+        `UPDATE_OPS` (batch normalization) and advances the global step.
+
+        Args:
+          loss: the scalar training loss.
+          optimizer_fn: builds a `tf.compat.v1.train.Optimizer` from a
+            learning rate (e.g. `tf.compat.v1.train.AdamOptimizer`).
+          learning_rate: the configured learning rate, before the strategy's
+            factor.
+        """
+        optimizer = optimizer_fn(self.learning_rate(learning_rate))
+        for wrap in self.optimizer_wrappers:
+            optimizer = wrap(optimizer)
+        update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
+        with tf.control_dependencies(update_ops):
+            return optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+
+    def eval_metric_ops(self, metric_fn: MetricFn, labels: tf.Tensor, predictions: Dict[str, tf.Tensor]
+                        ) -> Dict[str, Tuple[tf.Tensor, tf.Operation]]:
+        """The EVAL metrics: `metric_fn(labels, predictions)`, recorded for the strategy when it needs to.
+
+        Args:
+          metric_fn: computes Estimator `eval_metric_ops` from labels and
+            predictions as this model_fn takes and returns them.
+          labels: the model_fn's labels.
+          predictions: the model_fn's predictions dict.
+        """
+        if self.metric_sink is not None:
+            self.metric_sink(metric_fn)
+        return metric_fn(labels, predictions)
+
+    def with_params(self, params: Optional[Mapping]) -> Dict:
+        """A copy of `params` holding this context (what the trainer passes to the model_fn)."""
+        return dict(params or {}, **{MODEL_CONTEXT_PARAM: self})
+
+
+# --- the strategy -------------------------------------------------------------------------------------
 class Strategy(abc.ABC):
     """How one process of a training job takes part in it.
 
     The defaults describe a single process on one device; adapters override
-    what differs. Methods are called in this order by `deepfm.runtime.trainer`:
-    `validate`, `setup`, then (on processes whose `role` is `worker`) the
-    rest; a `ps` process calls `serve` only.
+    what differs. `deepfm.runtime.trainer` calls `validate` and `setup`,
+    then, on a process whose `role` is `ROLE_PS`, only `serve`; on a
+    training process everything else.
 
     Attributes:
       name: the registered name.
+      Options: the dataclass of this adapter's own options.
       config: the `StrategyConfig` this adapter was built from.
+      options: the adapter's options (`config.options`, or its defaults).
     """
 
     name: ClassVar[str] = ""
+    Options: ClassVar[type] = NoOptions
 
     def __init__(self, config: StrategyConfig):
+        options = config.options if config.options is not None else self.Options()
+        if not isinstance(options, self.Options):
+            raise ValueError("strategy %r takes %s options, got %s" % (
+                config.name, self.Options.__name__, type(options).__name__))
         self.config = config
+        self.options = options
+
+    @classmethod
+    def concrete_name(cls) -> str:
+        """The name of the adapter that runs when this one is asked for: its own (`auto` picks another)."""
+        return cls.name
 
     # --- set-up -----------------------------------------------------------
     def validate(self) -> None:
-        """Checks the configuration before anything starts.
+        """Checks what only the running process can check (devices, the cluster) before anything starts.
+
+        Value ranges are checked by the config dataclasses themselves.
 
         Raises:
-          ValueError: an option is invalid for this strategy; the message
-            names the flag and the allowed values.
+          ValueError: an option this process cannot honour; the message
+            names the flag and says what would work.
         """
-        check_choice("cross_device_ops", self.config.cross_device_ops, CROSS_DEVICE_OPS)
-        check_choice("lr_scaling", self.config.lr_scaling, LR_SCALINGS)
-        check_choice("device_type", self.config.device_type, DEVICE_TYPES)
-        for flag in ("num_devices", "intra_op_threads", "inter_op_threads", "omp_num_threads", "ps_towers"):
-            if getattr(self.config, flag) < 0:
-                raise ValueError("--%s must be >= 0, got %r" % (flag, getattr(self.config, flag)))
         if self.config.amp and not tf.config.list_physical_devices("GPU"):
             raise ValueError("--amp (the mixed-precision graph rewrite) needs a GPU with Tensor Cores; "
                              "none is visible to this process")
@@ -153,8 +373,8 @@ class Strategy(abc.ABC):
 
     @property
     def role(self) -> str:
-        """`worker` for processes that train, `ps` for parameter servers."""
-        return "worker"
+        """`ROLE_WORKER` for processes that train, `ROLE_PS` for parameter servers."""
+        return ROLE_WORKER
 
     def serve(self) -> None:
         """Runs a non-training task (a parameter server) until the job ends."""
@@ -180,6 +400,24 @@ class Strategy(abc.ABC):
     def evaluates(self) -> bool:
         """Whether this process runs evaluation."""
         return self.is_chief
+
+    @property
+    def task_name(self) -> str:
+        """This process's name in its job, for logs, traces and progress files (`main` alone)."""
+        return "main"
+
+    @property
+    def job_name(self) -> Optional[str]:
+        """This process's job in a between-graph cluster (its devices' `/job:` name); None elsewhere."""
+        return None
+
+    def peers(self) -> Dict[str, str]:
+        """The tasks this process cannot train without: name -> `host:port` (none by default).
+
+        A watchdog ends the process when one of them is gone
+        (`deepfm.runtime.watchdog`).
+        """
+        return {}
 
     def input_context(self) -> tf.distribute.InputContext:
         """The shard of the input this process reads and its replica count."""
@@ -242,27 +480,39 @@ class Strategy(abc.ABC):
         """Factor this strategy applies to the configured learning rate."""
         return 1.0
 
-    def model_params(self, params: Dict) -> Dict:
-        """Adds strategy options to the model_fn's `params` (a new dict).
+    def optimizer_wrappers(self) -> Tuple[OptimizerWrapper, ...]:
+        """The wrappers of the model's optimizer, innermost first (none by default)."""
+        return ()
 
-        The model_fn reads `optimizer_wrapper` (a callable taking and
-        returning a `tf.compat.v1.train.Optimizer`) and
-        `embedding_partitioner` (a variable partitioner for the embedding
-        tables) when present.
-        """
-        params = dict(params)
-        wrappers = [w for w in (self.optimizer_wrapper(), _amp_wrapper(self.config.amp)) if w]
-        if wrappers:
-            params["optimizer_wrapper"] = _compose(wrappers)
-        return params
+    def embedding_factory(self, mode: str) -> EmbeddingFactory:
+        """How the model's embedding tables are created in `mode`: one variable each by default."""
+        del mode
+        return variable_tables(dedup=self.config.dedup_lookups)
 
-    def optimizer_wrapper(self) -> Optional[Callable]:
-        """A callable wrapping the model's optimizer, or None."""
-        return None
+    def model_context(self, mode: str) -> ModelContext:
+        """The `ModelContext` of a model_fn call in `mode` (a `tf.estimator.ModeKeys` value)."""
+        wrappers = self.optimizer_wrappers()
+        if self.config.amp:
+            wrappers = wrappers + (tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite,)
+        return ModelContext(learning_rate_factor=self.learning_rate_factor(), optimizer_wrappers=wrappers,
+                            embedding_factory=self.embedding_factory(mode))
+
+    def replicate(self, model_fn: ModelFn) -> ModelFn:
+        """How this process's devices run `model_fn`: once, by default; the tower method once per tower."""
+        return model_fn
 
     def wrap_model_fn(self, model_fn: ModelFn) -> ModelFn:
-        """Returns the model_fn this strategy trains (the same by default)."""
-        return model_fn
+        """Returns the model_fn this strategy trains.
+
+        `model_fn(features, labels, mode, params)` finds its `ModelContext`
+        in `params`; the returned one runs it as `replicate` says, with this
+        strategy's context for its mode.
+        """
+        replicated = self.replicate(model_fn)
+
+        def with_context(features, labels, mode, params):
+            return replicated(features, labels, mode, self.model_context(mode).with_params(params))
+        return with_context
 
     def finite_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """Prepares a training dataset that ends by itself (Pipe mode without a step budget).
@@ -277,6 +527,26 @@ class Strategy(abc.ABC):
         """Hooks added to training."""
         return []
 
+    def agree_to_stop(self, flag: tf.Tensor) -> Optional[tf.Tensor]:
+        """Combines this process's int32 stop `flag` with every process that must stop at the same step.
+
+        Fetched with every training step when not None (`deepfm.runtime.interrupt`),
+        so that all of them stop after the same step; None (the default)
+        where each process stops alone.
+        """
+        del flag
+        return None
+
+    @property
+    def evaluates_in_training_session(self) -> bool:
+        """Whether evaluation during training must run inside the one training session.
+
+        So it is with asynchronous parameter servers: a new session of the
+        chief would restore the servers from its last checkpoint and undo the
+        other workers' updates since (`deepfm.runtime.early_stopping`).
+        """
+        return False
+
     def finish_training(self) -> None:
         """Called once training has ended (not on a stop by a signal), before evaluation and export."""
 
@@ -284,26 +554,6 @@ class Strategy(abc.ABC):
         """A one-line description of the topology, for the logs."""
         return "%s: %d replica(s) in sync, %d worker(s)" % (
             self.name, self.num_replicas_in_sync, self.num_workers)
-
-
-def _compose(wrappers):
-    def wrap(optimizer):
-        for wrapper in wrappers:
-            optimizer = wrapper(optimizer)
-        return optimizer
-    return wrap
-
-
-def _amp_wrapper(enabled: bool) -> Optional[Callable]:
-    if not enabled:
-        return None
-    return tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite
-
-
-def check_choice(flag: str, value, allowed) -> None:
-    """Raises ValueError naming `--flag`, the bad value and the allowed ones."""
-    if value not in allowed:
-        raise ValueError("--%s must be one of %s, got %r" % (flag, ", ".join(map(str, allowed)), value))
 
 
 _REGISTRY: Dict[str, Type[Strategy]] = {}
@@ -331,13 +581,69 @@ def names() -> List[str]:
     return sorted(_REGISTRY)
 
 
-def get(config: StrategyConfig) -> Strategy:
-    """Builds the adapter named by `config.name`.
+def options_class(name: str) -> type:
+    """The options dataclass of the strategy `name`.
+
+    Raises:
+      ValueError: no strategy of that name; the message lists the valid ones.
+    """
+    return adapter_class(name).Options
+
+
+def adapter_class(name: str) -> Type[Strategy]:
+    """The adapter class registered as `name`.
 
     Raises:
       ValueError: no strategy of that name; the message lists the valid ones.
     """
     _load_adapters()
-    if config.name not in _REGISTRY:
-        raise ValueError("--strategy must be one of %s, got %r" % (", ".join(names()), config.name))
-    return _REGISTRY[config.name](config)
+    if name not in _REGISTRY:
+        raise ValueError("--strategy must be one of %s, got %r" % (", ".join(names()), name))
+    return _REGISTRY[name]
+
+
+def option_owners() -> Dict[str, List[str]]:
+    """Each adapter option's name -> the strategies whose options have it."""
+    owners: Dict[str, List[str]] = {}
+    for name in names():
+        for field in dataclasses.fields(options_class(name)):
+            owners.setdefault(field.name, []).append(name)
+    return owners
+
+
+def make_config(name: str, **values) -> StrategyConfig:
+    """A `StrategyConfig` from flat values, as the command line gives them.
+
+    Each value goes to the config itself (the options of every strategy) or
+    to the adapter's own options dataclass (for `auto`, the adapter it
+    picks); the others keep their defaults.
+
+        make_config("tower", num_devices=2, device_type="cpu")
+
+    Raises:
+      ValueError: an unknown strategy, a value that belongs to other
+        strategies' options only (the message names them), or a bad value.
+    """
+    common = {field.name for field in dataclasses.fields(StrategyConfig)} - {"name", "options"}
+    concrete = adapter_class(name).concrete_name()
+    options_type = options_class(concrete)
+    own = {field.name for field in dataclasses.fields(options_type)}
+    owners = option_owners()
+    for key in values:
+        if key in common or key in own:
+            continue
+        if key in owners:
+            raise ValueError("--%s applies to --strategy %s, not %s" % (key, " or ".join(owners[key]), concrete))
+        raise ValueError("%r is no option of any strategy" % key)
+    return StrategyConfig(name=name, options=options_type(**{k: v for k, v in values.items() if k in own}),
+                          **{k: v for k, v in values.items() if k in common})
+
+
+def get(config: StrategyConfig) -> Strategy:
+    """Builds the adapter named by `config.name`.
+
+    Raises:
+      ValueError: no strategy of that name (the message lists the valid
+        ones), or options of another adapter.
+    """
+    return adapter_class(config.name)(config)

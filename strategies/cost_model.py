@@ -34,6 +34,8 @@ of a multi-process job against one process alone on one core).
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from strategies import strategy_names as names
+
 FLOAT_BYTES = 4
 INDEX_BYTES = 8
 BITS_PER_BYTE = 8
@@ -46,7 +48,9 @@ DEFAULT_LATENCY_S = 50e-6
 # The link of hosts without a bandwidth limit (a veth pair; memory speed).
 DEFAULT_UNLIMITED_GBPS = 100.0
 
-SINGLE, PS, HOROVOD, HOROVOD_DENSE = "single", "ps", "horovod", "horovod_dense"
+SINGLE, PS, HOROVOD = names.SINGLE, names.PS, names.HOROVOD
+# Horovod with --sparse_as_dense: embedding gradients allreduced as dense tensors.
+HOROVOD_DENSE = "horovod_dense"
 STRATEGIES = (SINGLE, PS, HOROVOD, HOROVOD_DENSE)
 
 # CPU instance types of SageMaker training: (physical cores, i.e. vCPUs / 2; network Gbit/s, the

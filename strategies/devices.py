@@ -119,12 +119,30 @@ def resolve(num_devices: int, device_type: str, gpus: Optional[int] = None,
     return DeviceList(CPU, tuple("/cpu:%d" % i for i in range(FIRST_CPU_REPLICA, FIRST_CPU_REPLICA + count)))
 
 
+@dataclasses.dataclass(frozen=True)
+class ReplicaOptions:
+    """Options of a strategy with one replica per local device.
+
+    Attributes:
+      num_devices: replicas on this host; 0 means every device of the
+        `device_type` (on CPU: every core but `/cpu:0`, which reduces).
+    """
+
+    num_devices: int = base.option(0, "Towers or replicas on this host (tower, mirrored, ps towers); 0: every "
+                                      "device (on CPU every core but /cpu:0).")
+
+    def __post_init__(self):
+        base.check_at_least("num_devices", self.num_devices, 0)
+
+
 class LocalReplicaStrategy(base.Strategy):
     """A strategy with one replica per local device (not registered itself).
 
-    Reads `num_devices` and `device_type` from the `StrategyConfig`; the
-    session creates the virtual CPU devices.
+    Reads `num_devices` from its options and `device_type` from the
+    `StrategyConfig`; the session creates the virtual CPU devices.
     """
+
+    Options = ReplicaOptions
 
     def __init__(self, config: base.StrategyConfig):
         super().__init__(config)
@@ -137,13 +155,13 @@ class LocalReplicaStrategy(base.Strategy):
           ValueError: a bad option, or GPUs asked for that are not visible.
         """
         super().validate()
-        self._device_list = resolve(self.config.num_devices, self.config.device_type)
+        self._device_list = resolve(self.options.num_devices, self.config.device_type)
 
     @property
     def device_list(self) -> DeviceList:
         """The replica devices (resolved on first use)."""
         if self._device_list is None:
-            self._device_list = resolve(self.config.num_devices, self.config.device_type)
+            self._device_list = resolve(self.options.num_devices, self.config.device_type)
         return self._device_list
 
     @property

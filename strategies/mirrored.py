@@ -18,16 +18,19 @@ out `/cpu:0`, which does the reduction (see `strategies.devices`); on GPUs,
 * `nccl`: `tf.distribute.NcclAllReduce` (GPUs only).
 """
 
+import dataclasses
 from typing import Callable, Dict
 
 import tensorflow as tf
 
 from strategies import base
 from strategies import devices as devices_lib
+from strategies import strategy_names as names
 
 REDUCTION_TO_ONE_DEVICE = "reduction_to_one_device"
 HIERARCHICAL_COPY = "hierarchical_copy"
 NCCL = "nccl"
+CROSS_DEVICE_OPS = (REDUCTION_TO_ONE_DEVICE, HIERARCHICAL_COPY, NCCL)
 GPU_ONLY_CROSS_DEVICE_OPS = (NCCL,)
 
 
@@ -43,7 +46,7 @@ def make_cross_device_ops(name: str) -> tf.distribute.CrossDeviceOps:
         HIERARCHICAL_COPY: tf.distribute.HierarchicalCopyAllReduce,
         NCCL: tf.distribute.NcclAllReduce,
     }
-    base.check_choice("cross_device_ops", name, tuple(factories))
+    base.check_choice("cross_device_ops", name, CROSS_DEVICE_OPS)
     return factories[name]()
 
 
@@ -60,13 +63,31 @@ def check_cross_device_ops(name: str, device_list: devices_lib.DeviceList) -> No
                 name, ",".join(device_list.devices), REDUCTION_TO_ONE_DEVICE, HIERARCHICAL_COPY))
 
 
-@base.register("mirrored")
+@dataclasses.dataclass(frozen=True)
+class MirroredOptions(devices_lib.ReplicaOptions):
+    """Options of the `mirrored` strategy.
+
+    Attributes:
+      cross_device_ops: the reduction (`CROSS_DEVICE_OPS`; NCCL needs GPUs).
+    """
+
+    cross_device_ops: str = base.option(REDUCTION_TO_ONE_DEVICE, "MirroredStrategy's reduction.",
+                                        choices=CROSS_DEVICE_OPS)
+
+    def __post_init__(self):
+        super().__post_init__()
+        base.check_choice("cross_device_ops", self.cross_device_ops, CROSS_DEVICE_OPS)
+
+
+@base.register(names.MIRRORED)
 class MirroredStrategy(devices_lib.LocalReplicaStrategy):
     """One process, one `tf.distribute.MirroredStrategy` replica per device.
 
-    Reads `num_devices`, `device_type` and `cross_device_ops` from the
-    `StrategyConfig`.
+    Reads `num_devices` and `cross_device_ops` from its `MirroredOptions`
+    and `device_type` from the `StrategyConfig`.
     """
+
+    Options = MirroredOptions
 
     def validate(self) -> None:
         """Also checks the reduction against the devices.
@@ -76,7 +97,7 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
             NCCL on CPU replicas.
         """
         super().validate()
-        check_cross_device_ops(self.config.cross_device_ops, self.device_list)
+        check_cross_device_ops(self.options.cross_device_ops, self.device_list)
 
     def batches_per_step(self) -> int:
         """Dataset batches one global step consumes: one per replica."""
@@ -88,7 +109,7 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
         Raises:
           ValueError: NCCL on CPU replicas, or an unknown reduction.
         """
-        check_cross_device_ops(self.config.cross_device_ops, self.device_list)
+        check_cross_device_ops(self.options.cross_device_ops, self.device_list)
         # Built in graph mode, as the Estimator uses it. Built eagerly, it
         # would create a variable on each replica device in the eager
         # context, which has no virtual CPU devices: those exist only in the
@@ -96,7 +117,7 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
         with tf.Graph().as_default():
             return tf.distribute.MirroredStrategy(
                 devices=list(self.device_list.devices),
-                cross_device_ops=make_cross_device_ops(self.config.cross_device_ops))
+                cross_device_ops=make_cross_device_ops(self.options.cross_device_ops))
 
     def run_config(self, **kwargs) -> tf.estimator.RunConfig:
         """A `RunConfig` training and evaluating through the MirroredStrategy."""
@@ -107,4 +128,4 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
 
     def describe(self) -> str:
         return "mirrored: %d replica(s) on %s, %s" % (
-            len(self.device_list), ",".join(self.device_list.devices), self.config.cross_device_ops)
+            len(self.device_list), ",".join(self.device_list.devices), self.options.cross_device_ops)

@@ -39,14 +39,14 @@ from absl import logging
 from input_pipeline import sharding
 from strategies import base
 from strategies import cluster as cluster_lib
+from strategies import strategy_names as names
+from strategies import tower
 
 # Variable-holding op types placed on the parameter servers.
 PS_OPS = frozenset((
     "Variable", "VariableV2", "AutoReloadVariable", "VarHandleOp",
     "MutableHashTable", "MutableHashTableV2", "MutableHashTableOfTensors",
     "MutableHashTableOfTensorsV2", "MutableDenseHashTable", "MutableDenseHashTableV2"))
-TOWER_STRATEGY = "tower"
-SINGLE_STRATEGY = "single"
 DONE_QUEUE_NAME = "deepfm_training_done_ps_%d"
 READY_QUEUE_NAME = "deepfm_chief_ready"
 # A worker polls this often for the chief's "variables initialized" token,
@@ -82,15 +82,36 @@ SESSION_CREATION_TIMEOUT_SECONDS = 120
 MILLISECONDS = 1000
 
 
-@base.register("ps")
+@dataclasses.dataclass(frozen=True)
+class PSOptions:
+    """Options of the `ps` strategy.
+
+    Attributes:
+      ps_lr_factor: factor on the learning rate for asynchronous updates
+        (< 1 lowers it).
+      ps_towers: towers per worker (the `tower` strategy inside each
+        worker); 0 for none.
+    """
+
+    ps_lr_factor: float = base.option(1.0, "Parameter server: learning-rate factor for asynchronous updates.")
+    ps_towers: int = base.option(0, "Parameter server: towers per worker (0: none).")
+
+    def __post_init__(self):
+        if not self.ps_lr_factor > 0:
+            raise ValueError("--ps_lr_factor must be > 0, got %r" % self.ps_lr_factor)
+        base.check_at_least("ps_towers", self.ps_towers, 0)
+
+
+@base.register(names.PS)
 class ParameterServerStrategy(base.Strategy):
     """One task of a parameter-server job described by `TF_CONFIG`.
 
     `TF_CONFIG` is read from the environment when the adapter is built, as
     Estimator's `RunConfig` reads it; `validate` reports a missing or bad
-    one, a cluster without ps tasks, and a `--ps_lr_factor` that is not
-    positive.
+    one and a cluster without ps tasks.
     """
+
+    Options = PSOptions
 
     def __init__(self, config: base.StrategyConfig):
         super().__init__(config)
@@ -102,9 +123,10 @@ class ParameterServerStrategy(base.Strategy):
             self._cluster_error = e
         # What one task does on its own devices: towers on a training task
         # with --ps_towers, else one device (a parameter server computes nothing).
-        self._towers = config.ps_towers > 0 and self._cluster is not None and not self._cluster.is_ps
-        self._local = base.get(dataclasses.replace(config, name=TOWER_STRATEGY, num_devices=config.ps_towers)
-                               if self._towers else dataclasses.replace(config, name=SINGLE_STRATEGY))
+        self._towers = self.options.ps_towers > 0 and self._cluster is not None and not self._cluster.is_ps
+        self._local = base.get(
+            dataclasses.replace(config, name=names.TOWER, options=tower.TowerOptions(self.options.ps_towers))
+            if self._towers else dataclasses.replace(config, name=names.SINGLE, options=None))
         self._server: Optional[tf.distribute.Server] = None
 
     @property
@@ -125,19 +147,17 @@ class ParameterServerStrategy(base.Strategy):
         if cluster.num_ps < 1:
             raise ValueError("--strategy ps needs at least one ps task in TF_CONFIG's cluster, got jobs %s"
                              % sorted(cluster.jobs))
-        if not self.config.ps_lr_factor > 0:
-            raise ValueError("--ps_lr_factor must be > 0, got %r" % self.config.ps_lr_factor)
         self._local.validate()
 
     def setup(self) -> None:
         """Sets the environment and starts this training task's gRPC server."""
         self._local.setup()
-        if self.role == "worker" and self._server is None:
+        if self.role == base.ROLE_WORKER and self._server is None:
             self._server = self._start_server()
 
     @property
     def role(self) -> str:
-        return "ps" if self.cluster.is_ps else "worker"
+        return base.ROLE_PS if self.cluster.is_ps else base.ROLE_WORKER
 
     def serve(self) -> None:
         """Serves this parameter server's variables until every worker is done.
@@ -178,6 +198,23 @@ class ParameterServerStrategy(base.Strategy):
     def is_chief(self) -> bool:
         return self.cluster.is_chief
 
+    @property
+    def task_name(self) -> str:
+        """`<job>_<index>`, e.g. `worker_1`."""
+        return self.cluster.task_name
+
+    @property
+    def job_name(self) -> str:
+        return self.cluster.task_type
+
+    def peers(self) -> Dict[str, str]:
+        """A training task's parameter servers: `ps_<i>` -> `host:port` (none for a ps itself)."""
+        cluster = self.cluster
+        if cluster.is_ps:
+            return {}
+        return {"%s_%d" % (cluster_lib.PS, index): address
+                for index, address in enumerate(cluster.jobs.get(cluster_lib.PS, ()))}
+
     def input_context(self) -> tf.distribute.InputContext:
         """This worker's shard of the input.
 
@@ -185,8 +222,7 @@ class ParameterServerStrategy(base.Strategy):
         split them (`sharding.file_mode_shard`); for one worker per host the
         Pipe-mode rule gives the same shard.
         """
-        num_pipelines, pipeline_id = sharding.file_mode_shard(
-            self._topology(), sharding.FRAMEWORK_PS, self.config.s3_sharded)
+        num_pipelines, pipeline_id = sharding.file_mode_shard(self._topology(), self.config.s3_sharded)
         return tf.distribute.InputContext(num_input_pipelines=num_pipelines, input_pipeline_id=pipeline_id,
                                           num_replicas_in_sync=self.num_replicas_in_sync)
 
@@ -240,16 +276,23 @@ class ParameterServerStrategy(base.Strategy):
         return steps_per_worker * self.cluster.num_workers
 
     def learning_rate_factor(self) -> float:
-        return self.config.ps_lr_factor
+        return self.options.ps_lr_factor
 
-    def model_params(self, params: Dict) -> Dict:
-        """Adds the embedding partitioner (one partition per ps) to the (tower) params."""
-        params = self._local.model_params(params)
-        params["embedding_partitioner"] = tf.compat.v1.fixed_size_partitioner(num_shards=self.cluster.num_ps)
-        return params
+    def embedding_factory(self, mode: str) -> base.EmbeddingFactory:
+        """Tables split into one partition per ps (`fixed_size_partitioner`), near-equal shares."""
+        del mode
+        return base.variable_tables(
+            partitioner=tf.compat.v1.fixed_size_partitioner(num_shards=self.cluster.num_ps),
+            dedup=self.config.dedup_lookups)
 
-    def wrap_model_fn(self, model_fn: base.ModelFn) -> base.ModelFn:
-        return self._local.wrap_model_fn(model_fn)
+    def replicate(self, model_fn: base.ModelFn) -> base.ModelFn:
+        """One model_fn call, or one per tower with `--ps_towers`."""
+        return self._local.replicate(model_fn)
+
+    @property
+    def evaluates_in_training_session(self) -> bool:
+        """The chief evaluates inside its training session (see `Strategy`)."""
+        return True
 
     def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
         """The tower hooks, the chief-ready barrier and the end-of-training report; on the other
@@ -307,7 +350,7 @@ class ParameterServerStrategy(base.Strategy):
         cluster = self.cluster
         towers = ", %d tower(s) per worker" % self.num_replicas_in_sync if self._towers else ""
         return "ps: %d parameter server(s), %d worker(s) updating asynchronously%s, learning rate x%g; this is %s" % (
-            cluster.num_ps, cluster.num_workers, towers, self.config.ps_lr_factor, cluster.task_name)
+            cluster.num_ps, cluster.num_workers, towers, self.options.ps_lr_factor, cluster.task_name)
 
 
 def done_queue(ps_index: int, num_workers: int) -> tf.queue.FIFOQueue:

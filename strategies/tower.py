@@ -19,19 +19,21 @@ Per mode:
   (equal to the loss of one model on the whole batch);
 * EVAL: predictions are concatenated in batch order and the model's metrics
   are computed once on the whole batch, by the metric function the model_fn
-  puts in `params[EVAL_METRICS_PARAM]` (`metric_fn(labels, predictions)`,
+  hands to `ModelContext.eval_metric_ops` (`metric_fn(labels, predictions)`,
   with the model_fn's labels and predictions);
 * PREDICT (and export): one tower, the model_fn itself, so the SavedModel
   names no virtual device.
 """
 
 import collections
+import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from strategies import base
 from strategies import devices as devices_lib
+from strategies import strategy_names as names
 
 # Op types that create variables; the tower device function puts them on the
 # parameter device.
@@ -39,8 +41,6 @@ VARIABLE_OP_TYPES = frozenset(("Variable", "VariableV2", "VarHandleOp"))
 TOWER_SCOPE = "tower_%d"
 INPUT_SCOPE = "split_inputs"
 AGGREGATION_SCOPE = "tower_aggregation"
-# The params key under which a model_fn publishes its metric function in EVAL.
-EVAL_METRICS_PARAM = "eval_metrics"
 
 GradsAndVars = List[Tuple[Optional[tf.Tensor], tf.Variable]]
 
@@ -103,18 +103,9 @@ class GradientCollector:
         self.optimizers: List[tf.compat.v1.train.Optimizer] = []
         self.tower_gradients: List[GradsAndVars] = []
 
-    def wrapper(self, inner=None):
-        """An `optimizer_wrapper` for one tower's params.
-
-        Args:
-          inner: a wrapper already in the params (e.g. mixed precision),
-            applied first; the tower wrapper goes around it.
-        """
-        def wrap(optimizer):
-            if inner is not None:
-                optimizer = inner(optimizer)
-            return TowerOptimizer(optimizer, self)
-        return wrap
+    def wrap(self, optimizer: tf.compat.v1.train.Optimizer) -> "TowerOptimizer":
+        """The outermost optimizer wrapper of one tower: it hands the gradients to this collector."""
+        return TowerOptimizer(optimizer, self)
 
     def add(self, optimizer: tf.compat.v1.train.Optimizer, grads_and_vars: GradsAndVars) -> None:
         self.optimizers.append(optimizer)
@@ -136,8 +127,8 @@ class GradientCollector:
             call its optimizer).
         """
         if not self.optimizers:
-            raise ValueError("no tower computed gradients: the model_fn must minimize through "
-                             "params['optimizer_wrapper']")
+            raise ValueError("no tower computed gradients: the model_fn must build its train op with "
+                             "ModelContext.minimize")
         return self.optimizers[0].apply_gradients(
             average_gradients(self.tower_gradients, weights), global_step=global_step)
 
@@ -213,10 +204,11 @@ def replicate_model_fn(model_fn: base.ModelFn, device_list: devices_lib.DeviceLi
     """Returns a model_fn that trains `model_fn` as towers over `device_list`.
 
     Args:
-      model_fn: a model_fn `(features, labels, mode, params)` that minimizes
-        through `params['optimizer_wrapper']`, shares its variables across
-        calls (`AUTO_REUSE`) and, in EVAL, puts its metric function in
-        `params[EVAL_METRICS_PARAM]`.
+      model_fn: a model_fn `(features, labels, mode, params)` whose params
+        hold its `ModelContext`, that trains through
+        `ModelContext.minimize`, shares its variables across calls
+        (`AUTO_REUSE`) and, in EVAL, computes its metrics with
+        `ModelContext.eval_metric_ops`.
       device_list: the tower devices and the parameter device.
 
     Returns:
@@ -234,7 +226,11 @@ def replicate_model_fn(model_fn: base.ModelFn, device_list: devices_lib.DeviceLi
             batch = tf.shape(tf.nest.flatten(features)[0])[0]
             slices, weights = split_batch((features, labels), towers)
         collector = GradientCollector()
-        tower_params = dict(params, optimizer_wrapper=collector.wrapper(params.get("optimizer_wrapper")))
+        metric_fns: List[base.MetricFn] = []
+        context = base.ModelContext.of(params)
+        tower_params = dataclasses.replace(
+            context, optimizer_wrappers=context.optimizer_wrappers + (collector.wrap,),
+            metric_sink=metric_fns.append).with_params(params)
         specs = []
         for tower, device in enumerate(device_list.devices):
             with tf.name_scope(TOWER_SCOPE % tower), tf.compat.v1.device(
@@ -248,13 +244,12 @@ def replicate_model_fn(model_fn: base.ModelFn, device_list: devices_lib.DeviceLi
             fields["loss"] = tf.reduce_sum(tf.stack([spec.loss for spec in specs]) * weights)
             fields["predictions"] = _concat_predictions(specs, batch)
             if mode == tf.estimator.ModeKeys.EVAL:
-                metric_fn = tower_params.get(EVAL_METRICS_PARAM)
-                if metric_fn is None:
+                if not metric_fns:
                     raise ValueError(
                         "the tower method computes the metrics once over all towers, with the metric function "
-                        "the model_fn puts in params[%r] in EVAL; %s put none there (its own metrics would "
-                        "cover one tower's slice only)" % (EVAL_METRICS_PARAM, getattr(model_fn, "__name__", model_fn)))
-                fields["eval_metric_ops"] = metric_fn(labels, fields["predictions"])
+                        "the model_fn passes to ModelContext.eval_metric_ops in EVAL; %s passed none (its own "
+                        "metrics would cover one tower's slice only)" % getattr(model_fn, "__name__", model_fn))
+                fields["eval_metric_ops"] = metric_fns[-1](labels, fields["predictions"])
                 return tf.estimator.EstimatorSpec(**fields)
         # Outside any name scope, so that the optimizer's own variables (Adam's
         # beta powers) have the names a single-device model gives them.
@@ -267,19 +262,27 @@ def replicate_model_fn(model_fn: base.ModelFn, device_list: devices_lib.DeviceLi
     return replicated_model_fn
 
 
-@base.register("tower")
+@dataclasses.dataclass(frozen=True)
+class TowerOptions(devices_lib.ReplicaOptions):
+    """Options of the `tower` strategy (`num_devices`: towers on this host)."""
+
+
+@base.register(names.TOWER)
 class TowerStrategy(devices_lib.LocalReplicaStrategy):
     """One process, one model copy per local CPU or GPU device.
 
-    Reads `num_devices` (0: every GPU, or every CPU core but `/cpu:0`) and
-    `device_type` from the `StrategyConfig`.
+    Reads `num_devices` (0: every GPU, or every CPU core but `/cpu:0`) from
+    its `TowerOptions` and `device_type` from the `StrategyConfig`.
     """
+
+    Options = TowerOptions
 
     def batch_per_input_pipeline(self, per_replica_batch: int) -> int:
         """All towers' batches together: `per_replica_batch * towers`."""
         return per_replica_batch * len(self.device_list)
 
-    def wrap_model_fn(self, model_fn: base.ModelFn) -> base.ModelFn:
+    def replicate(self, model_fn: base.ModelFn) -> base.ModelFn:
+        """One copy of `model_fn` per tower (`replicate_model_fn`)."""
         return replicate_model_fn(model_fn, self.device_list)
 
     def describe(self) -> str:

@@ -8,6 +8,9 @@ which is what `tf.contrib.opt.LazyAdamOptimizer` did before TF 2 removed it.
 Dense variables get the ordinary Adam update.
 """
 
+import functools
+from typing import Callable, Optional
+
 import tensorflow as tf
 
 from deepfm.config import ModelConfig
@@ -49,13 +52,22 @@ class LazyAdamOptimizer(tf.compat.v1.train.AdamOptimizer):
         return tf.group(var_update, m_update, v_update)
 
 
-def make_optimizer(config: ModelConfig) -> tf.compat.v1.train.Optimizer:
+def optimizer_fn(config: ModelConfig) -> Callable[[float], tf.compat.v1.train.Optimizer]:
+    """`config.optimizer` as a function of the learning rate (what `ModelContext.minimize` takes)."""
+    return functools.partial(make_optimizer, config)
+
+
+def make_optimizer(config: ModelConfig, learning_rate: Optional[float] = None) -> tf.compat.v1.train.Optimizer:
     """Returns the TF 1.x optimizer named by `config.optimizer`.
+
+    Args:
+      config: the model's hyperparameters (`optimizer`, `momentum`).
+      learning_rate: the rate; default `config.learning_rate`.
 
     Raises:
       ValueError: an unknown optimizer name (also caught by `ModelConfig`).
     """
-    lr = config.learning_rate
+    lr = config.learning_rate if learning_rate is None else learning_rate
     name = config.optimizer
     if name == "adam":
         return tf.compat.v1.train.AdamOptimizer(lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPSILON)

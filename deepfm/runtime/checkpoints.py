@@ -11,12 +11,15 @@ Before training resumes from a model directory:
   later reader (the Estimator's restore, Horovod's resume step, evaluation)
   sees the same. The skipped files stay where they are.
 * **A checkpoint of another model shape is refused**, never half-loaded. The
-  expected shapes come from building the model's variables once in a
-  scratch graph (`model_shapes`); every model variable of the checkpoint
-  (those under the model's scope, optimizer slots aside) must exist with the
-  same shape, and every model variable must be in the checkpoint. The error
-  lists each difference with both shapes, e.g. a checkpoint written with
-  another `--embedding_size`, `--feature_size` or `--deep_layers`.
+  expected shapes come from building the model_fn once in a scratch graph,
+  in PREDICT mode on one device (`model_shapes`); every model variable of the
+  checkpoint (those under the model's top-level scopes, optimizer slots and
+  other children of a variable aside) must exist with the same shape, and
+  every model variable must be in the checkpoint. The error lists each
+  difference with both shapes, e.g. a checkpoint written with another
+  `--embedding_size`, `--feature_size` or `--deep_layers`. Any model_fn
+  works: one that creates its tables through the strategy's `ModelContext`
+  has the same variable names and shapes under every strategy.
 
 While training runs, `save_errors` turns a full disk during a checkpoint
 save into `CheckpointSaveError`, which names the directory, the free space
@@ -35,11 +38,10 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from deepfm.models import deepfm as model_lib
 from deepfm.config import ModelConfig
+from deepfm.models import ctr
 
 GLOBAL_STEP = tf.compat.v1.GraphKeys.GLOBAL_STEP
-MODEL_SCOPE = model_lib.SCOPE
 NO_SPACE_MESSAGE = os.strerror(errno.ENOSPC)
 MIB = 1 << 20
 # Differences listed in a shape-mismatch error; more are counted.
@@ -148,34 +150,33 @@ def write_state(model_dir: str, paths: List[str]) -> None:
     os.replace(state + ".tmp", state)
 
 
-def model_shapes(model: ModelConfig) -> Shapes:
-    """The shape of every model variable `model` creates, by name (built once in a scratch graph)."""
+def model_shapes(model: ModelConfig, model_fn) -> Shapes:
+    """The shape of every variable `model_fn` creates for `model`, by name (built once in a scratch graph)."""
     with tf.Graph().as_default():
-        feat_ids = tf.compat.v1.placeholder(tf.int64, [None, model.field_size])
-        feat_vals = tf.compat.v1.placeholder(tf.float32, [None, model.field_size])
-        model_lib.deepfm_logits(feat_ids, feat_vals, model, training=False)
+        features = ctr.serving_input_receiver_fn(model.field_size)().features
+        model_fn(features, None, tf.estimator.ModeKeys.PREDICT, ctr.model_params(model))
         return {v.op.name: tuple(v.shape.as_list()) for v in tf.compat.v1.global_variables()
-                if v.op.name.startswith(MODEL_SCOPE + "/")}
+                if v.op.name != GLOBAL_STEP}
 
 
-def checkpoint_model_shapes(path: str) -> Shapes:
-    """The model variables of a checkpoint and their shapes (optimizer slots left out)."""
+def checkpoint_model_shapes(path: str, scopes) -> Shapes:
+    """The variables of a checkpoint under `scopes` and their shapes (optimizer slots and other children left out)."""
     shapes = {name: tuple(shape) for name, shape in tf.train.list_variables(path)
-              if name.startswith(MODEL_SCOPE + "/")}
+              if name.split("/", 1)[0] in scopes}
     return {name: shape for name, shape in shapes.items()
             if not any(name.startswith(other + "/") for other in shapes if other != name)}
 
 
-def check_model_shapes(path: str, model: ModelConfig) -> None:
-    """Refuses a checkpoint whose model variables differ from `model`'s.
+def check_model_shapes(path: str, model: ModelConfig, model_fn) -> None:
+    """Refuses a checkpoint whose model variables differ from those `model_fn` creates for `model`.
 
     Raises:
       ModelShapeMismatchError: a variable differs in shape or exists on one
         side only; the message lists the checkpoint's and the model's shape
         of each.
     """
-    expected = model_shapes(model)
-    found = checkpoint_model_shapes(path)
+    expected = model_shapes(model, model_fn)
+    found = checkpoint_model_shapes(path, {name.split("/", 1)[0] for name in expected})
     differences = ["%s: checkpoint %s, this model %s" % (name, _shape(found.get(name)), _shape(expected.get(name)))
                    for name in sorted(set(expected) | set(found)) if expected.get(name) != found.get(name)]
     if differences:

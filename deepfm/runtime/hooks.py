@@ -21,9 +21,11 @@ import numpy as np
 import tensorflow as tf
 
 from deepfm.runtime import console as console_lib
-from deepfm.models import deepfm as model_lib
 
 DEFAULT_WARMUP_STEPS = 20
+# In TRAIN, the loss of every model_fn call (once per tower or replica) goes to
+# this graph collection (`recording_loss`), where `ProgressHook` finds it.
+TRAIN_LOSS_COLLECTION = "deepfm_train_losses"
 EXAMPLES_PER_SEC_TAG = "examples_per_sec"
 # In a progress file's path, replaced by the process's task name.
 TASK_PLACEHOLDER = "{task}"
@@ -60,6 +62,16 @@ class ProgressRecord:
 
 
 Listener = Callable[[ProgressRecord], None]
+
+
+def recording_loss(model_fn: Callable) -> Callable:
+    """`model_fn`, adding its TRAIN loss to `TRAIN_LOSS_COLLECTION` (any model_fn reports its loss)."""
+    def recording(features, labels, mode, params):
+        spec = model_fn(features, labels, mode, params)
+        if mode == tf.estimator.ModeKeys.TRAIN and spec.loss is not None:
+            tf.compat.v1.add_to_collection(TRAIN_LOSS_COLLECTION, spec.loss)
+        return spec
+    return recording
 
 
 class ProgressHook(tf.estimator.SessionRunHook):
@@ -105,7 +117,7 @@ class ProgressHook(tf.estimator.SessionRunHook):
     def begin(self):
         self._global_step_tensor = tf.compat.v1.train.get_global_step()
         fetches = {}
-        losses = tf.compat.v1.get_collection(model_lib.TRAIN_LOSS_COLLECTION)
+        losses = tf.compat.v1.get_collection(TRAIN_LOSS_COLLECTION)
         if losses:
             fetches["loss"] = tf.reduce_mean(tf.stack([tf.cast(loss, tf.float32) for loss in losses]))
         self._fetches = fetches

@@ -12,10 +12,11 @@ the same command resumes from that checkpoint: no trained step is lost.
 
 Synchronous multi-process strategies (Horovod) must stop every process at
 the same step, or one would wait for ever in a collective of a step the
-others never run. Such a strategy has an `agree_to_stop(flag)` method that
-combines every process's flag (a maximum over the ranks); the hook feeds its
-local flag and stops when the combined one is set, so all ranks stop after
-the same step even when only one of them got the signal.
+others never run. Their `Strategy.agree_to_stop(flag)` combines every
+process's flag (a maximum over the ranks); the hook feeds its local flag and
+stops when the combined one is set, so all ranks stop after the same step
+even when only one of them got the signal. Where it returns None, each
+process stops alone.
 
 A second signal of the same kind while the first is being handled is not
 caught: SIGINT raises `KeyboardInterrupt`, SIGTERM ends the process.
@@ -42,7 +43,7 @@ INTERRUPTED_KEY = "interrupted"
 SIGNAL_KEY = "signal"
 STOP_FLAG_NAME = "deepfm_stop_requested"
 
-Agreement = Callable[[tf.Tensor], tf.Tensor]
+Agreement = Callable[[tf.Tensor], Optional[tf.Tensor]]
 
 
 class TrainingInterrupted(SystemExit):
@@ -72,11 +73,6 @@ def signal_name(signum: int) -> str:
     if signum == NO_SIGNAL:
         return "another process's signal"
     return signal.Signals(signum).name
-
-
-def agreement_of(strategy) -> Optional[Agreement]:
-    """The strategy's `agree_to_stop`, or None where each process decides alone."""
-    return getattr(strategy, "agree_to_stop", None)
 
 
 class StopRequest:
@@ -132,7 +128,8 @@ class StopRequest:
 
         Args:
           agree: combines this process's stop flag with the other processes'
-            (see the module docstring); None where each process stops alone.
+            (`Strategy.agree_to_stop`; see the module docstring), or returns
+            None where each process stops alone; None likewise.
         """
         self._hook = StopOnRequestHook(self, agree)
         return self._hook
@@ -162,7 +159,7 @@ class StopOnRequestHook(tf.estimator.SessionRunHook):
 
     Args:
       request: the `StopRequest` whose signal this hook watches.
-      agree: the strategy's combination of every process's stop flag, or None.
+      agree: the strategy's combination of every process's stop flag (or None), or None.
     """
 
     def __init__(self, request: StopRequest, agree: Optional[Agreement] = None):

@@ -1,7 +1,11 @@
-"""The training job: train, evaluate, export, report, through any strategy.
+"""The training job: train, evaluate, export, report, any model_fn through any strategy.
 
-`run` is what `python -m deepfm.train` calls once its flags are parsed; it is
-also the library entry point for SageMaker scripts and benchmarks.
+`run` is what `python -m deepfm.train` and the public API
+(`deepfm.train_and_evaluate`) call once the configuration is resolved.
+
+The chief writes the run's resolved configuration next to the checkpoints
+(`<model_dir>/config.json`) and a resumed run is compared with it
+(`deepfm.runtime.run_config`).
 
 The step budget: every worker runs the same number of steps, so that no
 Horovod rank waits on another that ran out of data. With `max_steps` unset,
@@ -25,24 +29,23 @@ from typing import Dict, List, Optional
 import tensorflow as tf
 from absl import logging
 
+from deepfm import models
+from deepfm.config import ModelConfig, TrainConfig
+from deepfm.models import ctr
 from deepfm.runtime import checkpoints
 from deepfm.runtime import console as console_lib
 from deepfm.runtime import early_stopping
 from deepfm.runtime import hooks as hooks_lib
 from deepfm.runtime import interrupt
-from deepfm.models import deepfm as model_lib
+from deepfm.runtime import run_config
 from deepfm.runtime import step_trace
 from deepfm.runtime import watchdog
-from deepfm.config import ModelConfig, TrainConfig
 from input_pipeline import pipeline
 from strategies import base as strategies_base
 
 EVAL_BATCH_SIZE = 4096
-MAIN_TASK = "main"
 # Under the model directory, where `--trace_steps` traces go by default.
 TRACE_DIR = "traces"
-# The strategy whose chief evaluates inside its training session (`_train_evaluating_in_session`).
-PARAMETER_SERVERS = "ps"
 
 
 @dataclasses.dataclass
@@ -84,7 +87,8 @@ class TrainResult:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
 
 
-def check_model_dir(model_dir: str, model: Optional[ModelConfig] = None, repair: bool = True) -> Optional[int]:
+def check_model_dir(model_dir: str, model: Optional[ModelConfig] = None, repair: bool = True,
+                    model_fn: Optional[strategies_base.ModelFn] = None) -> Optional[int]:
     """Makes sure `model_dir` is usable before training starts.
 
     Unreadable checkpoints are skipped and, with `model`, a checkpoint of
@@ -95,6 +99,7 @@ def check_model_dir(model_dir: str, model: Optional[ModelConfig] = None, repair:
       model: the model this run trains; None skips the shape check.
       repair: point the state file at the checkpoint resumed from when a
         newer one is unreadable (the chief).
+      model_fn: the model function; default: the built-in `model.model`.
 
     Returns:
       The global step of the checkpoint training resumes from, or None for a
@@ -116,7 +121,7 @@ def check_model_dir(model_dir: str, model: Optional[ModelConfig] = None, repair:
     if checkpoint is None:
         return None
     if model is not None:
-        checkpoints.check_model_shapes(checkpoint, model)
+        checkpoints.check_model_shapes(checkpoint, model, model_fn or models.get(model.model))
     return checkpoints.checkpoint_step(checkpoint)
 
 
@@ -140,10 +145,9 @@ def _steps_per_worker(train: TrainConfig, builder: pipeline.DatasetBuilder,
 
 
 def build_estimator(train: TrainConfig, model: ModelConfig, strategy: strategies_base.Strategy,
-                    ) -> tf.estimator.Estimator:
-    """The Estimator of `model` as `strategy` trains it."""
-    scaled = dataclasses.replace(model, learning_rate=model.learning_rate * strategy.learning_rate_factor())
-    run_config = strategy.run_config(
+                    model_fn: Optional[strategies_base.ModelFn] = None) -> tf.estimator.Estimator:
+    """The Estimator of `model_fn` (default: the built-in `model.model`) as `strategy` trains it."""
+    estimator_config = strategy.run_config(
         model_dir=train.model_dir,
         tf_random_seed=train.seed,
         save_checkpoints_steps=train.save_checkpoints_steps,
@@ -151,14 +155,14 @@ def build_estimator(train: TrainConfig, model: ModelConfig, strategy: strategies
         save_summary_steps=train.log_every_n_steps,
         log_step_count_steps=train.log_every_n_steps)
     return tf.estimator.Estimator(
-        model_fn=strategy.wrap_model_fn(model_lib.model_fn),
-        config=run_config,
-        params=strategy.model_params({"model": scaled}))
+        model_fn=strategy.wrap_model_fn(hooks_lib.recording_loss(model_fn or models.get(model.model))),
+        config=estimator_config,
+        params=ctr.model_params(model))
 
 
 def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineConfig,
         strategy: strategies_base.Strategy, console: Optional[console_lib.Console] = None,
-        ) -> Optional[TrainResult]:
+        model_fn: Optional[strategies_base.ModelFn] = None) -> Optional[TrainResult]:
     """Runs this process's part of a training job.
 
     Args:
@@ -168,6 +172,9 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
       strategy: the distribution strategy adapter of this process.
       console: where progress and evaluations are printed; None prints
         nothing (library use).
+      model_fn: the Estimator model_fn to train (see `strategies.base` for
+        what it gets from the strategy); default: the built-in model named
+        by `model.model`.
 
     Returns:
       The result, or None on a process that does not train (a parameter
@@ -178,11 +185,16 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     """
     strategy.validate()
     strategy.setup()
-    if strategy.role != "worker":
+    if strategy.role != strategies_base.ROLE_WORKER:
         strategy.serve()
         return None
 
-    resumed_step = check_model_dir(train.model_dir, model, repair=strategy.is_chief)
+    model_fn = model_fn or models.get(model.model)
+    resumed_step = check_model_dir(train.model_dir, model, repair=strategy.is_chief, model_fn=model_fn)
+    record = run_config.resolved(train, model, input_config, strategy.config, _qualified_name(model_fn))
+    if strategy.is_chief:
+        run_config.check_resume(train.model_dir, record)
+        run_config.write(train.model_dir, record)
     if resumed_step is not None:
         logging.info("resuming from the checkpoint in %s at global step %d", train.model_dir, resumed_step)
     context = strategy.input_context()
@@ -217,7 +229,7 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     console.line("%s; per-replica batch %d; %s" % (
         strategy.describe(), train.batch_size, "training to global step %d" % max_steps if max_steps
         else "training to the end of the channel"))
-    estimator = build_estimator(train, model, strategy)
+    estimator = build_estimator(train, model, strategy, model_fn)
     throughput = hooks_lib.ProgressHook(
         batch * per_step, every_n_steps=train.log_every_n_steps,
         listeners=_progress_listeners(train, model, strategy, console, max_steps, epoch_steps))
@@ -225,11 +237,11 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     start = time.time()
     outcome = None
     with interrupt.StopRequest() as stop, checkpoints.save_errors(train.model_dir), \
-            watchdog.watch_parameter_servers(strategy):
-        hooks = strategy.train_hooks() + [throughput, stop.hook(interrupt.agreement_of(strategy))]
+            watchdog.watch_peers(strategy.peers()):
+        hooks = strategy.train_hooks() + [throughput, stop.hook(strategy.agree_to_stop)]
         if train.trace_steps:
             hooks.append(_trace_hook(train, strategy))
-        if rounds and strategy.name == PARAMETER_SERVERS:
+        if rounds and strategy.evaluates_in_training_session:
             outcome = _train_evaluating_in_session(estimator, train_input_fn, hooks, train, input_config, console,
                                                    max_steps, lambda: stop.stopped_before(max_steps) is not None)
         elif rounds:
@@ -325,27 +337,20 @@ def _progress_listeners(train: TrainConfig, model: ModelConfig, strategy: strate
             train.model_dir, model.learning_rate * strategy.learning_rate_factor()))
     if train.progress_file and (strategy.is_chief or hooks_lib.TASK_PLACEHOLDER in train.progress_file):
         listeners.append(hooks_lib.ProgressFile(
-            train.progress_file.replace(hooks_lib.TASK_PLACEHOLDER, task_name(strategy))))
+            train.progress_file.replace(hooks_lib.TASK_PLACEHOLDER, strategy.task_name)))
     return listeners
 
 
 def _trace_hook(train: TrainConfig, strategy: strategies_base.Strategy) -> step_trace.StepTraceHook:
     """The hook tracing `train.trace_steps` steps of this process (`deepfm.runtime.step_trace`)."""
-    cluster = getattr(strategy, "cluster", None)
     return step_trace.StepTraceHook(
-        train.trace_dir or os.path.join(train.model_dir, TRACE_DIR), task_name(strategy), train.trace_steps,
-        own_job=cluster.task_type if cluster is not None else None)
+        train.trace_dir or os.path.join(train.model_dir, TRACE_DIR), strategy.task_name, train.trace_steps,
+        own_job=strategy.job_name)
 
 
-def task_name(strategy: strategies_base.Strategy) -> str:
-    """This process's name in its job: `rank<r>` (Horovod), `<job>_<index>` (parameter servers), else `main`."""
-    rank = getattr(strategy, "rank", None)
-    if rank is not None:
-        return "rank%d" % rank
-    cluster = getattr(strategy, "cluster", None)
-    if cluster is not None:
-        return cluster.task_name
-    return MAIN_TASK
+def _qualified_name(model_fn) -> str:
+    """`module.name` of a model function, as the run's configuration records it."""
+    return "%s.%s" % (getattr(model_fn, "__module__", "?"), getattr(model_fn, "__name__", type(model_fn).__name__))
 
 
 def _agree(strategy: strategies_base.Strategy, value: int) -> int:
@@ -354,11 +359,10 @@ def _agree(strategy: strategies_base.Strategy, value: int) -> int:
     A collective where the strategy has one (`agree_to_stop`): every rank
     calls it at the same point.
     """
-    agree = interrupt.agreement_of(strategy)
-    if agree is None:
-        return value
     with tf.Graph().as_default():
-        combined = agree(tf.constant(value, tf.int32))
+        combined = strategy.agree_to_stop(tf.constant(value, tf.int32))
+        if combined is None:
+            return value
         with tf.compat.v1.Session(config=strategy.session_config()) as session:
             return int(session.run(combined))
 
@@ -420,7 +424,7 @@ def export(estimator: tf.estimator.Estimator, export_dir: str, field_size: int,
     Returns:
       The timestamped SavedModel directory.
     """
-    path = estimator.export_saved_model(export_dir, model_lib.serving_input_receiver_fn(field_size),
+    path = estimator.export_saved_model(export_dir, ctr.serving_input_receiver_fn(field_size),
                                         checkpoint_path=checkpoint_path)
     return path.decode() if isinstance(path, bytes) else path
 

@@ -34,7 +34,6 @@ from absl import logging
 PEER_LOST_EXIT_CODE = 69
 PEER_CHECK_INTERVAL_S = 2.0
 PEER_LOST_AFTER_S = 20.0
-PS_JOB = "ps"
 
 LostCallback = Callable[[str, str, str], None]
 
@@ -104,24 +103,16 @@ class PeerWatchdog:
             self._stop.wait(self._interval_s)
 
 
-def parameter_servers(strategy) -> Dict[str, str]:
-    """The parameter servers a training task of `strategy` depends on: `ps_<i>` -> `host:port` (none elsewhere)."""
-    cluster = getattr(strategy, "cluster", None)
-    if cluster is None or cluster.is_ps:
-        return {}
-    return {"%s_%d" % (PS_JOB, index): address for index, address in enumerate(cluster.jobs.get(PS_JOB, ()))}
-
-
 @contextlib.contextmanager
-def watch_parameter_servers(strategy, **options) -> Iterator[Optional[PeerWatchdog]]:
-    """Within the block, a lost parameter server of `strategy` ends this task (see the module docstring).
+def watch_peers(peers: Dict[str, str], **options) -> Iterator[Optional[PeerWatchdog]]:
+    """Within the block, a lost peer ends this task (see the module docstring).
 
     Args:
-      strategy: the training task's strategy; only a parameter-server
-        strategy has peers to watch.
+      peers: the tasks this one cannot train without, name -> `host:port`
+        (`Strategy.peers()`: a training task's parameter servers); none:
+        nothing is watched.
       **options: passed to `PeerWatchdog`.
     """
-    peers = parameter_servers(strategy)
     if not peers:
         yield None
         return

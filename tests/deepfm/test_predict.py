@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import strategies
 from deepfm import config, predict
-from deepfm.models import deepfm as model_lib
+from deepfm.models import ctr
 from deepfm.runtime import trainer
 from input_pipeline import files, pipeline, schema
 from dataprep import synthetic
@@ -65,7 +65,7 @@ class PredictTest(tf.test.TestCase):
         """The serving signature called directly on every example, in file order."""
         ids, values, labels = read_examples(paths, schema.FIELD_SIZE)
         signature = tf.saved_model.load(self.result.export_path).signatures["serving_default"]
-        prob = signature(feat_ids=tf.constant(ids), feat_vals=tf.constant(values))[model_lib.SERVING_SIGNATURE_OUTPUT]
+        prob = signature(feat_ids=tf.constant(ids), feat_vals=tf.constant(values))[ctr.SERVING_SIGNATURE_OUTPUT]
         return prob.numpy().reshape(-1), labels
 
     def test_cli_writes_the_signature_probabilities_in_input_order(self):

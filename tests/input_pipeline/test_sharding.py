@@ -40,24 +40,14 @@ class TopologyTest(tf.test.TestCase, parameterized.TestCase):
 class FileModeShardTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.named_parameters(
-        ("ps_by_host", THREE_HOSTS, "ps", False, (3, 2)),
-        ("ps_s3_sharded", THREE_HOSTS, "ps", True, (1, 0)),
-        ("single_by_host", THREE_HOSTS, "single", False, (3, 2)),
-        ("single_s3_sharded", THREE_HOSTS, "single", True, (1, 0)),
-        ("horovod_by_rank", TWO_BY_THREE, "horovod", False, (6, 4)),
-        ("horovod_s3_sharded", TWO_BY_THREE, "horovod", True, (3, 1)),
-        ("single_process", sharding.Topology(), "single", False, (1, 0)),
+        ("one_worker_per_host_by_host", THREE_HOSTS, False, (3, 2)),
+        ("one_worker_per_host_s3_sharded", THREE_HOSTS, True, (1, 0)),
+        ("ranks_by_rank", TWO_BY_THREE, False, (6, 4)),
+        ("ranks_s3_sharded", TWO_BY_THREE, True, (3, 1)),
+        ("single_process", sharding.Topology(), False, (1, 0)),
     )
-    def test_rule(self, topology, framework, s3_sharded, expected):
-        self.assertEqual(sharding.file_mode_shard(topology, framework, s3_sharded), expected)
-
-    def test_unknown_framework(self):
-        with self.assertRaisesRegex(ValueError, "framework must be one of single, ps, horovod, got 'mpi'"):
-            sharding.file_mode_shard(THREE_HOSTS, "mpi", False)
-
-    def test_one_worker_framework_with_several_workers(self):
-        with self.assertRaisesRegex(ValueError, "framework 'ps' runs one worker per host, got workers_per_host=3"):
-            sharding.file_mode_shard(TWO_BY_THREE, "ps", False)
+    def test_rule(self, topology, s3_sharded, expected):
+        self.assertEqual(sharding.file_mode_shard(topology, s3_sharded), expected)
 
 
 class PipeModeShardTest(tf.test.TestCase, parameterized.TestCase):

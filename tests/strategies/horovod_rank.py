@@ -57,8 +57,7 @@ def main(argv):
     import strategies
     from deepfm.runtime import trainer
 
-    metadata = train_main.find_metadata(FLAGS.train_data or [])
-    train, model, input_config, strategy_config = train_main.parse_flags(FLAGS, metadata)
+    train, model, input_config, strategy_config, _ = train_main.parse_flags(FLAGS)
     strategy = strategies.get(strategy_config)
     result = trainer.run(train, model, input_config, strategy)
     record = dataclasses.asdict(result)

@@ -55,7 +55,7 @@ def _tempdir(test: tf.test.TestCase) -> str:
 
 
 def _config(**overrides) -> strategies.StrategyConfig:
-    return strategies.StrategyConfig(name="horovod", **overrides)
+    return strategies.make_config(name="horovod", **overrides)
 
 
 def _skip_without_horovod(test: tf.test.TestCase) -> None:
@@ -113,12 +113,12 @@ class ValidateTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.named_parameters(
         ("cap_below_one", {"lr_scale_cap": 0.5}, "--lr_scale_cap must be >= 1, got 0.5"),
-        ("several_devices", {"num_devices": 4}, "--num_devices 4: horovod uses one device per process"),
+        ("several_devices", {"num_devices": 4}, "--num_devices applies to --strategy mirrored or tower, not horovod"),
         ("unknown_policy", {"lr_scaling": "cube"}, "--lr_scaling must be one of .* got 'cube'"),
     )
     def test_bad_option_is_named(self, overrides, message):
         with self.assertRaisesRegex(ValueError, message):
-            strategies.get(_config(**overrides)).validate()
+            _config(**overrides)
 
     def test_missing_horovod_says_how_to_install_it(self):
         with mock.patch.dict(sys.modules, {"horovod": None, "horovod.tensorflow": None}):
@@ -168,11 +168,11 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
 
     def _embedding_gradient(self, sparse_as_dense):
         strategy = strategies.get(_config(sparse_as_dense=sparse_as_dense))
-        params = strategy.model_params({})
+        (wrap,) = strategy.model_context(tf.estimator.ModeKeys.TRAIN).optimizer_wrappers
         with tf.Graph().as_default():
             table = tf.compat.v1.get_variable("table", [10, 4])
             loss = tf.reduce_sum(tf.nn.embedding_lookup(table, tf.constant([1, 3])))
-            optimizer = params["optimizer_wrapper"](tf.compat.v1.train.GradientDescentOptimizer(0.1))
+            optimizer = wrap(tf.compat.v1.train.GradientDescentOptimizer(0.1))
             ((gradient, _),) = optimizer.compute_gradients(loss, var_list=[table])
             with tf.compat.v1.Session() as session:
                 session.run(tf.compat.v1.global_variables_initializer())

@@ -29,7 +29,7 @@ SUBPROCESS_TIMEOUT_S = 120
 
 
 def mirrored_strategy(num_devices=REPLICAS, device_type="cpu", **kwargs) -> strategies.Strategy:
-    strategy = strategies.get(strategies.StrategyConfig(
+    strategy = strategies.get(strategies.make_config(
         name="mirrored", num_devices=num_devices, device_type=device_type, **kwargs))
     strategy.validate()
     return strategy
@@ -60,9 +60,9 @@ class MirroredConfigTest(tf.test.TestCase, parameterized.TestCase):
         script = textwrap.dedent("""
             import strategies
             from tests.strategies import replica_testing as rt
-            single = strategies.get(strategies.StrategyConfig(name="single"))
+            single = strategies.get(strategies.make_config(name="single"))
             rt.build_estimator(single, %r).train(rt.input_fn(rt.planted_rows(64), 64), max_steps=1)
-            strategy = strategies.get(strategies.StrategyConfig(name="mirrored", num_devices=2, device_type="cpu"))
+            strategy = strategies.get(strategies.make_config(name="mirrored", num_devices=2, device_type="cpu"))
             strategy.validate()
             print("replicas in sync:", strategy.distribution().num_replicas_in_sync)
             """ % self.get_temp_dir())
@@ -112,7 +112,7 @@ class MirroredTrainingTest(tf.test.TestCase, parameterized.TestCase):
     def test_one_sgd_step_of_replicas_equals_one_step_of_single(self):
         model = rt.model_config(optimizer="sgd", learning_rate=0.5)
         batch = rt.planted_rows(REPLICAS * PER_REPLICA_BATCH)
-        single_strategy = strategies.get(strategies.StrategyConfig(name="single"))
+        single_strategy = strategies.get(strategies.make_config(name="single"))
         start_dir = os.path.join(self.get_temp_dir(), "start")
         rt.build_estimator(single_strategy, start_dir, model).train(rt.input_fn(batch, len(batch[0])), max_steps=1)
         start = rt.model_values(start_dir)
@@ -131,7 +131,7 @@ class MirroredTrainingTest(tf.test.TestCase, parameterized.TestCase):
         replicas = rt.build_estimator(mirrored_strategy(), model_dir)
         replicas.train(rt.input_fn(rt.planted_rows(1024), PER_REPLICA_BATCH, repeat=True, drop_remainder=True),
                        max_steps=20)
-        single = rt.build_estimator(strategies.get(strategies.StrategyConfig(name="single")), model_dir)
+        single = rt.build_estimator(strategies.get(strategies.make_config(name="single")), model_dir)
         evaluate = rt.input_fn(rt.planted_rows(EVAL_ROWS, seed=1), EVAL_BATCH)
 
         replica_metrics = replicas.evaluate(evaluate)

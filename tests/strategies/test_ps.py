@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
+from deepfm.models import ctr
 from deepfm.models import deepfm as model_lib
 from jobs import processes
 from deepfm.config import ModelConfig
@@ -58,7 +59,7 @@ def set_tf_config(test_case, task_type, index=0, jobs=None):
 
 def make_strategy(test_case, task_type, index=0, jobs=None, **options):
     set_tf_config(test_case, task_type, index, jobs)
-    return strategies.get(strategies.StrategyConfig(name="ps", **options))
+    return strategies.get(strategies.make_config(name="ps", **options))
 
 
 class RolesTest(tf.test.TestCase, parameterized.TestCase):
@@ -125,14 +126,18 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
         ("negative_towers", CLUSTER, {"ps_towers": -1}, "--ps_towers must be >= 0, got -1"),
     )
     def test_bad_configuration(self, jobs, options, message):
-        strategy = make_strategy(self, "chief", jobs=jobs, **options)
         with self.assertRaisesRegex(ValueError, message):
-            strategy.validate()
+            make_strategy(self, "chief", jobs=jobs, **options).validate()
+
+    def test_only_training_tasks_depend_on_the_parameter_servers(self):
+        self.assertEqual({"ps_0": "localhost:3", "ps_1": "localhost:4"},
+                         make_strategy(self, "worker").peers())
+        self.assertEqual({}, make_strategy(self, "ps", 1).peers())
 
     def test_missing_tf_config(self):
         set_tf_config(self, "chief")
         del os.environ[cluster_lib.TF_CONFIG_VARIABLE]
-        strategy = strategies.get(strategies.StrategyConfig(name="ps"))
+        strategy = strategies.get(strategies.make_config(name="ps"))
         with self.assertRaisesRegex(ValueError, "--strategy ps: TF_CONFIG is not set"):
             strategy.validate()
 
@@ -145,7 +150,7 @@ def build_training_graph(strategy, model=MODEL):
         features = {schema.FEAT_IDS: tf.zeros([8, model.field_size], tf.int64),
                     schema.FEAT_VALS: tf.ones([8, model.field_size])}
         model_fn = strategy.wrap_model_fn(model_lib.model_fn)
-        model_fn(features, tf.zeros([8]), tf.estimator.ModeKeys.TRAIN, strategy.model_params({"model": model}))
+        model_fn(features, tf.zeros([8]), tf.estimator.ModeKeys.TRAIN, ctr.model_params(model))
     return graph
 
 

@@ -10,6 +10,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
+from deepfm.models import ctr
 from deepfm.models import deepfm as model_lib
 from input_pipeline import schema
 from strategies import devices as devices_lib
@@ -37,14 +38,14 @@ print(sorted(name for name in sys.modules if name == "deepfm" or name.startswith
 
 
 def tower_strategy(num_devices=TOWERS, device_type="cpu", **kwargs) -> strategies.Strategy:
-    strategy = strategies.get(strategies.StrategyConfig(
+    strategy = strategies.get(strategies.make_config(
         name="tower", num_devices=num_devices, device_type=device_type, **kwargs))
     strategy.validate()
     return strategy
 
 
 def single_strategy() -> strategies.Strategy:
-    return strategies.get(strategies.StrategyConfig(name="single"))
+    return strategies.get(strategies.make_config(name="single"))
 
 
 def ancestors(op: tf.Operation) -> set:
@@ -118,7 +119,7 @@ class TowerGraphTest(tf.test.TestCase):
             tf.compat.v1.train.get_or_create_global_step()
             features = {schema.FEAT_IDS: tf.constant(ids), schema.FEAT_VALS: tf.constant(values)}
             replicated = tower.replicate_model_fn(model_lib.model_fn, CPU_TOWERS)
-            spec = replicated(features, tf.constant(labels), tf.estimator.ModeKeys.TRAIN, {"model": model})
+            spec = replicated(features, tf.constant(labels), tf.estimator.ModeKeys.TRAIN, ctr.model_params(model))
         return graph, spec
 
     def test_variables_on_cpu0_towers_on_their_devices(self):
@@ -143,7 +144,7 @@ class TowerGraphTest(tf.test.TestCase):
             ids, values, labels = rt.planted_rows(PER_TOWER_BATCH)
             tf.compat.v1.train.get_or_create_global_step()
             model_lib.model_fn({schema.FEAT_IDS: tf.constant(ids), schema.FEAT_VALS: tf.constant(values)},
-                               tf.constant(labels), tf.estimator.ModeKeys.TRAIN, {"model": rt.model_config()})
+                               tf.constant(labels), tf.estimator.ModeKeys.TRAIN, ctr.model_params(rt.model_config()))
         with graph.as_default():
             tower_names = sorted(v.name for v in tf.compat.v1.trainable_variables())
         with single_graph.as_default():
@@ -151,39 +152,44 @@ class TowerGraphTest(tf.test.TestCase):
         self.assertNotEmpty(single_names)
         self.assertEqual(tower_names, single_names)
 
-    def test_eval_uses_the_metric_function_the_model_fn_publishes(self):
-        published = []
+    def test_eval_computes_the_model_fns_metric_function_once_over_the_whole_batch(self):
+        computed = []
 
         def metric_fn(labels, predictions):
-            published.append(predictions[model_lib.PREDICTION_KEY])
-            return model_lib.prediction_metrics(labels, predictions)
+            computed.append(predictions[ctr.PREDICTION_KEY])
+            return ctr.prediction_metrics(labels, predictions)
 
-        def publishing_model_fn(features, labels, mode, params):
-            spec = model_lib.model_fn(features, labels, mode, params)
-            params[tower.EVAL_METRICS_PARAM] = metric_fn
-            return spec
+        def model_fn(features, labels, mode, params):
+            context = strategies.ModelContext.of(params)
+            config = ctr.model_config(params)
+            logits, l2 = model_lib.deepfm_logits(features[schema.FEAT_IDS], features[schema.FEAT_VALS], config,
+                                                 False, context)
+            spec = ctr.estimator_spec(logits, l2, labels, mode, config, context)
+            return spec._replace(eval_metric_ops=context.eval_metric_ops(metric_fn, labels, spec.predictions))
 
-        self.assertEqual(tower.EVAL_METRICS_PARAM, model_lib.EVAL_METRICS_PARAM)
         with tf.Graph().as_default():
             ids, values, labels = rt.planted_rows(2 * TOWERS + 1)
             features = {schema.FEAT_IDS: tf.constant(ids), schema.FEAT_VALS: tf.constant(values)}
-            spec = tower.replicate_model_fn(publishing_model_fn, CPU_TOWERS)(
-                features, tf.constant(labels), tf.estimator.ModeKeys.EVAL, {"model": rt.model_config()})
-        self.assertLen(published, 1)
-        self.assertIs(published[0], spec.predictions[model_lib.PREDICTION_KEY])
+            spec = tower.replicate_model_fn(model_fn, CPU_TOWERS)(
+                features, tf.constant(labels), tf.estimator.ModeKeys.EVAL, ctr.model_params(rt.model_config()))
+        # Once per tower (their own metrics, unused), then once over the whole batch.
+        self.assertLen(computed, TOWERS + 1)
+        self.assertIs(computed[-1], spec.predictions[ctr.PREDICTION_KEY])
         self.assertEqual(sorted(spec.eval_metric_ops), ["auc", "logloss"])
 
-    def test_eval_without_a_published_metric_function_is_refused(self):
-        def private_params_model_fn(features, labels, mode, params):
-            return model_lib.model_fn(features, labels, mode, dict(params))
+    def test_eval_without_metrics_through_the_context_is_refused(self):
+        def own_metrics_model_fn(features, labels, mode, params):
+            spec = model_lib.model_fn(features, labels, mode, {ctr.MODEL_CONFIG_PARAM: ctr.model_config(params)})
+            return spec
 
         with tf.Graph().as_default():
             ids, values, labels = rt.planted_rows(2 * TOWERS)
             features = {schema.FEAT_IDS: tf.constant(ids), schema.FEAT_VALS: tf.constant(values)}
-            replicated = tower.replicate_model_fn(private_params_model_fn, CPU_TOWERS)
-            with self.assertRaisesRegex(ValueError, r"params\['eval_metrics'\] in EVAL; "
-                                                    r"private_params_model_fn put none there"):
-                replicated(features, tf.constant(labels), tf.estimator.ModeKeys.EVAL, {"model": rt.model_config()})
+            replicated = tower.replicate_model_fn(own_metrics_model_fn, CPU_TOWERS)
+            with self.assertRaisesRegex(ValueError, r"passes to ModelContext.eval_metric_ops in EVAL; "
+                                                    r"own_metrics_model_fn passed none"):
+                replicated(features, tf.constant(labels), tf.estimator.ModeKeys.EVAL,
+                           ctr.model_params(rt.model_config()))
 
     def test_every_towers_update_ops_run_before_the_step(self):
         graph, spec = self.build_train_graph(rt.model_config(batch_norm=True))
@@ -237,8 +243,8 @@ class TowerTrainingTest(tf.test.TestCase):
         for key in ("auc", "logloss", "loss"):
             self.assertAllClose(tower_metrics[key], single_metrics[key], rtol=1e-5, msg=key)
 
-        tower_probs = [p[model_lib.PREDICTION_KEY] for p in towers.predict(evaluate)]
-        single_probs = [p[model_lib.PREDICTION_KEY] for p in single.predict(evaluate)]
+        tower_probs = [p[ctr.PREDICTION_KEY] for p in towers.predict(evaluate)]
+        single_probs = [p[ctr.PREDICTION_KEY] for p in single.predict(evaluate)]
         self.assertLen(tower_probs, EVAL_ROWS)
         self.assertAllClose(tower_probs, single_probs, rtol=1e-5)
 

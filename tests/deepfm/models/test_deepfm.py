@@ -5,10 +5,13 @@ import itertools
 import numpy as np
 import tensorflow as tf
 
+import strategies
+from deepfm.config import ModelConfig
+from deepfm.models import ctr
 from deepfm.models import deepfm as model
 from deepfm.models import optimizers
-from deepfm.config import ModelConfig
 from input_pipeline import schema
+from strategies import base
 
 FEATURE_SIZE = 50
 FIELD_SIZE = 6
@@ -101,8 +104,9 @@ class DeepFMTest(tf.test.TestCase):
         for partitioner in (None, tf.compat.v1.fixed_size_partitioner(3)):
             with tf.Graph().as_default():
                 tf.compat.v1.set_random_seed(0)
+                context = strategies.ModelContext(embedding_factory=base.variable_tables(partitioner))
                 logits, _ = model.deepfm_logits(tf.constant(ids), tf.constant(vals), _config(),
-                                                training=False, partitioner=partitioner)
+                                                training=False, context=context)
                 with self.session() as sess:
                     sess.run(tf.compat.v1.global_variables_initializer())
                     variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
@@ -120,13 +124,14 @@ class DeepFMTest(tf.test.TestCase):
 
     def test_eval_publishes_its_metric_function(self):
         ids, vals, labels = _inputs(6)
-        params = {"model": _config()}
+        recorded = []
+        params = strategies.ModelContext(metric_sink=recorded.append).with_params(ctr.model_params(_config()))
         with tf.Graph().as_default():
             spec = model.model_fn({schema.FEAT_IDS: tf.constant(ids), schema.FEAT_VALS: tf.constant(vals)},
                                   tf.constant(labels), tf.estimator.ModeKeys.EVAL, params)
-            self.assertIs(params[model.EVAL_METRICS_PARAM], model.prediction_metrics)
+            self.assertEqual([ctr.prediction_metrics], recorded)
             # Labels as [B, 1], as an input_fn may give them.
-            published = model.prediction_metrics(tf.constant(labels[:, None]), spec.predictions)
+            published = ctr.prediction_metrics(tf.constant(labels[:, None]), spec.predictions)
             with self.session() as sess:
                 sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
                 sess.run([update for _, update in spec.eval_metric_ops.values()]
@@ -208,7 +213,7 @@ class OptimizerTest(tf.test.TestCase):
                 tf.compat.v1.set_random_seed(1)
                 config = _config(optimizer=name, learning_rate=0.05)
                 spec = model.model_fn({schema.FEAT_IDS: tf.constant(ids), schema.FEAT_VALS: tf.constant(vals)},
-                                      tf.constant(labels), tf.estimator.ModeKeys.TRAIN, {"model": config})
+                                      tf.constant(labels), tf.estimator.ModeKeys.TRAIN, ctr.model_params(config))
                 with self.session() as sess:
                     sess.run(tf.compat.v1.global_variables_initializer())
                     first = sess.run(spec.loss)
@@ -216,7 +221,7 @@ class OptimizerTest(tf.test.TestCase):
                         sess.run(spec.train_op)
                     self.assertLess(sess.run(spec.loss), first)
 
-    def test_optimizer_wrapper_from_params_is_used(self):
+    def test_the_strategy_wrappers_of_the_context_are_used(self):
         ids, vals, labels = _inputs(4)
         wrapped = []
 
@@ -224,10 +229,11 @@ class OptimizerTest(tf.test.TestCase):
             wrapped.append(type(optimizer).__name__)
             return optimizer
 
+        params = strategies.ModelContext(optimizer_wrappers=(wrapper,)).with_params(
+            ctr.model_params(_config(optimizer="adagrad")))
         with tf.Graph().as_default():
             model.model_fn({schema.FEAT_IDS: tf.constant(ids), schema.FEAT_VALS: tf.constant(vals)},
-                           tf.constant(labels), tf.estimator.ModeKeys.TRAIN,
-                           {"model": _config(optimizer="adagrad"), "optimizer_wrapper": wrapper})
+                           tf.constant(labels), tf.estimator.ModeKeys.TRAIN, params)
         self.assertEqual(["AdagradOptimizer"], wrapped)
 
 
@@ -247,25 +253,24 @@ DUPLICATE_IDS = [[3, 7, 3], [7, 7, 0], [3, 9, 1]]
 
 
 class DedupLookupTest(tf.test.TestCase):
-    """`dedup_lookups`: each distinct id looked up once, the same values and gradients."""
+    """`StrategyConfig.dedup_lookups`: each distinct id looked up once, the same values and gradients."""
 
-    def _lookup_and_gradient(self, table, ids, dedup):
-        unique = model.unique_ids(ids) if dedup else None
-        rows = model.lookup_rows(table, ids, unique)
+    def _lookup_and_gradient(self, shape, ids, dedup, partitioner=None):
+        with tf.compat.v1.variable_scope("dedup" if dedup else "plain"):
+            table = base.VariableTable("table", shape, tf.compat.v1.random_normal_initializer(seed=1),
+                                       partitioner=partitioner, dedup=dedup)
+        rows = table.lookup(ids)
         weights = tf.reshape(tf.range(tf.size(rows), dtype=tf.float32), tf.shape(rows))
-        gradients = tf.gradients(tf.reduce_sum(rows * weights), table if isinstance(table, list) else [table])
-        return rows, gradients
+        variables = list(table.variable) if partitioner else [table.variable]
+        return rows, tf.gradients(tf.reduce_sum(rows * weights), variables)
 
     def test_lookup_and_gradient_equal_the_plain_ones(self):
         for shape, partitions in itertools.product(((10,), (10, 4)), (1, 2)):
             with self.subTest(shape=shape, partitions=partitions), tf.Graph().as_default():
-                table = tf.compat.v1.get_variable(
-                    "table", shape, initializer=tf.compat.v1.random_normal_initializer(seed=1),
-                    partitioner=tf.compat.v1.fixed_size_partitioner(partitions) if partitions > 1 else None)
-                tables = list(table) if partitions > 1 else table
+                partitioner = tf.compat.v1.fixed_size_partitioner(partitions) if partitions > 1 else None
                 ids = tf.constant(DUPLICATE_IDS, tf.int64)
-                plain_rows, plain_grads = self._lookup_and_gradient(tables, ids, dedup=False)
-                dedup_rows, dedup_grads = self._lookup_and_gradient(tables, ids, dedup=True)
+                plain_rows, plain_grads = self._lookup_and_gradient(shape, ids, False, partitioner)
+                dedup_rows, dedup_grads = self._lookup_and_gradient(shape, ids, True, partitioner)
                 with tf.compat.v1.Session() as sess:
                     sess.run(tf.compat.v1.global_variables_initializer())
                     self.assertEqual(plain_rows.shape, dedup_rows.shape)
@@ -276,10 +281,9 @@ class DedupLookupTest(tf.test.TestCase):
 
     def test_gradient_has_one_row_per_distinct_id(self):
         with tf.Graph().as_default():
-            table = tf.compat.v1.get_variable("table", [10, 4])
             ids = tf.constant(DUPLICATE_IDS, tf.int64)
-            (plain,) = self._lookup_and_gradient(table, ids, dedup=False)[1]
-            (dedup,) = self._lookup_and_gradient(table, ids, dedup=True)[1]
+            (plain,) = self._lookup_and_gradient([10, 4], ids, dedup=False)[1]
+            (dedup,) = self._lookup_and_gradient([10, 4], ids, dedup=True)[1]
             with tf.compat.v1.Session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())
                 plain_indices, dedup_indices = sess.run([plain.indices, dedup.indices])
@@ -293,8 +297,10 @@ class DedupLookupTest(tf.test.TestCase):
             tf.compat.v1.set_random_seed(0)
             outputs = {}
             for dedup in (False, True):
-                logits, l2 = model.deepfm_logits(tf.constant(ids), tf.constant(vals),
-                                                 _config(dedup_lookups=dedup), training=True)
+                # The same variables (AUTO_REUSE), looked up both ways.
+                context = strategies.ModelContext(embedding_factory=base.variable_tables(dedup=dedup))
+                logits, l2 = model.deepfm_logits(tf.constant(ids), tf.constant(vals), _config(),
+                                                 training=True, context=context)
                 loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
                     labels=tf.constant(labels), logits=logits)) + 0.1 * l2
                 variables = tf.compat.v1.trainable_variables()

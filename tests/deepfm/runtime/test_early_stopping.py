@@ -233,7 +233,7 @@ class EarlyStoppingRunTest(tf.test.TestCase, parameterized.TestCase):
     )
     def test_stops_early_and_exports_the_best_checkpoint(self, strategy_options):
         model_dir = os.path.join(self.root, strategy_options["name"])
-        result = run_training(self.data_dir, model_dir, strategies.StrategyConfig(**strategy_options))
+        result = run_training(self.data_dir, model_dir, strategies.make_config(**strategy_options))
         with open(os.path.join(model_dir, "metrics.json")) as f:
             metrics = json.load(f)
         self.assertTrue(metrics["stopped_early"], metrics["evaluations"])
@@ -242,7 +242,7 @@ class EarlyStoppingRunTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_the_best_checkpoint_is_a_copy_the_rotation_cannot_delete(self):
         model_dir = os.path.join(self.root, "rotation")
-        result = run_training(self.data_dir, model_dir, strategies.StrategyConfig(name="single"),
+        result = run_training(self.data_dir, model_dir, strategies.make_config(name="single"),
                               eval_every_n_steps=10, early_stopping_patience=None, max_steps=40)
         # keep_checkpoint_max deletes old checkpoints of the model directory; the best one's copy stays.
         for path in glob.glob(os.path.join(model_dir, "model.ckpt-*")):
@@ -258,9 +258,9 @@ class EarlyStoppingRunTest(tf.test.TestCase, parameterized.TestCase):
     def test_progress_records_every_interval(self):
         model_dir = os.path.join(self.root, "progress")
         progress = os.path.join(model_dir, "progress", "{task}.jsonl")
-        result = run_training(self.data_dir, model_dir, strategies.StrategyConfig(name="single"),
+        result = run_training(self.data_dir, model_dir, strategies.make_config(name="single"),
                               early_stopping_patience=None, max_steps=45, progress_file=progress)
-        records = hooks.read_progress_file(progress.replace("{task}", trainer.MAIN_TASK))
+        records = hooks.read_progress_file(progress.replace("{task}", strategies.get(strategies.StrategyConfig()).task_name))
         # Rounds end at 20, 40, 45: intervals of 10 steps, and the last, shorter one.
         self.assertEqual([10, 20, 30, 40, 45], [r.step for r in records])
         self.assertEqual([10, 20, 30, 40, 45], [r.global_step for r in records])
@@ -315,7 +315,7 @@ class CriteoDefaultsTest(tf.test.TestCase):
             export_dir=os.path.join(model_dir, "export"), num_epochs=CRITEO_MAX_EPOCHS, seed=1,
             eval_every_n_steps=CRITEO_EVAL_EVERY, early_stopping_patience=CRITEO_PATIENCE)
         result = trainer.run(train, config.ModelConfig(feature_size=metadata.feature_size), pipeline.PipelineConfig(),
-                             strategies.get(strategies.StrategyConfig(name="single")))
+                             strategies.get(strategies.make_config(name="single")))
         self.assertTrue(result.stopped_early, result.evaluations)
         output = os.path.join(root, "test.csv")
         predict.write_predictions(result.export_path, [os.path.join(test_dir, "train")], "tfrecord", output)

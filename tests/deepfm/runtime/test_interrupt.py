@@ -96,9 +96,9 @@ class InterruptedTrainingTest(tf.test.TestCase, parameterized.TestCase):
         return trainer.run(train, tiny_model(), pipeline.PipelineConfig(), strategies.get(strategy_config))
 
     @parameterized.named_parameters(
-        ("single_sigterm", strategies.StrategyConfig(name="single"), signal.SIGTERM),
-        ("single_sigint", strategies.StrategyConfig(name="single"), signal.SIGINT),
-        ("tower_sigterm", strategies.StrategyConfig(name="tower", num_devices=2, device_type="cpu"), signal.SIGTERM),
+        ("single_sigterm", strategies.make_config(name="single"), signal.SIGTERM),
+        ("single_sigint", strategies.make_config(name="single"), signal.SIGINT),
+        ("tower_sigterm", strategies.make_config(name="tower", num_devices=2, device_type="cpu"), signal.SIGTERM),
     )
     def test_signal_saves_the_step_and_a_rerun_resumes_from_it(self, strategy_config, signum):
         model_dir = self.create_tempdir().full_path

@@ -67,17 +67,9 @@ class PeerWatchdogTest(tf.test.TestCase):
         self.assertFalse(event.wait(10 * LOST_AFTER_S))
         self.assertEmpty(lost)
 
-    def test_only_parameter_server_training_tasks_watch(self):
-        class Cluster:
-            is_ps = False
-            jobs = {"ps": ("h0:1", "h1:2"), "chief": ("h2:3",)}
-
-        class Strategy:
-            cluster = Cluster()
-        self.assertEqual(watchdog.parameter_servers(Strategy()), {"ps_0": "h0:1", "ps_1": "h1:2"})
-        Cluster.is_ps = True
-        self.assertEqual(watchdog.parameter_servers(Strategy()), {})
-        self.assertEqual(watchdog.parameter_servers(object()), {})
+    def test_no_peers_nothing_watched(self):
+        with watchdog.watch_peers({}) as watching:
+            self.assertIsNone(watching)
 
 
 @pytest.mark.slow

@@ -1,0 +1,54 @@
+"""The public API: train, evaluate and export a CTR model from Python, with any strategy.
+
+    import deepfm
+
+    data = deepfm.Dataset.open("data/synthetic")
+    result = deepfm.train_and_evaluate(
+        deepfm.TrainConfig(model_dir="runs/m1", train_files=data.train_files, val_files=data.val_files),
+        deepfm.ModelConfig(feature_size=data.feature_size, field_size=data.field_size),
+        strategy=deepfm.StrategyConfig(name="horovod"))
+
+It is what `python -m deepfm.train` runs once its flags are parsed, and what
+an entry-point script of a SageMaker job or of a user's own launcher calls.
+"""
+
+from deepfm.config import ModelConfig, TrainConfig
+
+
+def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None, strategy=None,
+                       model_fn=None, console: bool = False):
+    """Runs this process's part of a training job: train, evaluate, export, write the metrics.
+
+    Args:
+      train: what to train on and where results go.
+      model: the model's hyperparameters (`ModelConfig.model` names the
+        built-in model trained when `model_fn` is None).
+      input_config: an `input_pipeline.pipeline.PipelineConfig`; None:
+        TFRecord files with `model.field_size` ids.
+      strategy: a `strategies.StrategyConfig`, or a `strategies.Strategy`
+        already built; None: `single`.
+      model_fn: an Estimator model_fn of your own (see `strategies.base` for
+        what it gets from the strategy); None: the built-in model.
+      console: print progress lines and evaluations on the chief, as the
+        command line does.
+
+    Returns:
+      The `deepfm.runtime.trainer.TrainResult`, or None on a process that
+      does not train (a parameter server).
+
+    Raises:
+      ValueError: a bad configuration, found before training starts.
+    """
+    import strategies  # pylint: disable=import-outside-toplevel
+    from strategies import base as strategies_base  # pylint: disable=import-outside-toplevel
+    from deepfm.runtime import console as console_lib  # pylint: disable=import-outside-toplevel
+    from deepfm.runtime import trainer  # pylint: disable=import-outside-toplevel
+    from input_pipeline import pipeline  # pylint: disable=import-outside-toplevel
+
+    input_config = input_config or pipeline.PipelineConfig(field_size=model.field_size)
+    adapter = strategy if isinstance(strategy, strategies.Strategy) else strategies.get(
+        strategy or strategies.StrategyConfig())
+    adapter.validate()
+    out = console_lib.Console(enabled=console and adapter.role == strategies_base.ROLE_WORKER and adapter.is_chief)
+    return trainer.run(train, model, input_config, adapter, console=out, model_fn=model_fn)
+
