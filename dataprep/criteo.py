@@ -84,9 +84,12 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 from absl import app, flags, logging
 
+from cli import entry
 from input_pipeline import formats, schema
 from dataprep import vocab as vocab_lib
 from dataprep import writers
+
+PROGRAM = "dataprep.criteo"
 
 DENSE_CLIP = (20, 600, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50)
 DENSE_NAMES = tuple("I%d" % (i + 1) for i in range(schema.NUM_DENSE_FIELDS))
@@ -1381,8 +1384,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
     """Console entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

@@ -51,8 +51,11 @@ from typing import Dict, List, Sequence, Tuple
 
 from absl import app, flags, logging
 
+from cli import entry
 from input_pipeline import formats, schema
 from dataprep import criteo
+
+PROGRAM = "dataprep.criteo_processing"
 
 STAGES = ("count", "convert", "combine")
 COUNT, CONVERT, COMBINE = STAGES
@@ -380,8 +383,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
     """Console entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,12 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 from absl import app, flags
 
+from cli import entry
 from input_pipeline import encoders, schema
 from dataprep import criteo
 from dataprep import writers
+
+PROGRAM = "dataprep.synthetic"
 
 DEFAULT_FEATURE_SIZE = 117581  # the feature_size of the lambdaji / SageMaker DeepFM samples
 DEFAULT_VAL_FRACTION = 0.1
@@ -320,8 +323,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
     """Console entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

@@ -28,11 +28,14 @@ from typing import Optional
 
 from absl import app, flags
 
+from cli import entry
 from strategies import cost_model
 from jobs import auto_distribution
 from jobs import hosts as hosts_lib
 from jobs import processes
 from jobs import sagemaker_job
+
+PROGRAM = "deepfm.sagemaker"
 
 COMMANDS = ("local", "submit")
 CHANNEL_SEPARATOR = "="
@@ -217,8 +220,7 @@ def main(argv):
 
 def run():
     """Console-script entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

@@ -198,10 +198,6 @@ def find_metadata(spec):
     return None
 
 
-def main(argv):
-    entry.run_main(_main, argv, PROGRAM, entry.flags_want_detail)
-
-
 def _main(argv):
     del argv
     import strategies
@@ -228,7 +224,7 @@ def _main(argv):
 
 def run():
     """Console-script entry point."""
-    entry.entry_point(define_flags, main)
+    entry.run(_main, PROGRAM, define_flags, entry.TENSORFLOW_BEFORE_FLAGS)
 
 
 if __name__ == "__main__":
