@@ -282,6 +282,9 @@ class Vocabulary:
         Raises:
           ValueError: the metadata at `path` has no usable vocabulary.
         """
+        if metadata.split is not None:
+            raise ValueError("--vocab %s is the metadata of the %r split folder, which has no vocabulary: give "
+                             "the dataset root holding it" % (path, metadata.split))
         missing = [name for name in CATEGORICAL_NAMES if name not in metadata.vocabulary]
         if missing:
             raise ValueError("--vocab %s has no vocabulary for %s; it must be the metadata of a converted "
@@ -1178,7 +1181,7 @@ def convert_with_report(inputs: Sequence[str], output_dir: str, *, val_fraction:
         source="Criteo TSV %s: %d records converted (%d positive), %d bad records skipped; %s; %s"
         % (", ".join(os.path.abspath(p) for p in inputs), total, num_positives, bad_records, vocab_text,
            "; ".join(options)))
-    metadata.write(output_dir)
+    metadata.write(output_dir, split_views=True)
     report = ConversionReport(input_bytes=input_bytes, lines=sum(scan.lines for scan in scans), rows=written_rows,
                               bad_records=bad_records, dropped_negatives=dropped, seconds=seconds,
                               spilled_runs=spilled, workers=workers)

@@ -338,7 +338,7 @@ def combine(dirs: ContainerDirs) -> schema.DatasetMetadata:
     if os.path.lexists(os.path.join(data_dir, schema.METADATA_FILE)):
         raise FileExistsError("output %s already holds a %s" % (data_dir, schema.METADATA_FILE))
     os.makedirs(data_dir, exist_ok=True)
-    metadata.write(data_dir)
+    metadata.write(data_dir, split_views=True)
     logging.info("combined %d part(s): %s rows, %d bad records, feature_size %d", len(parts),
                  {name: split.rows for name, split in splits.items()}, bad, metadata.feature_size)
     return metadata

@@ -281,7 +281,7 @@ def generate(rows: int, output_dir: str, *, feature_size: int = DEFAULT_FEATURE_
         "FM (k=%d) in %s; %d positive rows"
         % (rows, seed, feature_size, val_fraction, ZIPF_EXPONENT, PLANTED_FACTOR_DIM, PLANTED_MODEL_FILE,
            sum(writer.positives for writer in split_writers.values())))
-    metadata.write(output_dir)
+    metadata.write(output_dir, split_views=True)
     return metadata
 
 
