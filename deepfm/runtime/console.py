@@ -27,11 +27,15 @@ def format_duration(seconds: Optional[float]) -> str:
 def format_progress(step: int, total: int, examples_per_sec: float, loss: Optional[float],
                     elapsed: float, remaining: Optional[float], epoch: Optional[int] = None,
                     num_epochs: Optional[int] = None) -> str:
-    """One progress line: step / total, epoch, examples/sec, loss, elapsed and remaining time."""
+    """One progress line: step / total, epoch, examples/sec, loss, elapsed and remaining time.
+
+    Numbers are plain (no thousands separators): SageMaker reads the loss
+    and examples/sec of this line as metrics (`jobs.sagemaker_metrics`).
+    """
     parts = ["step %d/%d" % (step, total)]
     if epoch is not None:
         parts.append("epoch %d/%d" % (epoch, num_epochs) if num_epochs else "epoch %d" % epoch)
-    parts.append("%s ex/s" % format(examples_per_sec, ",.0f"))
+    parts.append("%.0f ex/s" % examples_per_sec)
     parts.append("loss %s" % ("n/a" if loss is None else "%.4f" % loss))
     parts.append("elapsed %s" % format_duration(elapsed))
     parts.append("left %s" % format_duration(remaining))

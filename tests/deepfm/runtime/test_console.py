@@ -13,7 +13,7 @@ class FormatTest(tf.test.TestCase):
     def test_progress_line_has_every_part(self):
         line = console.format_progress(300, 2634, 88429.4, 0.47123, elapsed=4.2, remaining=31.4, epoch=1,
                                        num_epochs=3)
-        self.assertEqual("step 300/2634 | epoch 1/3 | 88,429 ex/s | loss 0.4712 | elapsed 0:00:04 | "
+        self.assertEqual("step 300/2634 | epoch 1/3 | 88429 ex/s | loss 0.4712 | elapsed 0:00:04 | "
                          "left 0:00:31", line)
 
     def test_unknowns(self):
