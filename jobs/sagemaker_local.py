@@ -147,6 +147,15 @@ class LocalConfig:
         for channel in self.spec.channels:
             if not os.path.exists(channel.uri):
                 raise ValueError("--channel %s=%s: no such file or directory" % (channel.name, channel.uri))
+        for channel in self.spec.channels_in(sagemaker_job.PIPE_MODE):
+            kinds = sorted({os.path.splitext(name)[1] or name for name in channel_files(channel.uri)})
+            if len(kinds) > 1:
+                raise ValueError(
+                    "--channel %s=%s: Pipe mode streams every file of a channel into its FIFO, as SageMaker does, "
+                    "and this one holds %s files: give a Pipe-mode channel the records of one format only (e.g. "
+                    "a folder of the .tfrecord files), and the dataset's metadata.json through a File-mode "
+                    "channel (e.g. --channel_input_mode validation=File)"
+                    % (channel.name, channel.uri, ", ".join(kinds)))
 
     @property
     def epochs_to_stream(self) -> int:
@@ -230,6 +239,8 @@ class LocalJob:
         self.checkpoint_dir = os.path.join(self.output_dir, CHECKPOINTS)
         self.private_dir = os.path.join(self.output_dir, PRIVATE)
         self.use_namespaces = hosts_lib.check_privileges() is None
+        if self.use_namespaces:
+            hosts_lib.check_interpreter(python)
         if not self.use_namespaces and self.spec.instance_count > 1:
             raise hosts_lib.HostSetupError(
                 "--instance_count %d: %s" % (self.spec.instance_count, hosts_lib.check_privileges()))

@@ -7,7 +7,8 @@ series, and a hyperparameter tuning job's objective is one of them. The
 expressions match what `deepfm.train` prints (only the chief prints):
 
 * the progress line (`deepfm.runtime.console.format_progress`), every
-  `--log_every_n_steps`: `step 300/2634 | epoch 1/3 | 88429 ex/s | loss 0.4712 | ...`;
+  `--log_every_n_steps`: `step 300/2634 | epoch 1/3 | 88429 ex/s | loss 0.4712 | ...`
+  (`step 300/? | ...` when the end is unknown, as in Pipe mode);
 * each evaluation during training
   (`deepfm.runtime.early_stopping.report_evaluation`):
   `validation at step 400: AUC 0.7712, logloss 0.4686 (best so far)`;
@@ -32,8 +33,8 @@ VALIDATION_LOGLOSS = "validation:logloss"
 # A plain decimal number (SageMaker converts the first group to a float).
 NUMBER = r"([0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
 METRIC_DEFINITIONS = (
-    {"Name": TRAIN_LOSS, "Regex": r"step [0-9]+/[0-9]+ .*\| loss " + NUMBER},
-    {"Name": TRAIN_EXAMPLES_PER_SEC, "Regex": r"step [0-9]+/[0-9]+ .*\| " + NUMBER + r" ex/s \|"},
+    {"Name": TRAIN_LOSS, "Regex": r"step [0-9]+/(?:[0-9]+|\?) .*\| loss " + NUMBER},
+    {"Name": TRAIN_EXAMPLES_PER_SEC, "Regex": r"step [0-9]+/(?:[0-9]+|\?) .*\| " + NUMBER + r" ex/s \|"},
     {"Name": VALIDATION_AUC, "Regex": r"validation (?:at step [0-9]+: )?AUC:?\s+" + NUMBER},
     {"Name": VALIDATION_LOGLOSS, "Regex": r"validation (?:at step [0-9]+: AUC [0-9.]+, )?logloss:?\s+" + NUMBER},
 )

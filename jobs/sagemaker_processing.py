@@ -251,6 +251,7 @@ class LocalProcessingJob:
         if reason:
             raise hosts_lib.HostSetupError("a Processing container sees %s only in a mount namespace of its own: %s"
                                            % (PROCESSING_DIR, reason))
+        hosts_lib.check_interpreter(python)
         for item in spec.inputs:
             if not os.path.exists(item.source):
                 raise ValueError("input %s=%s: no such file or directory" % (item.name, item.source))

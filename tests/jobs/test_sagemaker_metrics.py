@@ -33,14 +33,15 @@ class MetricDefinitionsTest(tf.test.TestCase):
                                     num_epochs=2),
             MPI_PREFIX + console.format_progress(200, 800, 98765.4, 0.49876, elapsed=8.0, remaining=26.0),
             console.format_progress(300, 800, 5.0, None, elapsed=9.0, remaining=None),
+            console.format_progress(400, None, 6.0, 0.47, elapsed=10.0, remaining=None),  # Pipe mode
         ] + evaluation_lines(self.get_temp_dir()) + trainer.summary(trainer.TrainResult(
             auc=0.7712, logloss=0.4686, examples_per_sec=120000.0, global_step=800, model_dir="/m",
             strategy="single")).splitlines() + [
             "early stopping at step 400: no better validation AUC in 1 evaluations; the best is step 200 (AUC 0.7712)"]
         found = metrics.series(log)
         self.assertEqual({
-            metrics.TRAIN_LOSS: [0.5123, 0.4988],
-            metrics.TRAIN_EXAMPLES_PER_SEC: [123457.0, 98765.0, 5.0],
+            metrics.TRAIN_LOSS: [0.5123, 0.4988, 0.47],
+            metrics.TRAIN_EXAMPLES_PER_SEC: [123457.0, 98765.0, 5.0, 6.0],
             metrics.VALIDATION_AUC: [0.7712, 0.7698, 0.7712],
             metrics.VALIDATION_LOGLOSS: [0.4686, 0.4701, 0.4686],
         }, found)
