@@ -82,7 +82,7 @@ import zlib
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 from cli import entry
 from input_pipeline import formats, schema

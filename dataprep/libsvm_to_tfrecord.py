@@ -17,7 +17,7 @@ import os
 from typing import List, Optional, Sequence
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from cli import entry
 from input_pipeline import formats, schema

@@ -26,7 +26,7 @@ import os
 from typing import Iterator, List, Sequence, Tuple
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from cli import entry
 from input_pipeline import schema
