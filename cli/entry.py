@@ -15,9 +15,15 @@ warnings and errors:
   deprecation notices ("Instructions for updating: ...") TensorFlow's own
   tf.estimator and tf.compat.v1 code emits.
 
+Every command line starts with `run`, whether it is started as `python -m
+...` or as a console script: a user error (a bad, unknown or missing flag,
+`absl.app.UsageError`, a bad value or file) ends the command with its
+message and a one-line hint, without a usage dump or a traceback. A command
+that needs no TensorFlow to check its flags fails before importing it.
+
 `--verbosity 0` (absl's flag; 1 for debug) brings every line back: the C++
-log level 0, no filter, Estimator's INFO lines, and a traceback for errors
-the user caused, which otherwise end with their message alone. The tasks of
+log level 0, no filter, Estimator's INFO lines, and for errors the user
+caused absl's own report (its usage text, or the traceback). The tasks of
 a multi-process job (parameter servers, Horovod) write to their own log
 files, which also keep this package's INFO lines
 (`configure_logging(task_logs=True)`).
@@ -27,6 +33,7 @@ project: every layer's command lines use it.
 """
 
 import contextlib
+import functools
 import logging as std_logging
 import os
 import re
@@ -52,6 +59,15 @@ IMPORT_NOISE = re.compile(
 # TensorFlow's deprecation notices (tensorflow/python/util/deprecation.py).
 DEPRECATION_MARKERS = ("Instructions for updating", "is deprecated and will be removed")
 TENSORFLOW_LOGGER = "tensorflow"
+# When a command imports TensorFlow: never; once its flags are parsed (a bad
+# flag fails fast); or before its flags are defined (their definitions need it).
+NO_TENSORFLOW = "no TensorFlow"
+TENSORFLOW_AFTER_FLAGS = "TensorFlow after the flags"
+TENSORFLOW_BEFORE_FLAGS = "TensorFlow before the flags"
+TENSORFLOW_TIMINGS = (NO_TENSORFLOW, TENSORFLOW_AFTER_FLAGS, TENSORFLOW_BEFORE_FLAGS)
+# The line after a user error's message.
+ERROR_HINT = "(--help lists the flags; --verbosity 0 shows the details)"
+EXIT_USER_ERROR = 1
 
 
 def explicit_verbosity(argv: Sequence[str]) -> Optional[int]:
@@ -186,37 +202,87 @@ def error_message(error: BaseException) -> str:
     return message.split("\n\t [[")[0].strip()
 
 
-def run_main(main: Callable[[List[str]], None], argv: List[str], program: str,
-             detail: Callable[[], bool]) -> None:
+def report_user_error(program: str, error: BaseException) -> None:
+    """Writes `program: error: <message>` and the hint to stderr, then exits with `EXIT_USER_ERROR`."""
+    sys.stdout.flush()
+    sys.stderr.write("%s: error: %s\n%s\n" % (program, error_message(error), ERROR_HINT))
+    sys.stderr.flush()
+    raise SystemExit(getattr(error, "exitcode", None) or EXIT_USER_ERROR) from None
+
+
+def run_main(main: Callable[[List[str]], object], argv: List[str], program: str,
+             detail: Callable[[], bool]):
     """Runs `main(argv)`; a user-caused error ends the process with its message, not a traceback.
 
     Args:
       main: the entry point's main, run inside `absl.app.run`.
       argv: its arguments.
       program: the program's name, for the error line.
-      detail: whether the user asked for detail (then the traceback is
-        kept: the error propagates).
+      detail: whether the user asked for detail (then the error propagates:
+        absl reports it in full).
+
+    Returns:
+      What `main` returns (`absl.app.run` exits with it).
     """
     try:
-        main(argv)
+        return main(argv)
     except user_errors() as e:  # pylint: disable=catching-non-exception
         if detail():
             raise
-        sys.stdout.flush()
-        sys.stderr.write("%s: error: %s\n" % (program, error_message(e)))
-        sys.stderr.write("(--verbosity 0 shows the traceback)\n")
-        sys.stderr.flush()
-        raise SystemExit(1) from None
+        report_user_error(program, e)
+        return None
 
 
-def entry_point(define_flags: Callable[[], None], main: Callable[[List[str]], None]) -> None:
-    """A console script's start: TensorFlow imported quietly (unless `--verbosity`), flags defined, `main` run.
+def parse_flags(argv: List[str], program: str) -> List[str]:
+    """absl's flag parser for `absl.app.run`; a flag error ends the process with its message alone.
+
+    An unknown flag, a bad value, a missing required flag: `flags.Error`.
+    With `--verbosity 0` absl reports it itself.
+
+    Returns:
+      The arguments left after the flags.
+    """
+    from absl import app, flags  # pylint: disable=import-outside-toplevel
+    if wants_detail(explicit_verbosity(argv)):
+        return app.parse_flags_with_usage(argv)
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        report_user_error(program, e)
+        return []
+
+
+def run(main: Callable[[List[str]], object], program: str, define_flags: Optional[Callable[[], None]] = None,
+        tensorflow: str = NO_TENSORFLOW, argv: Optional[List[str]] = None) -> None:
+    """Every command line's start: flags defined and parsed, `main` run, user errors reported plainly.
+
+    The same for `python -m <module>` and for console scripts. A user error
+    (see `parse_flags` and `user_errors`) ends the process with
+    `<program>: error: <message>` and `ERROR_HINT` (exit status 1);
+    `--verbosity 0` leaves it to absl. TensorFlow, when the command needs it,
+    is imported with its start-up noise filtered (`import_tensorflow`).
 
     Args:
-      define_flags: defines the program's flags.
-      main: the program's `main(argv)` for `absl.app.run`.
+      main: the program's `main(argv)` (argv: what the flags left); what it
+        returns is the exit status.
+      program: the program's name for the error line (`deepfm.train`).
+      define_flags: defines the program's flags (None: they are defined).
+      tensorflow: one of `TENSORFLOW_TIMINGS`: `NO_TENSORFLOW`,
+        `TENSORFLOW_AFTER_FLAGS` (bad flags fail before the import) or
+        `TENSORFLOW_BEFORE_FLAGS` (the flags' definitions need it).
+      argv: the command line (default `sys.argv`).
     """
-    from absl import app
-    import_tensorflow(wants_detail(explicit_verbosity(sys.argv)))
-    define_flags()
-    app.run(main)
+    from absl import app  # pylint: disable=import-outside-toplevel
+    if tensorflow not in TENSORFLOW_TIMINGS:
+        raise ValueError("tensorflow must be one of %s, got %r" % (TENSORFLOW_TIMINGS, tensorflow))
+    argv = list(sys.argv if argv is None else argv)
+    if tensorflow == TENSORFLOW_BEFORE_FLAGS:
+        import_tensorflow(wants_detail(explicit_verbosity(argv)))
+    if define_flags is not None:
+        define_flags()
+
+    def start(args):
+        if tensorflow == TENSORFLOW_AFTER_FLAGS:
+            import_tensorflow(flags_want_detail())
+        return run_main(main, args, program, flags_want_detail)
+    app.run(start, argv=argv, flags_parser=functools.partial(parse_flags, program=program))

@@ -82,11 +82,14 @@ import zlib
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
+from cli import entry
 from input_pipeline import formats, schema
 from dataprep import vocab as vocab_lib
 from dataprep import writers
+
+PROGRAM = "dataprep.criteo"
 
 DENSE_CLIP = (20, 600, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50)
 DENSE_NAMES = tuple("I%d" % (i + 1) for i in range(schema.NUM_DENSE_FIELDS))
@@ -279,6 +282,9 @@ class Vocabulary:
         Raises:
           ValueError: the metadata at `path` has no usable vocabulary.
         """
+        if metadata.split is not None:
+            raise ValueError("--vocab %s is the metadata of the %r split folder, which has no vocabulary: give "
+                             "the dataset root holding it" % (path, metadata.split))
         missing = [name for name in CATEGORICAL_NAMES if name not in metadata.vocabulary]
         if missing:
             raise ValueError("--vocab %s has no vocabulary for %s; it must be the metadata of a converted "
@@ -1175,7 +1181,7 @@ def convert_with_report(inputs: Sequence[str], output_dir: str, *, val_fraction:
         source="Criteo TSV %s: %d records converted (%d positive), %d bad records skipped; %s; %s"
         % (", ".join(os.path.abspath(p) for p in inputs), total, num_positives, bad_records, vocab_text,
            "; ".join(options)))
-    metadata.write(output_dir)
+    metadata.write(output_dir, split_views=True)
     report = ConversionReport(input_bytes=input_bytes, lines=sum(scan.lines for scan in scans), rows=written_rows,
                               bad_records=bad_records, dropped_negatives=dropped, seconds=seconds,
                               spilled_runs=spilled, workers=workers)
@@ -1381,8 +1387,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
     """Console entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

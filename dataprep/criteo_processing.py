@@ -51,8 +51,11 @@ from typing import Dict, List, Sequence, Tuple
 
 from absl import app, flags, logging
 
+from cli import entry
 from input_pipeline import formats, schema
 from dataprep import criteo
+
+PROGRAM = "dataprep.criteo_processing"
 
 STAGES = ("count", "convert", "combine")
 COUNT, CONVERT, COMBINE = STAGES
@@ -335,7 +338,7 @@ def combine(dirs: ContainerDirs) -> schema.DatasetMetadata:
     if os.path.lexists(os.path.join(data_dir, schema.METADATA_FILE)):
         raise FileExistsError("output %s already holds a %s" % (data_dir, schema.METADATA_FILE))
     os.makedirs(data_dir, exist_ok=True)
-    metadata.write(data_dir)
+    metadata.write(data_dir, split_views=True)
     logging.info("combined %d part(s): %s rows, %d bad records, feature_size %d", len(parts),
                  {name: split.rows for name, split in splits.items()}, bad, metadata.feature_size)
     return metadata
@@ -380,8 +383,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
     """Console entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

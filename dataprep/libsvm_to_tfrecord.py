@@ -17,10 +17,12 @@ import os
 from typing import List, Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
-from absl import app, flags
+from absl import flags
 
-from input_pipeline import formats, pipeline, schema
+from cli import entry
+from input_pipeline import formats, schema
+
+PROGRAM = "dataprep.libsvm_to_tfrecord"
 
 SOURCE = formats.LIBSVM
 TARGET = formats.TFRECORD
@@ -54,6 +56,7 @@ def convert_file(path: str, target: str, field_size: int) -> int:
     Raises:
       tf.errors.InvalidArgumentError: a bad line; the message names `path:line`.
     """
+    from input_pipeline import pipeline  # pylint: disable=import-outside-toplevel
     config = pipeline.PipelineConfig(data_format=SOURCE, field_size=field_size, num_parallel_reads=1)
 
     def decode(*batch):
@@ -109,6 +112,7 @@ def define_flags() -> None:
 def main(argv: Sequence[str]) -> None:
     """Converts the files named by the flags."""
     del argv
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     cfg = flags.FLAGS
     try:
         convert(cfg.input, cfg.field_size, cfg.output_dir, cfg.overwrite)
@@ -118,8 +122,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
     """Console entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.TENSORFLOW_AFTER_FLAGS)
 
 
 if __name__ == "__main__":

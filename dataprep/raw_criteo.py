@@ -26,9 +26,12 @@ import os
 from typing import Iterator, List, Sequence, Tuple
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from cli import entry
 from input_pipeline import schema
+
+PROGRAM = "dataprep.raw_criteo"
 
 POSITIVE_RATE = 0.25
 MISSING_RATE = 0.1
@@ -159,8 +162,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
     """Console entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,12 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 from absl import app, flags
 
+from cli import entry
 from input_pipeline import encoders, schema
 from dataprep import criteo
 from dataprep import writers
+
+PROGRAM = "dataprep.synthetic"
 
 DEFAULT_FEATURE_SIZE = 117581  # the feature_size of the lambdaji / SageMaker DeepFM samples
 DEFAULT_VAL_FRACTION = 0.1
@@ -278,7 +281,7 @@ def generate(rows: int, output_dir: str, *, feature_size: int = DEFAULT_FEATURE_
         "FM (k=%d) in %s; %d positive rows"
         % (rows, seed, feature_size, val_fraction, ZIPF_EXPONENT, PLANTED_FACTOR_DIM, PLANTED_MODEL_FILE,
            sum(writer.positives for writer in split_writers.values())))
-    metadata.write(output_dir)
+    metadata.write(output_dir, split_views=True)
     return metadata
 
 
@@ -320,8 +323,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
     """Console entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

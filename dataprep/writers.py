@@ -133,7 +133,10 @@ def _existing_outputs(output_dir: str, extra_files: Sequence[str]) -> List[str]:
         path = os.path.join(output_dir, name)
         if os.path.lexists(path):
             found.append(path)
-    for split in (schema.TRAIN_SPLIT, schema.VALIDATION_SPLIT):
+    for split in schema.SPLITS:
+        view = os.path.join(output_dir, split, schema.METADATA_FILE)
+        if os.path.lexists(view):
+            found.append(view)
         for ext in formats.extensions().values():
             found.extend(sorted(glob.glob(os.path.join(output_dir, split, "part-*" + ext))))
     return found

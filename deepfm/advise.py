@@ -30,6 +30,8 @@ from deepfm import config as config_lib
 from cli import entry
 from strategies import cost_model
 
+PROGRAM = "deepfm.advise"
+
 FLAGS = flags.FLAGS
 # Fitted by `cost_model.calibrate` (`--fit_to`) to benchmarks/results/scale_out.json.
 CALIBRATED_CPU_NS_PER_BYTE = 0.50
@@ -260,7 +262,7 @@ def check(path: str, profile: cost_model.StepProfile) -> str:
 
 def run():
     """Console-script entry point."""
-    entry.entry_point(define_flags, main)
+    entry.run(main, PROGRAM, define_flags, entry.TENSORFLOW_AFTER_FLAGS)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,10 @@ import tempfile
 
 from absl import app, flags
 
+from cli import entry
 from jobs import local, processes
+
+PROGRAM = "deepfm.launch"
 
 FLAGS = flags.FLAGS
 
@@ -92,8 +95,7 @@ def main(argv):
 
 def run():
     """Console-script entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

@@ -140,10 +140,6 @@ def write_predictions(saved_model: str, data: Sequence[str], data_format: format
     return rows, time.perf_counter() - start
 
 
-def main(argv):
-    entry.run_main(_main, argv, PROGRAM, entry.flags_want_detail)
-
-
 def _main(argv):
     if len(argv) > 1:
         raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
@@ -156,7 +152,7 @@ def _main(argv):
 
 def run():
     """Console-script entry point."""
-    entry.entry_point(define_flags, main)
+    entry.run(_main, PROGRAM, define_flags, entry.TENSORFLOW_AFTER_FLAGS)
 
 
 if __name__ == "__main__":

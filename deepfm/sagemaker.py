@@ -4,22 +4,29 @@
         --channel train=data/synthetic --output_dir runs/sm-ps -- --num_epochs 1
 
     python -m deepfm.sagemaker submit --instance_count 2 --distribution parameter_server \\
-        --channel train=s3://bucket/synthetic --role arn:aws:iam::123456789012:role/SageMaker \\
-        --output_path s3://bucket/jobs --checkpoint_s3_uri s3://bucket/checkpoints --dry_run -- --num_epochs 1
+        --channel train=s3://bucket/synthetic/train --channel validation=s3://bucket/synthetic/validation \\
+        --role arn:aws:iam::123456789012:role/SageMaker --output_path s3://bucket/jobs --dry_run -- --num_epochs 1
 
 Both take the same job: `--instance_count` hosts, `--distribution`
 (`none`, `parameter_server`, `mpi` with `--processes_per_host`),
-`--channel NAME=PATH` (repeatable), `--input_mode File|Pipe`,
-`--distribution_type ShardedByS3Key` (for the training channels), and the
-hyperparameters after `--`, which reach `examples/sagemaker_entry_point.py` as
-SageMaker passes them.
+`--channel NAME=PATH` (repeatable; `train` and `validation`, or the
+converter's dataset root as `train`), `--input_mode File|Pipe` (and a
+channel's own with `--channel_input_mode NAME=MODE`), `--distribution_type
+ShardedByS3Key` (for the training channels), and the hyperparameters after
+`--`, which reach `examples/sagemaker_entry_point.py` as SageMaker passes
+them.
 
 `local` runs SageMaker's own training toolkit on `algo-1..N`, each a network
 namespace pinned to `--cpus_per_host` cores (root needed; see
 `jobs.sagemaker_local`); its outputs, checkpoints and one log per host go to
 `--output_dir`, and it exits with the job's exit code. `submit` builds the
-job with the SageMaker Python SDK and submits it; `--dry_run` prints the
-`CreateTrainingJob` request as JSON and contacts nothing.
+job with the SageMaker Python SDK and submits it, with its checkpoints at
+`<output_path>/<job_name>/checkpoints` unless `--checkpoint_s3_uri` or
+`--nocheckpoints` says otherwise, and the metric definitions that plot its
+training curves (`jobs.sagemaker_metrics`); `--tune NAME=RANGE` (repeatable)
+submits a hyperparameter tuning job maximizing the validation AUC instead.
+`--dry_run` prints the `CreateTrainingJob` (or
+`CreateHyperParameterTuningJob`) request as JSON and contacts nothing.
 """
 
 import os
@@ -28,11 +35,15 @@ from typing import Optional
 
 from absl import app, flags
 
+from cli import entry
 from strategies import cost_model
 from jobs import auto_distribution
 from jobs import hosts as hosts_lib
 from jobs import processes
 from jobs import sagemaker_job
+from jobs import sagemaker_submit
+
+PROGRAM = "deepfm.sagemaker"
 
 COMMANDS = ("local", "submit")
 CHANNEL_SEPARATOR = "="
@@ -57,7 +68,9 @@ def define_flags() -> None:
     flags.DEFINE_string("custom_mpi_options", "", "mpi: extra mpirun options.")
     flags.DEFINE_multi_string("channel", [], "NAME=PATH (local) or NAME=s3://... (submit); repeatable.")
     flags.DEFINE_enum("input_mode", sagemaker_job.FILE_MODE, list(sagemaker_job.INPUT_MODES),
-                      "File or Pipe, for every channel.")
+                      "File or Pipe, for every channel without its own --channel_input_mode.")
+    flags.DEFINE_multi_string("channel_input_mode", [], "NAME=File|Pipe: that channel's own input mode (e.g. "
+                              "--input_mode Pipe --channel_input_mode validation=File); repeatable.")
     flags.DEFINE_enum("distribution_type", sagemaker_job.FULLY_REPLICATED, list(sagemaker_job.S3_DISTRIBUTIONS),
                       "S3 distribution of the training channels (train, train_<k>); others are replicated.")
     flags.DEFINE_bool("checkpoints", True, "Configure a checkpoint location (/opt/ml/checkpoints) that a "
@@ -73,26 +86,58 @@ def define_flags() -> None:
     flags.DEFINE_string("instance_type", "ml.c5.xlarge", "submit: instance type.")
     flags.DEFINE_string("role", None, "submit: IAM role ARN of the job.")
     flags.DEFINE_string("output_path", None, "submit: s3:// prefix for the model artifacts and the source.")
-    flags.DEFINE_string("checkpoint_s3_uri", None, "submit: s3:// prefix synced with /opt/ml/checkpoints.")
+    flags.DEFINE_string("checkpoint_s3_uri", None, "submit: s3:// prefix synced with /opt/ml/checkpoints "
+                        "(default: <output_path>/<job_name>/checkpoints).")
     flags.DEFINE_bool("use_spot", False, "submit: managed spot training.")
     flags.DEFINE_integer("max_run", 24 * 3600, "submit: the job's time limit in seconds.")
     flags.DEFINE_integer("max_wait", None, "submit, spot: seconds to wait for capacity plus run.")
-    flags.DEFINE_bool("dry_run", False, "submit: print the CreateTrainingJob request as JSON; contact nothing.")
+    flags.DEFINE_bool("dry_run", False, "submit: print the CreateTrainingJob (or CreateHyperParameterTuningJob) "
+                      "request as JSON; contact nothing.")
+    flags.DEFINE_multi_string("tune", [], "submit: a hyperparameter a tuning job searches, maximizing the "
+                              "validation AUC: NAME=MIN..MAX (integers or numbers; :log for a logarithmic scale) "
+                              "or NAME=A|B|C; repeatable.")
+    flags.DEFINE_integer("tuning_max_jobs", sagemaker_submit.DEFAULT_MAX_JOBS,
+                         "submit --tune: training jobs in all.")
+    flags.DEFINE_integer("tuning_max_parallel_jobs", sagemaker_submit.DEFAULT_MAX_PARALLEL_JOBS,
+                         "submit --tune: training jobs at a time.")
 
 
-def parse_channels(values, distribution_type: str):
+def _name_value_pairs(flag: str, values, what: str) -> dict:
+    pairs = {}
+    for value in values:
+        name, separator, item = value.partition(CHANNEL_SEPARATOR)
+        if not separator or not name or not item:
+            raise ValueError("--%s %r must be NAME=%s" % (flag, value, what))
+        if name in pairs:
+            raise ValueError("--%s: channel %s is given more than once" % (flag, name))
+        pairs[name] = item
+    return pairs
+
+
+def parse_channels(values, distribution_type: str, input_modes=()):
     """`--channel NAME=PATH` values as `Channel`s; `distribution_type` applies to training channels.
 
+    Args:
+      values: the `--channel` values.
+      distribution_type: the S3 distribution of the training channels.
+      input_modes: `--channel_input_mode NAME=MODE` values.
+
     Raises:
-      ValueError: a value without `=`, or a bad channel name.
+      ValueError: a value without `=`, a bad channel name or mode, or an
+        input mode for a channel that is not given.
     """
+    modes = _name_value_pairs("channel_input_mode", input_modes, "File|Pipe")
     channels = []
     for value in values:
         name, separator, uri = value.partition(CHANNEL_SEPARATOR)
         if not separator or not name or not uri:
             raise ValueError("--channel %r must be NAME=PATH" % value)
         distribution = distribution_type if name.startswith(TRAIN_CHANNEL_PREFIX) else sagemaker_job.FULLY_REPLICATED
-        channels.append(sagemaker_job.Channel(name=name, uri=uri, distribution=distribution))
+        channels.append(sagemaker_job.Channel(name=name, uri=uri, distribution=distribution,
+                                              input_mode=modes.pop(name, None)))
+    if modes:
+        raise ValueError("--channel_input_mode names channel(s) %s, which no --channel gives"
+                         % ", ".join(sorted(modes)))
     return tuple(channels)
 
 
@@ -120,7 +165,7 @@ def parse_spec(flag_values, hyperparameter_args, instance_type: str,
         job_name=f.job_name or sagemaker_job.default_job_name(), instance_count=f.instance_count,
         instance_type=instance_type, distribution=distribution, processes_per_host=processes_per_host,
         custom_mpi_options=f.custom_mpi_options, input_mode=f.input_mode,
-        channels=parse_channels(f.channel, f.distribution_type),
+        channels=parse_channels(f.channel, f.distribution_type, f.channel_input_mode),
         hyperparameters=hyperparameters, checkpoints=f.checkpoints, region=f.region)
 
 
@@ -182,17 +227,26 @@ def run_local(spec: sagemaker_job.JobSpec) -> int:
 
 def run_submit(spec: sagemaker_job.JobSpec) -> int:
     """Submits the job (or prints its request); returns 0."""
-    from jobs import sagemaker_submit  # pylint: disable=import-outside-toplevel
     for flag in ("role", "output_path"):
         if not getattr(FLAGS, flag):
             raise app.UsageError("submit needs --%s" % flag)
     try:
+        tuning = None
+        if FLAGS.tune:
+            tuning = sagemaker_submit.TuningConfig(
+                ranges=tuple(sagemaker_submit.ParameterRange.parse(text) for text in FLAGS.tune),
+                max_jobs=FLAGS.tuning_max_jobs, max_parallel_jobs=FLAGS.tuning_max_parallel_jobs)
         config = sagemaker_submit.SubmitConfig(
             spec=spec, role=FLAGS.role, output_path=FLAGS.output_path, instance_type=FLAGS.instance_type,
             checkpoint_s3_uri=FLAGS.checkpoint_s3_uri or None, use_spot=FLAGS.use_spot, max_run_s=FLAGS.max_run,
-            max_wait_s=FLAGS.max_wait, dry_run=FLAGS.dry_run)
+            max_wait_s=FLAGS.max_wait, dry_run=FLAGS.dry_run, tuning=tuning)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
+    if config.checkpoint_uri:
+        print("checkpoints: %s (--checkpoint_s3_uri to choose another, --nocheckpoints for none)"
+              % config.checkpoint_uri, file=sys.stderr)
+    elif config.tuning is not None:
+        print("checkpoints: none (the tuning job's training jobs would share them)", file=sys.stderr)
     result = sagemaker_submit.submit(config)
     print(sagemaker_submit.request_json(result))
     return 0
@@ -217,8 +271,7 @@ def main(argv):
 
 def run():
     """Console-script entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

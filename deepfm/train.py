@@ -210,10 +210,6 @@ def parse_flags(flag_values=FLAGS):
     return train, model, input_config, strategy, data
 
 
-def main(argv):
-    entry.run_main(_main, argv, PROGRAM, entry.flags_want_detail)
-
-
 def _main(argv):
     del argv
     import strategies
@@ -242,7 +238,7 @@ def _main(argv):
 
 def run():
     """Console-script entry point."""
-    entry.entry_point(define_flags, main)
+    entry.run(_main, PROGRAM, define_flags, entry.TENSORFLOW_BEFORE_FLAGS)
 
 
 if __name__ == "__main__":

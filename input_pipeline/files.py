@@ -5,16 +5,16 @@ A spec item may be:
 * a file: used as is, whatever its extension;
 * a glob: the files it matches are used as is; directories it matches are
   expanded like directory items;
-* a dataset root (a directory holding `metadata.json`, see
-  `input_pipeline.schema`): the files of the chosen split and format,
-  `<root>/<split>/*<ext>`;
-* any other directory: its files with the format's extension (not
-  recursive; names starting with "." are partial or hidden files and are
-  left out).
+* a dataset root (a directory holding `metadata.json` and its split
+  folders, see `input_pipeline.schema`): the files of the chosen split and
+  format, `<root>/<split>/*<ext>`;
+* any other directory (a split folder among them): its files with the
+  format's extension (not recursive; names starting with "." are partial or
+  hidden files and are left out).
 
-Row counts come from the dataset root's metadata (`row_counts`) or, when the
-files are not in a dataset root, from reading them (`count_rows`, the
-format's `DataFormat.count_rows`).
+Row counts come from the nearest metadata (`row_counts`: a split folder's
+own, else its dataset root's) or, when the files have none, from reading
+them (`count_rows`, the format's `DataFormat.count_rows`).
 
 The format may be given as an `input_pipeline.formats.DataFormat` or by
 name.
@@ -30,8 +30,8 @@ GLOB_CHARACTERS = "*?["
 
 
 def is_dataset_root(path: str) -> bool:
-    """Whether `path` is a directory holding `metadata.json`."""
-    return os.path.isfile(os.path.join(path, schema.METADATA_FILE))
+    """Whether `path` is a dataset root (`schema.is_dataset_root`), not a split folder."""
+    return schema.is_dataset_root(path)
 
 
 def resolve(spec: Union[str, Sequence[str]], data_format: formats.DataFormatLike,
@@ -88,7 +88,7 @@ def default_validation(spec: Union[str, Sequence[str]], data_format: formats.Dat
 
 
 def row_counts(paths: Sequence[str], data_format: formats.DataFormatLike) -> Optional[Dict[str, int]]:
-    """Rows of each file, from the metadata of the dataset roots holding them.
+    """Rows of each file, from the nearest metadata of each (its split folder's or dataset root's).
 
     Args:
       paths: files, e.g. from `resolve`.

@@ -46,8 +46,6 @@ import os
 import time
 from typing import Dict, Optional
 
-import tensorflow as tf
-
 from input_pipeline import formats
 
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
@@ -202,7 +200,7 @@ def wait_for_fifo(channel: str, base_dir: Optional[str], timeout_s: float,
 def open_channel(channel: str, base_dir: Optional[str] = None,
                  timeout_s: float = DEFAULT_FIFO_TIMEOUT_S, epochs: Optional[int] = 1,
                  state_directory: Optional[str] = None,
-                 data_format: formats.DataFormatLike = formats.TFRECORD) -> tf.data.Dataset:
+                 data_format: formats.DataFormatLike = formats.TFRECORD) -> "tf.data.Dataset":
     """Returns the serialized records of a Pipe-mode channel.
 
     Works in eager mode and in graph mode (`tf.compat.v1` sessions and
@@ -233,7 +231,10 @@ def open_channel(channel: str, base_dir: Optional[str] = None,
         positive.
       TimeoutError: the first FIFO did not appear within `timeout_s`.
     """
-    # Imported here: the `pipe` extra is optional, and importing it loads its op library.
+    # Imported here: the feeder side of this module (paths, the input data
+    # config) needs no TensorFlow; the `pipe` extra is optional, and importing
+    # it loads its op library.
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     try:
         from sagemaker_tensorflow import PipeModeDataset  # pylint: disable=import-outside-toplevel
     except ImportError as e:

@@ -49,7 +49,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from cli import entry
 from input_pipeline import pipe
+
+PROGRAM = "input_pipeline.pipe_feeder"
 
 # SageMaker's channel-name pattern.
 CHANNEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -435,8 +438,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run() -> None:
     """Console entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,16 @@ A dataset root, as written by `dataprep.criteo` and
 `dataprep.synthetic`, looks like::
 
     DIR/metadata.json
-    DIR/train/part-00000.tfrecord   DIR/train/part-00000.libsvm   ...
-    DIR/validation/part-00000.tfrecord   ...
+    DIR/train/metadata.json   DIR/train/part-00000.tfrecord   DIR/train/part-00000.libsvm   ...
+    DIR/validation/metadata.json   DIR/validation/part-00000.tfrecord   ...
+
+Each split folder holds its own `metadata.json` (`DatasetMetadata.split_view`:
+the dataset's sizes, that split's shards relative to the folder, no
+vocabulary), so that a split folder used on its own (a SageMaker channel
+pointing at `train/` or `validation/`) still has its sizes and row counts.
+A dataset root is told from a split folder by its split folders
+(`is_dataset_root`). Datasets written before split folders had their own
+metadata keep working: a split folder without one uses its root's.
 
 Both formats hold the same rows in the layout of the classic tf.estimator
 DeepFM and of the Amazon SageMaker DeepFM sample:
@@ -44,6 +52,7 @@ FEAT_VALS = "feat_vals"
 METADATA_FILE = "metadata.json"
 TRAIN_SPLIT = "train"
 VALIDATION_SPLIT = "validation"
+SPLITS = (TRAIN_SPLIT, VALIDATION_SPLIT)
 SHARD_STEM = "part-%05d"
 
 
@@ -80,6 +89,9 @@ class DatasetMetadata:
       planted_auc: for synthetic data, the AUC of the planted model on the
         validation split: the best a trained model can reach.
       source: free-form description of where the rows came from.
+      split: set in the copy a split folder holds (`split_view`): the split
+        it describes; its shard stems are then relative to that folder, and
+        it has no vocabulary (the dataset root's metadata has it).
     """
 
     feature_size: int
@@ -89,6 +101,7 @@ class DatasetMetadata:
     dense_clip: List[float] = dataclasses.field(default_factory=list)
     planted_auc: Optional[float] = None
     source: str = ""
+    split: Optional[str] = None
 
     def to_json(self) -> str:
         # Field by field rather than `dataclasses.asdict`, which deep-copies the vocabulary first.
@@ -96,14 +109,43 @@ class DatasetMetadata:
         fields["splits"] = {name: dataclasses.asdict(info) for name, info in self.splits.items()}
         return json.dumps(fields, indent=1, sort_keys=True)
 
-    def write(self, root: str) -> str:
-        """Writes `root/metadata.json` atomically and returns its path."""
+    def write(self, root: str, split_views: bool = False) -> str:
+        """Writes `root/metadata.json` atomically and returns its path.
+
+        Args:
+          root: the directory.
+          split_views: also write each split's `split_view` as
+            `root/<split>/metadata.json` (what a dataset root holds; the
+            split folder is created if missing).
+        """
+        if split_views:
+            for name in self.splits:
+                directory = os.path.join(root, name)
+                os.makedirs(directory, exist_ok=True)
+                self.split_view(name).write(directory)
         path = os.path.join(root, METADATA_FILE)
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
             f.write(self.to_json())
         os.replace(tmp, path)
         return path
+
+    def split_view(self, split: str) -> "DatasetMetadata":
+        """The metadata the folder of `split` holds: its shards relative to the folder, no vocabulary.
+
+        Raises:
+          ValueError: no such split, or a shard stem outside the split's folder.
+        """
+        if split not in self.splits:
+            raise ValueError("no split %r in the metadata (it has %s)" % (split, ", ".join(sorted(self.splits))))
+        prefix = split + "/"
+        info = self.splits[split]
+        outside = [stem for stem in info.shards if not stem.startswith(prefix)]
+        if outside:
+            raise ValueError("split %r has shards outside its folder: %s" % (split, ", ".join(outside[:3])))
+        shards = {stem[len(prefix):]: rows for stem, rows in info.shards.items()}
+        return dataclasses.replace(self, splits={split: SplitInfo(rows=info.rows, shards=shards)}, vocabulary={},
+                                   split=split)
 
     @classmethod
     def read(cls, path: str) -> "DatasetMetadata":
@@ -159,10 +201,12 @@ def _load_metadata(path: str, mtime_ns: int, size: int) -> DatasetMetadata:
 
 
 def find_metadata(path: str) -> Optional[str]:
-    """Returns the metadata file of the dataset root holding `path`, if any.
+    """Returns the nearest metadata file describing `path`, if any.
 
-    `path` may be a dataset root, a split directory inside one, or a file
-    inside a split directory.
+    `path` may be a dataset root, a split folder (inside a dataset root or on
+    its own, e.g. a SageMaker channel), or a file inside a split folder. A
+    split folder's own metadata (`DatasetMetadata.split_view`) comes before
+    its root's.
     """
     candidate = os.path.abspath(path)
     if not os.path.isdir(candidate):
@@ -173,3 +217,13 @@ def find_metadata(path: str) -> Optional[str]:
             return meta
         candidate = os.path.dirname(candidate)
     return None
+
+
+def is_dataset_root(path: str) -> bool:
+    """Whether `path` is a dataset root: a directory with `metadata.json` and a split folder.
+
+    A split folder holding its own `metadata.json` has no split folders in
+    it, so it is not a root.
+    """
+    return (os.path.isfile(os.path.join(path, METADATA_FILE))
+            and any(os.path.isdir(os.path.join(path, split)) for split in SPLITS))

@@ -22,7 +22,10 @@ directories. Namespaces left behind by a process that was killed outright
 carry its pid in their name and are removed by the next `HostNetwork`.
 
 Namespaces need root (CAP_SYS_ADMIN); `check_privileges` says what is
-missing. This module never imports TensorFlow.
+missing. A host sees its own `/tmp` and `/opt/ml` (`HOST_PRIVATE_DIRS`), not
+this machine's: an interpreter or virtual environment there cannot run in a
+host, which `check_interpreter` says at start. This module never imports
+TensorFlow.
 """
 
 import dataclasses
@@ -53,6 +56,8 @@ TOKEN_BUCKET_LATENCY_MS = 10
 STOP_GRACE_SECONDS = 5.0
 REQUIRED_TOOLS = ("ip", "unshare", "mount")
 HOST_INIT_MODULE = "jobs.host_init"
+# Directories every host has of its own (its init bind-mounts them): what this machine holds there is hidden.
+HOST_PRIVATE_DIRS = ("/tmp", "/opt/ml")
 
 
 class HostSetupError(RuntimeError):
@@ -101,6 +106,30 @@ def check_privileges() -> Optional[str]:
         return ("emulated hosts need %s (Debian packages iproute2 and util-linux); missing: %s"
                 % (", ".join(REQUIRED_TOOLS), ", ".join(missing)))
     return None
+
+
+def check_interpreter(python: str = sys.executable, private_dirs: Sequence[str] = HOST_PRIVATE_DIRS) -> None:
+    """Refuses an interpreter the hosts cannot see: under a directory each host has of its own.
+
+    The hosts run `python` (the SageMaker toolkit and the training in it),
+    after their init has mounted their own `/tmp` and `/opt/ml`. Checked: the
+    interpreter as given (a virtual environment's `bin/python`), the file it
+    resolves to, and for this process's interpreter its environment's prefix
+    and base prefix.
+
+    Raises:
+      HostSetupError: the reason, and what to do instead.
+    """
+    paths = {"the interpreter": python, "the interpreter's file": os.path.realpath(python)}
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        paths.update({"its environment": sys.prefix, "its base installation": sys.base_prefix})
+    for what, path in paths.items():
+        for directory in private_dirs:
+            if os.path.abspath(path) == directory or os.path.abspath(path).startswith(directory.rstrip("/") + "/"):
+                raise HostSetupError(
+                    "%s, %s, is under %s, which every emulated host replaces with its own: the hosts cannot run "
+                    "it. Install the interpreter or virtual environment outside %s (e.g. python3 -m venv "
+                    "~/venvs/deepfm) and run from there" % (what, path, directory, ", ".join(private_dirs)))
 
 
 def assign_cpus(num_hosts: int, cpus_per_host: int, available: Optional[Sequence[int]] = None) -> List[tuple]:

@@ -58,11 +58,15 @@ class Channel:
       uri: local path (local jobs) or `s3://` prefix (submitted jobs).
       distribution: `FullyReplicated` or `ShardedByS3Key` (each host gets
         its own part of the files).
+      input_mode: `File` or `Pipe` for this channel; None: the job's (a
+        SageMaker channel's own `InputMode`, e.g. Pipe-mode training with
+        a small File-mode validation channel).
     """
 
     name: str
     uri: str
     distribution: str = FULLY_REPLICATED
+    input_mode: Optional[str] = None
 
     def __post_init__(self):
         if not CHANNEL_NAME.match(self.name):
@@ -70,6 +74,9 @@ class Channel:
         if self.distribution not in S3_DISTRIBUTIONS:
             raise ValueError("channel %r: distribution must be one of %s, got %r"
                              % (self.name, ", ".join(S3_DISTRIBUTIONS), self.distribution))
+        if self.input_mode is not None and self.input_mode not in INPUT_MODES:
+            raise ValueError("channel %r: input mode must be one of %s, got %r"
+                             % (self.name, ", ".join(INPUT_MODES), self.input_mode))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +90,8 @@ class JobSpec:
       distribution: `none`, `parameter_server` or `mpi`.
       processes_per_host: MPI processes per host.
       custom_mpi_options: extra `mpirun` options (MPI only).
-      input_mode: `File` or `Pipe` for every channel.
+      input_mode: `File` or `Pipe`: the job's, for every channel that does
+        not set its own.
       channels: the input channels.
       hyperparameters: the script's hyperparameters, as Python values.
       checkpoints: whether a checkpoint location is configured (its local
@@ -129,6 +137,14 @@ class JobSpec:
         if reserved:
             raise ValueError("hyperparameter(s) %s: names starting with sagemaker_ are the toolkit's own"
                              % ", ".join(reserved))
+
+    def channel_mode(self, channel: Channel) -> str:
+        """The input mode of `channel`: its own, else the job's."""
+        return channel.input_mode or self.input_mode
+
+    def channels_in(self, mode: str) -> List[Channel]:
+        """The channels whose input mode is `mode`."""
+        return [channel for channel in self.channels if self.channel_mode(channel) == mode]
 
     @property
     def hosts(self) -> List[str]:
@@ -256,8 +272,8 @@ def resource_config(spec: JobSpec, current_host: str, interface: str = DEFAULT_I
 
 def input_data_config(spec: JobSpec) -> dict:
     """`inputdataconfig.json`: each channel's input mode and S3 distribution."""
-    return {channel.name: {"TrainingInputMode": spec.input_mode, "S3DistributionType": channel.distribution,
-                           "RecordWrapperType": "None"}
+    return {channel.name: {"TrainingInputMode": spec.channel_mode(channel),
+                           "S3DistributionType": channel.distribution, "RecordWrapperType": "None"}
             for channel in spec.channels}
 
 

@@ -12,7 +12,8 @@ without Docker or an AWS account:
   inputdataconfig,checkpointconfig}.json` as SageMaker writes them and
   `input/data/<channel>` (File mode: the channel's files, or with
   `ShardedByS3Key` this host's part of them; Pipe mode: FIFOs fed by
-  `input_pipeline.pipe_feeder`, one reader per FIFO as SageMaker has it);
+  `input_pipeline.pipe_feeder`, one reader per FIFO as SageMaker has it;
+  each channel in the job's input mode or its own);
 * `/opt/ml/checkpoints` is one directory, `<output_dir>/checkpoints`,
   shared by every host, as the job's checkpoint S3 prefix is; a restarted
   job (`restart=True`) resumes from it;
@@ -27,7 +28,11 @@ without Docker or an AWS account:
 
 The job's exit code is 0 when every host's toolkit exits with 0; otherwise
 every host is stopped and `JobFailedError` names the first host that
-failed and the end of its log (`<output_dir>/logs/<host>.log`).
+failed and the end of its log (`<output_dir>/logs/<host>.log`). Whatever
+the end, the metric definitions a submitted job carries
+(`jobs.sagemaker_metrics`) are applied to each host's log, as SageMaker
+applies them, and the series found are written to
+`<output_dir>/metric_series.json` (`{host: {metric: [values]}}`).
 
 `run_on_hosts` (start the hosts, supervise them, stop and remove them
 whatever happens) and the file helpers are shared with the Processing jobs
@@ -46,9 +51,11 @@ from typing import Callable, Dict, List, Optional, Sequence
 from jobs import hosts as hosts_lib
 from jobs import processes
 from jobs import sagemaker_job
+from jobs import sagemaker_metrics
 
 BASE_DIR = "/opt/ml"
 LOGS = "logs"
+METRIC_SERIES = "metric_series.json"
 CHECKPOINTS = "checkpoints"
 SOURCE = "source"
 PRIVATE = ".hosts"
@@ -140,6 +147,15 @@ class LocalConfig:
         for channel in self.spec.channels:
             if not os.path.exists(channel.uri):
                 raise ValueError("--channel %s=%s: no such file or directory" % (channel.name, channel.uri))
+        for channel in self.spec.channels_in(sagemaker_job.PIPE_MODE):
+            kinds = sorted({os.path.splitext(name)[1] or name for name in channel_files(channel.uri)})
+            if len(kinds) > 1:
+                raise ValueError(
+                    "--channel %s=%s: Pipe mode streams every file of a channel into its FIFO, as SageMaker does, "
+                    "and this one holds %s files: give a Pipe-mode channel the records of one format only (e.g. "
+                    "a folder of the .tfrecord files), and the dataset's metadata.json through a File-mode "
+                    "channel (e.g. --channel_input_mode validation=File)"
+                    % (channel.name, channel.uri, ", ".join(kinds)))
 
     @property
     def epochs_to_stream(self) -> int:
@@ -223,6 +239,8 @@ class LocalJob:
         self.checkpoint_dir = os.path.join(self.output_dir, CHECKPOINTS)
         self.private_dir = os.path.join(self.output_dir, PRIVATE)
         self.use_namespaces = hosts_lib.check_privileges() is None
+        if self.use_namespaces:
+            hosts_lib.check_interpreter(python)
         if not self.use_namespaces and self.spec.instance_count > 1:
             raise hosts_lib.HostSetupError(
                 "--instance_count %d: %s" % (self.spec.instance_count, hosts_lib.check_privileges()))
@@ -273,15 +291,13 @@ class LocalJob:
                            sagemaker_job.checkpoint_config("file://" + self.checkpoint_dir))
             for name in ("model", os.path.join("output", "data"), "code", CHECKPOINTS):
                 os.makedirs(os.path.join(root, name), exist_ok=True)
-            if self.spec.input_mode == sagemaker_job.FILE_MODE:
-                for channel in self.spec.channels:
-                    target = os.path.join(root, "input", "data", channel.name)
-                    os.makedirs(target, exist_ok=True)
-                    for name in self.host_files(channel, index):
-                        source = channel.uri if os.path.isfile(channel.uri) else os.path.join(channel.uri, name)
-                        place_file(source, os.path.join(target, name))
-            else:
-                os.makedirs(os.path.join(root, "input", "data"), exist_ok=True)
+            os.makedirs(os.path.join(root, "input", "data"), exist_ok=True)
+            for channel in self.spec.channels_in(sagemaker_job.FILE_MODE):
+                target = os.path.join(root, "input", "data", channel.name)
+                os.makedirs(target, exist_ok=True)
+                for name in self.host_files(channel, index):
+                    source = channel.uri if os.path.isfile(channel.uri) else os.path.join(channel.uri, name)
+                    place_file(source, os.path.join(target, name))
             home_ssh = os.path.join(self.private_dir, host, "tmp", HOME_IN_TMP, ".ssh")
             shutil.copytree(os.path.join(self.private_dir, SSH), home_ssh)
 
@@ -336,12 +352,12 @@ class LocalJob:
         os.chmod(os.path.join(etc_ssh, KEY_NAME), 0o600)
 
     def feeders(self):
-        """Pipe mode: one feeder per host, streaming that host's share of every channel."""
+        """Pipe mode: one feeder per host, streaming that host's share of every Pipe-mode channel."""
         from input_pipeline import pipe_feeder  # pylint: disable=import-outside-toplevel
         started = []
         for index, host in enumerate(self.spec.hosts):
             channels = {}
-            for channel in self.spec.channels:
+            for channel in self.spec.channels_in(sagemaker_job.PIPE_MODE):
                 base = channel.uri if os.path.isdir(channel.uri) else os.path.dirname(channel.uri)
                 channels[channel.name] = [os.path.join(base, name) for name in self.host_files(channel, index)]
             started.append(pipe_feeder.PipeFeeder(self.host_dir(host), channels,
@@ -364,9 +380,29 @@ def run(config: LocalConfig, python: str = sys.executable) -> None:
     job = LocalJob(config, python)
     cpus = hosts_lib.assign_cpus(config.spec.instance_count, config.cpus_per_host)
     job.prepare()
-    run_on_hosts(job, config.spec.hosts, cpus, link_gbps=config.link_gbps, timeout_s=config.timeout_s,
-                 stop_grace_s=config.stop_grace_s, python=python, machine_dirs=(SSHD_PRIVSEP_DIR, BASE_DIR),
-                 start_services=job.feeders if config.spec.input_mode == sagemaker_job.PIPE_MODE else None)
+    try:
+        run_on_hosts(job, config.spec.hosts, cpus, link_gbps=config.link_gbps, timeout_s=config.timeout_s,
+                     stop_grace_s=config.stop_grace_s, python=python, machine_dirs=(SSHD_PRIVSEP_DIR, BASE_DIR),
+                     start_services=job.feeders if config.spec.channels_in(sagemaker_job.PIPE_MODE) else None)
+    finally:
+        write_metric_series(job.output_dir, config.spec.hosts)
+
+
+def write_metric_series(output_dir: str, host_names: Sequence[str]) -> str:
+    """Applies the jobs' metric definitions to each host's log; writes `<output_dir>/metric_series.json`.
+
+    Returns:
+      Its path.
+    """
+    found = {}
+    for host in host_names:
+        log = os.path.join(output_dir, LOGS, host + ".log")
+        if os.path.exists(log):
+            with open(log, errors="replace") as f:
+                found[host] = sagemaker_metrics.series(f)
+    path = os.path.join(output_dir, METRIC_SERIES)
+    write_json(path, found)
+    return path
 
 
 def run_on_hosts(job, host_names: Sequence[str], cpus: Sequence[tuple], *, link_gbps: float, timeout_s: float,
@@ -437,8 +473,13 @@ def run_on_hosts(job, host_names: Sequence[str], cpus: Sequence[tuple], *, link_
 
 
 def summary(config: LocalConfig) -> str:
-    """What each host left behind: its status, model files and `metrics.json`."""
+    """What each host left behind: its status, model files, `metrics.json` and the metric series of its log."""
     lines = []
+    series_path = os.path.join(os.path.abspath(config.output_dir), METRIC_SERIES)
+    series = {}
+    if os.path.exists(series_path):
+        with open(series_path) as f:
+            series = json.load(f)
     for host in config.spec.hosts:
         root = os.path.join(os.path.abspath(config.output_dir), host)
         model = sorted(os.path.relpath(os.path.join(d, n), root)
@@ -454,5 +495,8 @@ def summary(config: LocalConfig) -> str:
             line += ", metrics.json: AUC %s at global step %s%s" % (
                 "n/a" if auc is None else "%.4f" % auc, metrics.get("global_step"),
                 " (interrupted)" if metrics.get("interrupted") else "")
+        if series.get(host):
+            line += "; metric series in its log: %s" % ", ".join(
+                "%s x%d (last %g)" % (name, len(values), values[-1]) for name, values in series[host].items())
         lines.append(line)
     return "\n".join(lines)

@@ -53,6 +53,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import app, flags
 
+from cli import entry
 from input_pipeline import schema
 from dataprep import criteo
 from dataprep import criteo_processing as stages
@@ -61,6 +62,8 @@ from jobs import processes
 from jobs import sagemaker_job
 from jobs import sagemaker_local
 from jobs import sagemaker_submit
+
+PROGRAM = "jobs.sagemaker_processing"
 
 COMMANDS = ("local", "submit")
 LOCAL, SUBMIT = COMMANDS
@@ -248,6 +251,7 @@ class LocalProcessingJob:
         if reason:
             raise hosts_lib.HostSetupError("a Processing container sees %s only in a mount namespace of its own: %s"
                                            % (PROCESSING_DIR, reason))
+        hosts_lib.check_interpreter(python)
         for item in spec.inputs:
             if not os.path.exists(item.source):
                 raise ValueError("input %s=%s: no such file or directory" % (item.name, item.source))
@@ -688,8 +692,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
     """Console entry point."""
-    define_flags()
-    app.run(main)
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
 
 
 if __name__ == "__main__":

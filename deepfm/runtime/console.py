@@ -24,14 +24,18 @@ def format_duration(seconds: Optional[float]) -> str:
     return str(datetime.timedelta(seconds=int(round(seconds))))
 
 
-def format_progress(step: int, total: int, examples_per_sec: float, loss: Optional[float],
+def format_progress(step: int, total: Optional[int], examples_per_sec: float, loss: Optional[float],
                     elapsed: float, remaining: Optional[float], epoch: Optional[int] = None,
                     num_epochs: Optional[int] = None) -> str:
-    """One progress line: step / total, epoch, examples/sec, loss, elapsed and remaining time."""
-    parts = ["step %d/%d" % (step, total)]
+    """One progress line: step / total (`?` when unknown), epoch, examples/sec, loss, elapsed and remaining time.
+
+    Numbers are plain (no thousands separators): SageMaker reads the loss
+    and examples/sec of this line as metrics (`jobs.sagemaker_metrics`).
+    """
+    parts = ["step %d/%s" % (step, "?" if total is None else total)]
     if epoch is not None:
         parts.append("epoch %d/%d" % (epoch, num_epochs) if num_epochs else "epoch %d" % epoch)
-    parts.append("%s ex/s" % format(examples_per_sec, ",.0f"))
+    parts.append("%.0f ex/s" % examples_per_sec)
     parts.append("loss %s" % ("n/a" if loss is None else "%.4f" % loss))
     parts.append("elapsed %s" % format_duration(elapsed))
     parts.append("left %s" % format_duration(remaining))
@@ -86,12 +90,13 @@ class Console:
         self._close_bar()
         self._write(text + "\n")
 
-    def progress(self, text: str, fraction: float) -> None:
-        """Shows a progress line: in place on a terminal, else as a new line."""
+    def progress(self, text: str, fraction: Optional[float]) -> None:
+        """Shows a progress line: in place on a terminal (a bar unless `fraction` is None), else as a new line."""
         if not self.enabled:
             return
         if self.live:
-            self._bar_open = self._write("\r\033[K%s %s" % (progress_bar(fraction), text))
+            bar = "" if fraction is None else progress_bar(fraction) + " "
+            self._bar_open = self._write("\r\033[K%s%s" % (bar, text))
         else:
             self.line(text)
 

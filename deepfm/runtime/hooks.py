@@ -181,12 +181,14 @@ class ConsoleProgress:
 
     Args:
       console: where to print.
-      total_steps: the global step training stops at.
+      total_steps: the global step training stops at; None when unknown (it
+        ends with its data: SageMaker's Pipe mode).
       steps_per_epoch: global steps per epoch, or None when unknown.
       num_epochs: epochs of the run, shown as `epoch e/N` (None: `epoch e`).
     """
 
-    def __init__(self, console: console_lib.Console, total_steps: int, steps_per_epoch: Optional[int] = None,
+    def __init__(self, console: console_lib.Console, total_steps: Optional[int],
+                 steps_per_epoch: Optional[int] = None,
                  num_epochs: Optional[int] = None):
         self._console = console
         self._total = total_steps
@@ -201,16 +203,16 @@ class ConsoleProgress:
             if self._num_epochs:
                 epoch = min(epoch, self._num_epochs)
         remaining = None
-        if self._last is not None and record.global_step > self._last.global_step:
+        if self._total is not None and self._last is not None and record.global_step > self._last.global_step:
             rate = (record.global_step - self._last.global_step) / max(record.time - self._last.time, 1e-9)
             remaining = (self._total - record.global_step) / rate
-        elif record.global_step and record.elapsed > 0:
+        elif self._total is not None and record.global_step and record.elapsed > 0:
             remaining = (self._total - record.global_step) * record.elapsed / record.global_step
         self._last = record
         text = console_lib.format_progress(
             record.global_step, self._total, record.examples_per_sec, record.loss, record.elapsed,
             max(0.0, remaining) if remaining is not None else None, epoch, self._num_epochs)
-        self._console.progress(text, record.global_step / max(1, self._total))
+        self._console.progress(text, record.global_step / max(1, self._total) if self._total else None)
 
 
 class SummaryProgress:

@@ -328,10 +328,8 @@ def _progress_listeners(train: TrainConfig, model: ModelConfig, strategy: strate
                         console: console_lib.Console, max_steps: Optional[int],
                         epoch_steps: Optional[int]) -> List[hooks_lib.Listener]:
     """Where progress goes: the console, the chief's TensorBoard scalars, the progress file."""
-    listeners: List[hooks_lib.Listener] = []
-    if max_steps:
-        listeners.append(hooks_lib.ConsoleProgress(
-            console, max_steps, epoch_steps, None if train.max_steps else train.num_epochs))
+    listeners: List[hooks_lib.Listener] = [hooks_lib.ConsoleProgress(
+        console, max_steps or None, epoch_steps, None if train.max_steps else train.num_epochs)]
     if strategy.is_chief:
         listeners.append(hooks_lib.SummaryProgress(
             train.model_dir, model.learning_rate * strategy.learning_rate_factor()))

@@ -104,6 +104,12 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
 
         self.assertEqual(list(meta.splits), [schema.TRAIN_SPLIT])
         self.assertEqual(meta.splits["train"].shards, {"train/part-00000": 3, "train/part-00001": 2})
+        view = schema.DatasetMetadata.read(os.path.join(out, "train"))
+        self.assertEqual(("train", {"part-00000": 3, "part-00001": 2}, meta.feature_size, {}),
+                         (view.split, view.splits["train"].shards, view.feature_size, view.vocabulary))
+        with self.assertRaisesRegex(ValueError, "is the metadata of the 'train' split folder, which has no "
+                                    "vocabulary: give the dataset root"):
+            criteo.convert([self.write_input(lines)], self.new_dir(), vocab=os.path.join(out, "train"))
         self.assertEqual(meta.dense_clip, [float(c) for c in criteo.DENSE_CLIP])
         text = dataset_io.read_split(out, meta, "train", "libsvm")
         record = dataset_io.read_split(out, meta, "train", "tfrecord")
@@ -237,7 +243,8 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
         meta = criteo.convert([path], out, val_fraction=0.0, shards=1, min_count=1, overwrite=True)
         self.assertEqual(list(meta.splits["train"].shards), ["train/part-00000"])
         self.assertEqual(sorted(dataset_io.read_tree(out)),
-                         ["metadata.json", "train/part-00000.libsvm", "train/part-00000.tfrecord"])
+                         ["metadata.json", "train/metadata.json", "train/part-00000.libsvm",
+                          "train/part-00000.tfrecord"])
 
     def test_missing_or_empty_input_fails_before_writing(self):
         out = os.path.join(self.new_dir(), "out")

@@ -70,6 +70,14 @@ class GenerateTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(meta.splits["train"].rows, ROWS - validation_rows)
         expected_files = {synthetic.PLANTED_MODEL_FILE, schema.METADATA_FILE}
         for split, info in meta.splits.items():
+            # The split folder's own metadata: the same sizes, its shards relative to it.
+            expected_files.add(split + "/" + schema.METADATA_FILE)
+            view = schema.DatasetMetadata.read(os.path.join(self.root, split))
+            self.assertEqual((split, meta.feature_size, meta.field_size, meta.planted_auc),
+                             (view.split, view.feature_size, view.field_size, view.planted_auc))
+            self.assertEqual({split: schema.SplitInfo(info.rows, {stem[len(split) + 1:]: rows
+                                                                  for stem, rows in info.shards.items()})},
+                             view.splits)
             self.assertLen(info.shards, SHARDS)
             self.assertEqual(sum(info.shards.values()), info.rows)
             for stem, rows in info.shards.items():

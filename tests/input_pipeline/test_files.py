@@ -1,12 +1,13 @@
 """Tests for input_pipeline.files: spec resolution and row counts."""
 
 import os
+import shutil
 import tempfile
 
 from absl.testing import parameterized
 import tensorflow as tf
 
-from input_pipeline import files
+from input_pipeline import files, schema
 from tests.input_pipeline import example_files
 
 
@@ -112,6 +113,52 @@ class RowCountsTest(FilesTestCase):
     def test_count_rows_reads_the_files(self, data_format):
         paths = files.resolve([self.root], data_format)
         self.assertEqual(files.count_rows(paths, data_format), dict(zip(paths, [3, 5])))
+
+
+class SplitFolderTest(FilesTestCase):
+    """A dataset written with split views: each split folder holds its own metadata.json."""
+
+    def setUp(self):
+        super().setUp()
+        self.metadata.write(self.root, split_views=True)
+        # A split folder on its own, as a SageMaker channel holds it.
+        self.channel = self.path("channel", "train")
+        shutil.copytree(self.path("root", "train"), self.channel)
+
+    def test_each_split_folder_holds_its_view(self):
+        for split, rows, stems in (("train", 8, ["part-00000", "part-00001"]), ("validation", 2, ["part-00000"])):
+            view = schema.DatasetMetadata.read(self.path("root", split))
+            self.assertEqual(split, view.split)
+            self.assertEqual(self.metadata.feature_size, view.feature_size)
+            self.assertEqual([split], list(view.splits))
+            self.assertEqual(rows, view.splits[split].rows)
+            self.assertEqual(stems, sorted(view.splits[split].shards))
+            self.assertEqual({}, view.vocabulary)
+
+    def test_a_split_folder_is_not_a_dataset_root(self):
+        self.assertTrue(files.is_dataset_root(self.root))
+        for directory in (self.path("root", "train"), self.channel):
+            self.assertFalse(files.is_dataset_root(directory))
+
+    def test_a_split_folder_alone_resolves_to_its_files_with_their_row_counts(self):
+        paths = files.resolve([self.channel], "tfrecord")
+        self.assertEqual([os.path.join(self.channel, "part-0000%d.tfrecord" % i) for i in (0, 1)], paths)
+        self.assertEqual(dict(zip(paths, [3, 5])), files.row_counts(paths, "tfrecord"))
+        self.assertEqual(os.path.join(self.channel, schema.METADATA_FILE), schema.find_metadata(self.channel))
+        self.assertEqual([], files.default_validation([self.channel], "tfrecord"))
+
+    def test_the_root_still_means_its_splits_and_counts(self):
+        paths = files.resolve([self.root], "tfrecord")
+        self.assertEqual(dict(zip(paths, [3, 5])), files.row_counts(paths, "tfrecord"))
+        self.assertEqual([self.path("root", "validation", "part-00000.tfrecord")],
+                         files.default_validation([self.root], "tfrecord"))
+
+    def test_a_view_needs_its_shards_inside_the_split_folder(self):
+        odd = schema.DatasetMetadata(feature_size=10, splits={"train": schema.SplitInfo(1, {"elsewhere/x": 1})})
+        with self.assertRaisesRegex(ValueError, "split 'train' has shards outside its folder: elsewhere/x"):
+            odd.split_view("train")
+        with self.assertRaisesRegex(ValueError, "no split 'test'"):
+            odd.split_view("test")
 
 
 if __name__ == "__main__":

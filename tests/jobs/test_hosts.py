@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from unittest import mock
 
 from absl.testing import parameterized
@@ -44,6 +46,31 @@ class AssignCpusTest(parameterized.TestCase):
             self.assertIn("need root", hosts.check_privileges())
             with self.assertRaisesRegex(hosts.HostSetupError, "need root"):
                 hosts.HostNetwork(["algo-1"])
+
+
+class CheckInterpreterTest(parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("virtual_environment", "/tmp/venv/bin/python", "the interpreter, /tmp/venv/bin/python, is under /tmp"),
+        ("opt_ml", "/opt/ml/code/python", "the interpreter, /opt/ml/code/python, is under /opt/ml"),
+    )
+    def test_an_interpreter_the_hosts_cannot_see_is_refused_with_the_remedy(self, python, message):
+        with self.assertRaisesRegex(hosts.HostSetupError, message + ".*replaces with its own.*outside /tmp"):
+            hosts.check_interpreter(python)
+
+    def test_the_file_an_interpreter_resolves_to_counts(self):
+        directory = tempfile.mkdtemp(dir=os.path.expanduser("~"))  # not under /tmp
+        self.addCleanup(shutil.rmtree, directory)
+        link = os.path.join(directory, "python")
+        os.symlink("/tmp/base/bin/python3", link)
+        with self.assertRaisesRegex(hosts.HostSetupError, "the interpreter's file, /tmp/base/bin/python3"):
+            hosts.check_interpreter(link)
+
+    def test_this_interpreter_is_visible_where_it_is_not_under_tmp(self):
+        if any(p.startswith("/tmp/") for p in (sys.executable, os.path.realpath(sys.executable), sys.prefix)):
+            self.skipTest("this test's own interpreter is under /tmp: %s" % sys.executable)
+        hosts.check_interpreter(sys.executable)
+        hosts.check_interpreter("/usr/bin/python3")
 
 
 class HostNetworkTest(tf.test.TestCase):

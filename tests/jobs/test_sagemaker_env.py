@@ -31,7 +31,47 @@ class TrainingArgsTest(parameterized.TestCase):
             "SAGEMAKER_BASE_DIR": "/nonexistent"}, ["--num_epochs", "2"])
         self.assertEqual(["--train_data=/opt/ml/input/data/train", "--val_data=/opt/ml/input/data/validation",
                           "--export_dir=/opt/ml/model", "--metrics_file=/opt/ml/output/data/metrics.json",
-                          "--intra_op_threads=1", "--num_epochs=2"], args)
+                          "--model_dir=/nonexistent/checkpoints", "--intra_op_threads=1", "--num_epochs=2"], args)
+
+    def test_the_aws_samples_channel_names_and_numbered_file_channels(self):
+        args = sagemaker_env.training_args({
+            "SM_CHANNEL_TRAINING_1": "/c/t1", "SM_CHANNEL_TRAINING_0": "/c/t0", "SM_CHANNEL_EVAL": "/c/eval",
+            "SM_INPUT_DATA_CONFIG": data_config(training_1="File", training_0="File", eval="File"),
+            "SAGEMAKER_BASE_DIR": "/nonexistent"}, [])
+        self.assertIn("--train_data=/c/t0,/c/t1", args)
+        self.assertIn("--val_data=/c/eval", args)
+
+    @parameterized.named_parameters(
+        ("training", {"SM_CHANNEL_TRAIN": "/a", "SM_CHANNEL_TRAINING": "/b"}, "train... or training..., not both"),
+        ("validation", {"SM_CHANNEL_VALIDATION": "/a", "SM_CHANNEL_EVAL": "/b"}, "validation and eval both name"),
+    )
+    def test_two_names_for_one_kind_of_data_are_refused(self, env, message):
+        with self.assertRaisesRegex(sagemaker_env.ContractError, message):
+            sagemaker_env.training_args(dict(env, SAGEMAKER_BASE_DIR="/nonexistent"), [])
+
+    def test_the_sizes_come_from_metadata_in_any_file_channel_and_hyperparameters_win(self):
+        root = self.create_tempdir().full_path
+        synthetic.generate(300, root, feature_size=700, seed=1, shards=1)
+        env = {"SM_INPUT_DATA_CONFIG": data_config(train="Pipe", validation="File"),
+               "SM_CHANNEL_TRAIN": "/opt/ml/input/data/train", "SM_CHANNEL_VALIDATION": os.path.join(root, "validation"),
+               "SAGEMAKER_BASE_DIR": "/nonexistent"}
+        args = sagemaker_env.training_args(env, [])
+        self.assertIn("--val_data=%s" % os.path.join(root, "validation"), args)
+        self.assertIn("--feature_size=700", args)
+        self.assertIn("--field_size=39", args)
+        given = sagemaker_env.training_args(env, ["--feature_size", "900"])
+        self.assertEqual(["--feature_size=900"], [a for a in given if a.startswith("--feature_size")])
+        self.assertIn("--field_size=39", given)
+
+    def test_metadata_of_two_datasets_is_refused(self):
+        first, second = self.create_tempdir().full_path, self.create_tempdir().full_path
+        synthetic.generate(300, first, feature_size=700, seed=1, shards=1)
+        synthetic.generate(300, second, feature_size=800, seed=1, shards=1)
+        env = {"SM_CHANNEL_TRAIN": os.path.join(first, "train"),
+               "SM_CHANNEL_VALIDATION": os.path.join(second, "validation"), "SAGEMAKER_BASE_DIR": "/nonexistent"}
+        with self.assertRaisesRegex(sagemaker_env.ContractError, "feature_size 700.*feature_size 800.*describe "
+                                    "different datasets"):
+            sagemaker_env.training_args(env, [])
 
     def test_pipe_mode_channels_by_rank_order(self):
         args = sagemaker_env.training_args({

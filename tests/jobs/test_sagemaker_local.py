@@ -12,13 +12,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 
 import pytest
 import tensorflow as tf
 
 from dataprep import synthetic
-from jobs import hosts, sagemaker_local
+from input_pipeline import schema
+from jobs import hosts, sagemaker_job, sagemaker_local, sagemaker_metrics
 from tests import paths
 
 REPO_ROOT = paths.REPO_ROOT
@@ -31,6 +34,9 @@ HYPERPARAMETERS = ("--batch_size", str(BATCH), "--embedding_size", "4", "--deep_
                    "--learning_rate", "0.01", "--num_epochs", "2", "--feature_size", str(FEATURE_SIZE))
 TRAIN_ROWS = 5_400  # 90% of ROWS; the rest is validation
 MIN_AUC = 0.6
+# Without --feature_size: the job finds the dataset's sizes in its channels.
+LOG_EVERY = 20
+WITHOUT_SIZES = HYPERPARAMETERS[:-2] + ("--log_every_n_steps", str(LOG_EVERY))
 
 
 def missing_requirements():
@@ -166,6 +172,61 @@ class LocalJobTest(tf.test.TestCase):
         with open(os.path.join(output_dir, "algo-1", "input", "config", "inputdataconfig.json")) as f:
             self.assertEqual("Pipe", json.load(f)["train_1"]["TrainingInputMode"])
 
+    def assert_split_channels_trained(self, output_dir, out):
+        """The job trained every epoch without --feature_size, and its log's metric series match its result."""
+        metrics = self.metrics(output_dir)
+        self.assertEqual(2 * (TRAIN_ROWS // BATCH), metrics["global_step"])
+        self.assertGreater(metrics["auc"], MIN_AUC)
+        self.assertLen(self.exports(output_dir, "algo-1"), 1)
+        with open(os.path.join(output_dir, sagemaker_local.METRIC_SERIES)) as f:
+            series = json.load(f)["algo-1"]
+        # A progress line every 20 of the 84 steps and one at the end, and the summary's validation metrics.
+        lines = metrics["global_step"] // LOG_EVERY + 1
+        self.assertLen(series[sagemaker_metrics.TRAIN_LOSS], lines)
+        self.assertLen(series[sagemaker_metrics.TRAIN_EXAMPLES_PER_SEC], lines)
+        self.assertEqual([round(metrics["auc"], 4)], series[sagemaker_metrics.VALIDATION_AUC])
+        self.assertEqual([round(metrics["logloss"], 4)], series[sagemaker_metrics.VALIDATION_LOGLOSS])
+        self.assertIn("metric series in its log: train:loss x%d" % lines, out)
+
+    def test_split_folders_as_channels_named_as_the_aws_sample_names_them(self):
+        output_dir, out = self.run_job("--channel", "training=%s" % os.path.join(self.data, "train"),
+                                       "--channel", "eval=%s" % os.path.join(self.data, "validation"),
+                                       "--cpus_per_host", "1", hyperparameters=WITHOUT_SIZES)
+        self.assert_split_channels_trained(output_dir, out)
+        self.assertEqual(["metadata.json", "part-00000.libsvm", "part-00000.tfrecord"],
+                         sorted(os.listdir(os.path.join(output_dir, "algo-1", "input", "data", "eval")))[:3])
+
+    def test_pipe_mode_training_with_the_metadata_of_a_file_mode_validation_folder(self):
+        output_dir, out = self.run_job("--input_mode", "Pipe", "--channel", "train=%s" % self.channels["b"],
+                                       "--channel", "validation=%s" % os.path.join(self.data, "validation"),
+                                       "--channel_input_mode", "validation=File", "--cpus_per_host", "1",
+                                       hyperparameters=WITHOUT_SIZES)
+        self.assert_split_channels_trained(output_dir, out)
+        with open(os.path.join(output_dir, "algo-1", "input", "config", "inputdataconfig.json")) as f:
+            modes = {name: config["TrainingInputMode"] for name, config in json.load(f).items()}
+        self.assertEqual({"train": "Pipe", "validation": "File"}, modes)
+
+    def test_an_interpreter_under_tmp_is_refused_at_start(self):
+        # A virtual environment under /tmp, which every host replaces with its own.
+        venv = tempfile.mkdtemp(prefix="deepfm-venv-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, venv)
+        os.makedirs(os.path.join(venv, "bin"))
+        os.makedirs(os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2]))
+        shutil.copy(os.path.join(sys.prefix, "pyvenv.cfg"), venv)
+        os.symlink(os.path.realpath(sys.executable), os.path.join(venv, "bin", "python"))
+        os.symlink(sysconfig.get_paths()["purelib"],
+                   os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2], "site-packages"))
+        output_dir = os.path.join(self.create_tempdir().full_path, "job")
+        proc = subprocess.run([os.path.join(venv, "bin", "python"), "-m", "deepfm.sagemaker", "local",
+                               "--output_dir", output_dir, "--channel", "train=%s" % self.data],
+                              capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+        self.assertEqual(2, proc.returncode, proc.stderr[-3000:])
+        self.assertIn("the interpreter, %s, is under /tmp, which every emulated host replaces with its own"
+                      % os.path.join(venv, "bin", "python"), proc.stderr)
+        self.assertIn("Install the interpreter or virtual environment outside /tmp", proc.stderr)
+        self.assertFalse(os.path.exists(output_dir), "nothing is started or written")
+
     def test_single_host_and_an_existing_output_dir_is_not_overwritten(self):
         output_dir, _ = self.run_job("--channel", "train=%s" % self.data, "--cpus_per_host", "1",
                                      "--job_name", "single-host-job")
@@ -250,6 +311,16 @@ class LocalJobTest(tf.test.TestCase):
 
 
 class HostShareTest(tf.test.TestCase):
+
+    def test_a_pipe_mode_channel_of_several_kinds_of_files_is_refused(self):
+        data = self.create_tempdir().full_path
+        synthetic.generate(300, data, feature_size=FEATURE_SIZE, seed=1, shards=1)
+        spec = sagemaker_job.JobSpec(job_name="pipe", input_mode="Pipe", channels=(
+            sagemaker_job.Channel("train", os.path.join(data, "train")),))
+        with self.assertRaisesRegex(ValueError, "Pipe mode streams every file of a channel into its FIFO, as "
+                                    "SageMaker does, and this one holds .json, .libsvm, .tfrecord files"):
+            sagemaker_local.LocalConfig(spec=spec, output_dir=self.create_tempdir().full_path)
+        self.assertTrue(os.path.isfile(os.path.join(data, "train", schema.METADATA_FILE)))
 
     def test_sharded_channels_split_files_across_hosts(self):
         files = ["a", "b", "c", "d", "e"]

@@ -144,10 +144,17 @@ class StagesTest(tf.test.TestCase):
             self.assertEqual(whole.feature_size, metadata.feature_size)
         self.assertEqual(["train/part-algo-2-00000", "train/part-algo-2-00001"],
                          sorted(part_metadata[1].splits["train"].shards))
-        combined = stages.combine(self.combine_dirs(root, counts, parts))
+        combine_dirs = self.combine_dirs(root, counts, parts)
+        combined = stages.combine(combine_dirs)
         self.assertEqual({name: info.rows for name, info in whole.splits.items()},
                          {name: info.rows for name, info in combined.splits.items()})
         self.assertIn("0 bad records skipped", combined.source)
+        # The split folders' own metadata, which the convert instances' shards land beside in S3.
+        data = combine_dirs.output(stages.DATA)
+        for name, info in combined.splits.items():
+            view = schema.DatasetMetadata.read(os.path.join(data, name))
+            self.assertEqual((name, info.rows), (view.split, view.splits[name].rows))
+            self.assertTrue(all(stem.startswith("part-algo-") for stem in view.splits[name].shards))
 
     def test_a_part_with_another_vocabulary_is_refused(self):
         root = self.create_tempdir().full_path

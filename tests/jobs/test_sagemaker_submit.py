@@ -1,4 +1,4 @@
-"""Tests of `deepfm.sagemaker submit --dry_run`: the CreateTrainingJob request, field by field.
+"""Tests of `deepfm.sagemaker submit --dry_run`: the CreateTrainingJob and CreateHyperParameterTuningJob requests.
 
 The request is built by the real SageMaker Python SDK and checked by
 botocore against the SageMaker API model (botocore's `Stubber` answers it);
@@ -14,6 +14,7 @@ from absl.testing import parameterized
 import tensorflow as tf
 
 from jobs import sagemaker_job
+from jobs import sagemaker_metrics
 from tests import paths
 
 REPO_ROOT = paths.REPO_ROOT
@@ -37,16 +38,16 @@ class SubmitDryRunTest(parameterized.TestCase, tf.test.TestCase):
         if reason:
             self.skipTest("the SageMaker Python SDK (the 'sdk' extra) is not installed: %s" % reason)
 
-    def dry_run(self, *args, hyperparameters=("--num_epochs", "2")):
+    def dry_run(self, *args, hyperparameters=("--num_epochs", "2"), with_stderr=False):
         argv = [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--job_name", JOB,
-                "--role", ROLE, "--output_path", "s3://bucket/jobs", "--checkpoint_s3_uri", "s3://bucket/ckpt",
+                "--role", ROLE, "--output_path", "s3://bucket/jobs",
                 "--channel", "train=s3://bucket/data/train", "--channel", "validation=s3://bucket/data/validation",
                 *args, "--", *hyperparameters]
         env = dict(os.environ, AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="", AWS_CONFIG_FILE="/nonexistent",
                    AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=180)
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
-        return json.loads(proc.stdout)
+        return (json.loads(proc.stdout), proc.stderr) if with_stderr else json.loads(proc.stdout)
 
     @parameterized.named_parameters(
         ("none_file", [], "File", {}),
@@ -59,7 +60,7 @@ class SubmitDryRunTest(parameterized.TestCase, tf.test.TestCase):
           "sagemaker_mpi_custom_mpi_options": '"-x HOROVOD_FUSION_THRESHOLD=0"'}),
     )
     def test_request(self, args, input_mode, distribution_hyperparameters):
-        request = self.dry_run(*args)
+        request = self.dry_run("--checkpoint_s3_uri", "s3://bucket/ckpt", *args)
         instances = 2 if "--instance_count" in args else 1
         self.assertEqual(JOB, request["TrainingJobName"])
         self.assertEqual(ROLE, request["RoleArn"])
@@ -86,6 +87,52 @@ class SubmitDryRunTest(parameterized.TestCase, tf.test.TestCase):
         expected.update(distribution_hyperparameters)
         self.assertEqual(expected, request["HyperParameters"])
         self.assertNotIn("EnableManagedSpotTraining", request)
+        self.assertEqual(list(sagemaker_metrics.METRIC_DEFINITIONS),
+                         request["AlgorithmSpecification"]["MetricDefinitions"])
+
+    def test_checkpoints_by_default_under_the_output_path_and_none_when_told(self):
+        request, err = self.dry_run(with_stderr=True)
+        location = "s3://bucket/jobs/%s/checkpoints" % JOB
+        self.assertEqual({"LocalPath": "/opt/ml/checkpoints", "S3Uri": location}, request["CheckpointConfig"])
+        self.assertEqual('"/opt/ml/checkpoints"', request["HyperParameters"]["model_dir"])
+        self.assertIn("checkpoints: %s (--checkpoint_s3_uri to choose another, --nocheckpoints for none)" % location,
+                      err)
+        without = self.dry_run("--nocheckpoints")
+        self.assertNotIn("CheckpointConfig", without)
+        self.assertNotIn("model_dir", without["HyperParameters"])
+
+    def test_a_channel_in_its_own_input_mode(self):
+        request = self.dry_run("--input_mode", "Pipe", "--channel_input_mode", "validation=File")
+        modes = {channel["ChannelName"]: channel["InputMode"] for channel in request["InputDataConfig"]}
+        self.assertEqual({"train": "Pipe", "validation": "File"}, modes)
+        self.assertEqual("Pipe", request["AlgorithmSpecification"]["TrainingInputMode"])
+
+    def test_tuning_job_request(self):
+        request = self.dry_run("--tune", "learning_rate=0.0001..0.1:log", "--tune", "embedding_size=4..16",
+                               "--tune", "deep_layers=64,32|128,64", "--tuning_max_jobs", "6",
+                               "--tuning_max_parallel_jobs", "3", hyperparameters=("--num_epochs", "2", "--batch_norm"))
+        self.assertEqual(JOB, request["HyperParameterTuningJobName"])
+        config = request["HyperParameterTuningJobConfig"]
+        self.assertEqual({"MetricName": "validation:auc", "Type": "Maximize"}, config["HyperParameterTuningJobObjective"])
+        self.assertEqual({"MaxNumberOfTrainingJobs": 6, "MaxParallelTrainingJobs": 3}, config["ResourceLimits"])
+        self.assertEqual({
+            "ContinuousParameterRanges": [{"Name": "learning_rate", "MinValue": "0.0001", "MaxValue": "0.1",
+                                           "ScalingType": "Logarithmic"}],
+            "IntegerParameterRanges": [{"Name": "embedding_size", "MinValue": "4", "MaxValue": "16",
+                                        "ScalingType": "Auto"}],
+            # Categories are JSON-encoded, as the SDK encodes a framework estimator's hyperparameters.
+            "CategoricalParameterRanges": [{"Name": "deep_layers", "Values": ['"64,32"', '"128,64"']}],
+        }, config["ParameterRanges"])
+        definition = request["TrainingJobDefinition"]
+        self.assertEqual(list(sagemaker_metrics.METRIC_DEFINITIONS),
+                         definition["AlgorithmSpecification"]["MetricDefinitions"])
+        static = definition["StaticHyperParameters"]
+        self.assertEqual(("2", "true"), (static["num_epochs"], static["batch_norm"]))
+        for name in ("learning_rate", "embedding_size", "deep_layers", "model_dir"):
+            self.assertNotIn(name, static)
+        # The training jobs of a tuning job must not resume from each other's checkpoints.
+        self.assertNotIn("CheckpointConfig", definition)
+        self.assertEqual(["train", "validation"], [c["ChannelName"] for c in definition["InputDataConfig"]])
 
     def test_spot_request_and_limits(self):
         request = self.dry_run("--use_spot", "--max_run", "3600", "--max_wait", "7200",
@@ -111,11 +158,22 @@ class SubmitDryRunTest(parameterized.TestCase, tf.test.TestCase):
     @parameterized.named_parameters(
         ("local_channel", ["--channel", "test=data/x"], "a submitted job reads its channels from S3"),
         ("role", ["--role", "SageMakerRole"], "--role must be an IAM role ARN"),
-        ("spot_without_checkpoints", ["--use_spot", "--checkpoint_s3_uri", ""], "--use_spot needs"),
+        ("spot_without_checkpoints", ["--use_spot", "--nocheckpoints"], "--use_spot needs checkpoints"),
+        ("checkpoints_both_ways", ["--checkpoint_s3_uri", "s3://b/c", "--nocheckpoints"], "choose one"),
+        ("tuning_range", ["--tune", "learning_rate=0.1..0.01"], "--tune learning_rate: MIN must be below MAX"),
+        ("tuning_log_range", ["--tune", "learning_rate=0..0.1:log"], "a logarithmic range must be above 0"),
+        ("tuning_not_a_range", ["--tune", "learning_rate"], "must be NAME=MIN..MAX[:log] or NAME=A|B|..."),
+        ("tuning_and_hyperparameter", ["--tune", "num_epochs=1..3", "--", "--num_epochs", "2"],
+         "num_epochs: given both as a hyperparameter and as a --tune range"),
+        ("tuning_with_checkpoints", ["--tune", "num_epochs=1..3", "--checkpoint_s3_uri", "s3://b/c"],
+         "would share one checkpoint location"),
+        ("tuning_job_name", ["--tune", "num_epochs=1..3", "--job_name", "x" * 33], "takes 1-32 letters"),
+        ("tuning_parallel", ["--tune", "num_epochs=1..3", "--tuning_max_jobs", "2", "--tuning_max_parallel_jobs",
+                             "3"], "--tuning_max_parallel_jobs must be in [1, --tuning_max_jobs 2]"),
     )
     def test_bad_submissions_are_refused_before_anything_is_built(self, args, message):
         argv = [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--role", ROLE,
-                "--output_path", "s3://bucket/jobs", "--checkpoint_s3_uri", "s3://bucket/ckpt", *args]
+                "--output_path", "s3://bucket/jobs", *args]
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
         self.assertNotEqual(0, proc.returncode)
         self.assertIn(message, proc.stderr)

@@ -1,0 +1,163 @@
+"""Every command line ends a user error with its message and a hint, started either way.
+
+Each entry point runs as `python -m <module>` and as a console script (the
+wrapper pip writes for `setup.cfg`'s `console_scripts`, calling the module's
+`run()`), with an unknown flag, a bad value and a missing (or misplaced)
+argument. The error must be the message alone (`<program>: error: ...`)
+plus `cli.entry.ERROR_HINT`: no usage text, no traceback. Python's
+`-X importtime` tells which runs imported TensorFlow: every entry point but
+`deepfm.train` (whose flags' definitions need it) fails before importing it.
+"""
+
+import concurrent.futures
+import configparser
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from typing import Dict, Tuple
+
+import pytest
+
+from cli import entry
+from tests import paths
+
+SETUP_CFG = os.path.join(paths.REPO_ROOT, "setup.cfg")
+# The wrapper pip writes for a console script (pip's `get_console_script` template).
+CONSOLE_SCRIPT = """\
+import re
+import sys
+from {module} import {function}
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit({function}())
+"""
+IMPORT_TIME_LINE = re.compile(r"^import time:")
+TENSORFLOW_IMPORTED = re.compile(r"^import time:.*\|\s+tensorflow$", re.MULTILINE)
+TIMEOUT_S = 120
+UNKNOWN_FLAG = "--no_such_flag=1"
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryPoint:
+    """A command line and the three user errors it is tried with.
+
+    Attributes:
+      module: the module `python -m` runs (and whose `run()` the console script calls).
+      script: its console script in setup.cfg, if it has one.
+      bad_value: (arguments, a fragment of the message).
+      missing: (arguments, a fragment of the message): a required flag or
+        argument left out (or, for the launcher, which has none, a flag
+        given where it does not belong).
+      imports_tensorflow: whether its flags' definitions need TensorFlow.
+    """
+
+    module: str
+    script: str
+    bad_value: Tuple[Tuple[str, ...], str]
+    missing: Tuple[Tuple[str, ...], str]
+    imports_tensorflow: bool = False
+
+
+ENTRY_POINTS = (
+    EntryPoint("deepfm.train", "deepfm-train", (("--strategy", "bogus"), "--strategy=bogus"),
+               ((), "--model_dir"), imports_tensorflow=True),
+    EntryPoint("deepfm.predict", "deepfm-predict", (("--batch_size", "many"), "--batch_size=many"),
+               (("--data", "x", "--output", "y"), "--saved_model")),
+    EntryPoint("deepfm.launch", "deepfm-launch", (("--strategy", "ps", "--num_ps", "0"), "--num_ps must be >= 1"),
+               (("--", "--strategy", "ps"), "the launcher sets --strategy itself")),
+    EntryPoint("deepfm.sagemaker", "deepfm-sagemaker", (("local", "--distribution", "bogus"), "--distribution=bogus"),
+               (("submit",), "submit needs --role")),
+    EntryPoint("deepfm.advise", "deepfm-advise", (("--hosts", "two"), "--hosts=two"), ((), "--data")),
+    EntryPoint("dataprep.criteo", "criteo-convert", (("--libsvm_layout", "wide"), "--libsvm_layout=wide"),
+               ((), "--output_dir")),
+    EntryPoint("dataprep.synthetic", "criteo-synthetic", (("--rows", "lots"), "--rows=lots"),
+               (("--output_dir", "x"), "--rows")),
+    EntryPoint("dataprep.libsvm_to_tfrecord", "libsvm-to-tfrecord", (("--field_size", "wide"), "--field_size=wide"),
+               ((), "--input")),
+    EntryPoint("dataprep.raw_criteo", "", (("--rows", "lots"), "--rows=lots"), (("--rows", "3"), "--output")),
+    EntryPoint("dataprep.criteo_processing", "", (("count", "--libsvm_layout", "wide"), "--libsvm_layout=wide"),
+               ((), "expected one stage")),
+    EntryPoint("input_pipeline.pipe_feeder", "pipe-feeder", (("--epochs", "0"), "--epochs=0"),
+               (("--channel", "train=x"), "--base_dir")),
+    EntryPoint("jobs.sagemaker_processing", "criteo-processing", (("bogus",), "expected one command"),
+               ((), "expected one command")),
+)
+BY_MODULE = {point.module: point for point in ENTRY_POINTS}
+CASES = [(point.module, kind) for point in ENTRY_POINTS for kind in ("unknown_flag", "bad_value", "missing")]
+
+
+def console_scripts() -> Dict[str, str]:
+    """setup.cfg's console scripts: name -> `module:function`."""
+    parser = configparser.ConfigParser()
+    parser.read(SETUP_CFG)
+    found = {}
+    for line in parser["options.entry_points"]["console_scripts"].strip().splitlines():
+        name, _, target = line.partition("=")
+        found[name.strip()] = target.strip()
+    return found
+
+
+def console_script(directory: str, point: EntryPoint) -> str:
+    """Writes the console-script wrapper of `point` (named as setup.cfg names it) and returns its path."""
+    path = os.path.join(directory, point.script or point.module.replace(".", "-"))
+    with open(path, "w") as f:
+        f.write(CONSOLE_SCRIPT.format(module=point.module, function="run"))
+    return path
+
+
+def run(argv) -> Tuple[int, str, str, bool]:
+    """(exit status, stdout, stderr without the import times, whether TensorFlow was imported)."""
+    result = subprocess.run([sys.executable, "-X", "importtime"] + list(argv), capture_output=True, text=True,
+                            cwd=paths.REPO_ROOT, timeout=TIMEOUT_S,
+                            env=dict(os.environ, PYTHONPATH=paths.REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
+    stderr = "".join(line for line in result.stderr.splitlines(True) if not IMPORT_TIME_LINE.match(line))
+    return result.returncode, result.stdout, stderr, bool(TENSORFLOW_IMPORTED.search(result.stderr))
+
+
+def case_arguments(point: EntryPoint, kind: str) -> Tuple[Tuple[str, ...], str]:
+    if kind == "unknown_flag":
+        return (UNKNOWN_FLAG,), "Unknown command line flag 'no_such_flag'"
+    return point.bad_value if kind == "bad_value" else point.missing
+
+
+@pytest.mark.parametrize("module,kind", CASES, ids=["%s-%s" % case for case in CASES])
+def test_a_user_error_ends_with_its_message_and_a_hint_either_way(module, kind, tmp_path):
+    point = BY_MODULE[module]
+    args, fragment = case_arguments(point, kind)
+    ways = {"python -m": ["-m", module], "console script": [console_script(str(tmp_path), point)]}
+    with concurrent.futures.ThreadPoolExecutor(len(ways)) as pool:
+        results = dict(zip(ways, pool.map(lambda start: run(start + list(args)), ways.values())))
+    for way, (code, out, err, imported_tensorflow) in results.items():
+        where = "%s (%s): stdout %r, stderr %r" % (module, way, out[-2000:], err[-3000:])
+        lines = err.splitlines()
+        assert code == entry.EXIT_USER_ERROR, where
+        assert lines[0].startswith("%s: error: " % module), where
+        assert fragment in lines[0], where
+        assert lines[-1] == entry.ERROR_HINT, where
+        # The message may take more than one line (absl lists every missing flag), never the usage text.
+        assert len(lines) <= 3, where
+        assert "Traceback" not in err and "USAGE" not in err and "flags:" not in err, where
+        assert out == "", where
+        assert imported_tensorflow == point.imports_tensorflow, where
+
+
+def test_every_console_script_is_an_entry_point_tried_here():
+    scripts = console_scripts()
+    for name, target in scripts.items():
+        module, _, function = target.partition(":")
+        assert function == "run", target
+        assert module in BY_MODULE and BY_MODULE[module].script == name, (
+            "console script %s = %s is not among the entry points tried" % (name, target))
+    assert {point.script for point in ENTRY_POINTS if point.script} == set(scripts)
+
+
+def test_verbosity_leaves_the_error_to_absl_with_its_details():
+    code, _, err, _ = run(["-m", "deepfm.sagemaker", "submit", "--verbosity", "0"])
+    assert code == entry.EXIT_USER_ERROR
+    assert "submit needs --role" in err
+    assert "flags:" in err, err[-2000:]  # absl's usage text: the details
+    code, _, err, _ = run(["-m", "deepfm.advise", UNKNOWN_FLAG, "--verbosity=0"])
+    assert code == entry.EXIT_USER_ERROR
+    assert "FATAL Flags parsing error" in err, err[-2000:]
