@@ -1,0 +1,122 @@
+"""The job of `deepfm.sagemaker` on Kubernetes: render its manifests, or run them here as the operators would.
+
+    python -m deepfm.kubernetes render --instance_count 2 --distribution parameter_server \\
+        --channel train=data/synthetic --image registry.example/deepfm:1 --output_dir k8s/ps -- --num_epochs 1
+
+    python -m deepfm.kubernetes local --manifest k8s/ps/tfjob.yaml --volume_dir /srv/deepfm \\
+        --output_dir runs/k8s-ps
+
+`render` takes the same job arguments as `deepfm.sagemaker` (hosts,
+`--processes_per_host`, `--distribution parameter_server|mpi|auto`,
+`--channel NAME=PATH` where PATH is inside the volume, the hyperparameters
+after `--`) plus the cluster's: `--image`, `--namespace`, `--pvc` (an
+existing ReadWriteMany claim) or `--storage_class`/`--volume_size` (a new
+one), `--mount_path`, `--cpu`/`--memory`/`--gpus`, `--num_ps`,
+`--backoff_limit`, `--min_replicas`/`--max_replicas` and `--metrics_port`.
+It writes a TFJob (parameter servers) or an MPIJob (Horovod), a JobSet, the
+PersistentVolumeClaim and the image's Dockerfile to `--output_dir`
+(`jobs.kubernetes_manifests`).
+
+`local` runs one rendered manifest (a TFJob, an MPIJob or a JobSet) on
+emulated hosts, one per pod (root needed; see `jobs.kubernetes_local`):
+`--volume_dir` stands for the claim, mounted by every pod at the manifest's
+path, and the run's logs go to `--output_dir`. It exits with the job's exit
+code.
+"""
+
+import sys
+
+from absl import app, flags
+
+from deepfm import cost_model
+from deepfm import job_flags
+from jobs import auto_distribution
+from jobs import kubernetes_manifests as manifests
+from jobs import sagemaker_job
+
+COMMANDS = ("render", "local")
+INSTANCE_TYPE = "kubernetes"
+EXIT_USAGE = 2
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The flags of both commands (`render` and `local` each ignore the other's)."""
+    job_flags.define_job_flags()
+    # render
+    flags.DEFINE_string("image", None, "render: the job's container image (built from the rendered Dockerfile).")
+    flags.DEFINE_string("namespace", manifests.DEFAULT_NAMESPACE, "render: the namespace of every object.")
+    flags.DEFINE_string("pvc", "", "render: an existing ReadWriteMany claim for data and checkpoints "
+                        "(default: render one).")
+    flags.DEFINE_string("storage_class", "", "render: the storage class of the rendered claim (FSx for Lustre, "
+                        "EFS; default: the cluster's).")
+    flags.DEFINE_string("volume_size", manifests.DEFAULT_VOLUME_SIZE, "render: the size of the rendered claim.")
+    flags.DEFINE_string("mount_path", manifests.DEFAULT_MOUNT_PATH, "render: where every pod mounts the volume; "
+                        "channels are paths relative to it.")
+    flags.DEFINE_integer("num_ps", 1, "render, parameter_server: parameter-server pods.")
+    flags.DEFINE_string("cpu", "", "render: CPU request of each training container (e.g. 4, 500m).")
+    flags.DEFINE_string("memory", "", "render: memory request of each training container (e.g. 8Gi).")
+    flags.DEFINE_integer("gpus", 0, "render: GPUs of each training container.")
+    flags.DEFINE_integer("backoff_limit", manifests.DEFAULT_BACKOFF_LIMIT,
+                         "render: restarts after retryable failures (a stop, a lost ps, a killed pod).")
+    flags.DEFINE_integer("min_replicas", 0, "render: elastic lower bound of training pods (0: --instance_count).")
+    flags.DEFINE_integer("max_replicas", 0, "render: elastic upper bound of training pods (0: --instance_count).")
+    flags.DEFINE_integer("metrics_port", 0, "render: the chief's Prometheus metrics port (0: none).")
+    flags.DEFINE_string("output_dir", None, "render: where the manifests go; local: where the logs go.")
+
+
+def parse_job(flag_values, hyperparameter_args) -> manifests.KubernetesJob:
+    """The `KubernetesJob` of the parsed flags and the arguments after `--`.
+
+    Raises:
+      ValueError: a bad flag or hyperparameter, named.
+    """
+    f = flag_values
+    choice = None
+    if f.distribution == auto_distribution.AUTO:
+        resources = manifests.Resources(cpu=f.cpu)
+        choice = job_flags.auto_choice(f, resources.cores() or 1, cost_model.DEFAULT_UNLIMITED_GBPS)
+        print(choice.describe(), file=sys.stderr)
+    spec = job_flags.parse_spec(f, hyperparameter_args, INSTANCE_TYPE, choice)
+    if not f.image:
+        raise ValueError("--image is required: the job's container image (see the rendered Dockerfile)")
+    return manifests.KubernetesJob(
+        spec=spec, image=f.image, namespace=f.namespace, pvc=f.pvc, storage_class=f.storage_class,
+        volume_size=f.volume_size, mount_path=f.mount_path, num_ps=f.num_ps,
+        resources=manifests.Resources(cpu=f.cpu, memory=f.memory, gpus=f.gpus),
+        min_replicas=f.min_replicas, max_replicas=f.max_replicas, backoff_limit=f.backoff_limit,
+        metrics_port=f.metrics_port)
+
+
+def run_render(hyperparameter_args) -> int:
+    """Writes the manifests; returns 0."""
+    if not FLAGS.output_dir:
+        raise app.UsageError("render needs --output_dir")
+    try:
+        job = parse_job(FLAGS, hyperparameter_args)
+        paths = manifests.write(job, FLAGS.output_dir)
+    except (ValueError, FileExistsError) as e:
+        raise app.UsageError(str(e)) from e
+    print("\n".join(paths))
+    return 0
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] not in COMMANDS:
+        raise app.UsageError("the first argument must be one of %s, got %r"
+                             % (", ".join(COMMANDS), argv[1] if len(argv) > 1 else None))
+    command, rest = argv[1], argv[2:]
+    if command == "render":
+        sys.exit(run_render(rest))
+    sys.exit(run_local(rest))
+
+
+def run():
+    """Console-script entry point."""
+    define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()
