@@ -127,6 +127,8 @@ class TrainConfig:
         (`deepfm.step_trace`) after its first
         `step_trace.DEFAULT_WARMUP_STEPS`; 0 traces none.
       trace_dir: where the traces go; None: `<model_dir>/traces`.
+      metrics_port: the chief serves Prometheus metrics on this port
+        (`deepfm.metrics_server`); None for none.
     """
 
     model_dir: str
@@ -146,8 +148,11 @@ class TrainConfig:
     progress_file: Optional[str] = None
     trace_steps: int = 0
     trace_dir: Optional[str] = None
+    metrics_port: Optional[int] = None
 
     def __post_init__(self):
+        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
+            raise ValueError("--metrics_port must be a TCP port (1-65535), got %r" % self.metrics_port)
         if self.trace_steps < 0:
             raise ValueError("--trace_steps must be >= 0, got %r" % self.trace_steps)
         for name in ("eval_every_n_steps", "early_stopping_patience"):

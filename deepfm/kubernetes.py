@@ -64,6 +64,13 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_replicas", 0, "render: elastic upper bound of training pods (0: --instance_count).")
     flags.DEFINE_integer("metrics_port", 0, "render: the chief's Prometheus metrics port (0: none).")
     flags.DEFINE_string("output_dir", None, "render: where the manifests go; local: where the logs go.")
+    # local
+    flags.DEFINE_string("manifest", None, "local: a rendered tfjob.yaml, mpijob.yaml or jobset.yaml.")
+    flags.DEFINE_string("volume_dir", None, "local: the directory standing for the job's claim.")
+    flags.DEFINE_float("timeout_s", 0.0, "local: stop every pod and fail after this many seconds (0: none).")
+    flags.DEFINE_float("stop_grace_s", 30.0, "local: a stopped pod's grace period in seconds.")
+    flags.DEFINE_multi_string("fault", [], "local: ACTION:POD@STEP: once a checkpoint of that global step is "
+                              "saved, kill the pod (kill) or lose its node for good (lose); repeatable.")
 
 
 def parse_job(flag_values, hyperparameter_args) -> manifests.KubernetesJob:
@@ -99,6 +106,37 @@ def run_render(hyperparameter_args) -> int:
     except (ValueError, FileExistsError) as e:
         raise app.UsageError(str(e)) from e
     print("\n".join(paths))
+    return 0
+
+
+def run_local(extra_args) -> int:
+    """Runs a rendered manifest on emulated hosts; returns the job's exit code."""
+    from jobs import kubernetes_local  # pylint: disable=import-outside-toplevel
+    from jobs import hosts as hosts_lib  # pylint: disable=import-outside-toplevel
+    from jobs import processes  # pylint: disable=import-outside-toplevel
+    if extra_args:
+        raise app.UsageError("local takes no arguments after --: the manifest holds the job's (got %s)"
+                             % " ".join(extra_args))
+    for flag in ("manifest", "volume_dir", "output_dir"):
+        if not getattr(FLAGS, flag):
+            raise app.UsageError("local needs --%s" % flag)
+    try:
+        config = kubernetes_local.LocalConfig(
+            manifest=FLAGS.manifest, volume_dir=FLAGS.volume_dir, output_dir=FLAGS.output_dir,
+            timeout_s=FLAGS.timeout_s, stop_grace_s=FLAGS.stop_grace_s,
+            faults=tuple(kubernetes_local.Fault.parse(text) for text in FLAGS.fault))
+        local_run = kubernetes_local.run(config)
+    except (ValueError, FileExistsError, hosts_lib.HostSetupError) as e:
+        print("deepfm.kubernetes local: %s" % e, file=sys.stderr)
+        return EXIT_USAGE
+    except (kubernetes_local.JobFailedError, TimeoutError) as e:
+        print("deepfm.kubernetes local: the job failed: %s" % e, file=sys.stderr)
+        return getattr(e, "returncode", 1) or 1
+    except processes.Terminated as e:
+        print("deepfm.kubernetes local: stopped by %s; every pod was stopped" % e, file=sys.stderr)
+        return processes.SIGNAL_EXIT_BASE + e.signum
+    print("job %s completed after %d restart(s), on %d training pod(s)" % (
+        local_run.operator.name, local_run.restarts, local_run.final_workers))
     return 0
 
 

@@ -30,6 +30,7 @@ from deepfm import console as console_lib
 from deepfm import early_stopping
 from deepfm import hooks as hooks_lib
 from deepfm import interrupt
+from deepfm import metrics_server
 from deepfm import model as model_lib
 from deepfm import step_trace
 from deepfm import watchdog
@@ -218,14 +219,15 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         strategy.describe(), train.batch_size, "training to global step %d" % max_steps if max_steps
         else "training to the end of the channel"))
     estimator = build_estimator(train, model, strategy)
+    metrics = metrics_server.MetricsServer(train.metrics_port if strategy.is_chief else None, train.model_dir)
     throughput = hooks_lib.ProgressHook(
         batch * per_step, every_n_steps=train.log_every_n_steps,
-        listeners=_progress_listeners(train, model, strategy, console, max_steps, epoch_steps))
+        listeners=_progress_listeners(train, model, strategy, console, max_steps, epoch_steps) + [metrics])
     train_input_fn = _continuing_input_fn(train_builder, context, throughput, per_step) if rounds else input_fn
     start = time.time()
     outcome = None
     with interrupt.StopRequest() as stop, checkpoints.save_errors(train.model_dir), \
-            watchdog.watch_parameter_servers(strategy):
+            watchdog.watch_parameter_servers(strategy), metrics.serving():
         hooks = strategy.train_hooks() + [throughput, stop.hook(interrupt.agreement_of(strategy))]
         if train.trace_steps:
             hooks.append(_trace_hook(train, strategy))
