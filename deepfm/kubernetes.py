@@ -135,8 +135,8 @@ def run_local(extra_args) -> int:
     except processes.Terminated as e:
         print("deepfm.kubernetes local: stopped by %s; every pod was stopped" % e, file=sys.stderr)
         return processes.SIGNAL_EXIT_BASE + e.signum
-    print("job %s completed after %d restart(s), on %d training pod(s)" % (
-        local_run.operator.name, local_run.restarts, local_run.final_workers))
+    print("job %s completed after %d restart(s) (%d elastic resize(s)), on %d training pod(s)" % (
+        local_run.operator.name, local_run.restarts, local_run.resizes, local_run.final_workers))
     return 0
 
 

@@ -47,6 +47,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from jobs import elastic
 from jobs import hosts as hosts_lib
 from jobs import kubernetes_manifests as manifests
 from jobs import processes
@@ -65,6 +66,9 @@ MPI_LAUNCHER_ENV = (("K_MPI_JOB_ROLE", "launcher"), ("NVIDIA_VISIBLE_DEVICES", "
 MPI_WORKER_ENV = (("K_MPI_JOB_ROLE", "worker"),)
 RETRYABLE_BASE = 128
 EXIT_FAILED = 1
+# What the operator does about a pod that exited.
+SUCCEEDED, FAILED = "succeeded", "failed (permanent)"
+RESTART_POD, RESTART_JOB, RESTART_IN_PLACE = "recreate the pod", "restart the job", "restart the container"
 JOBSET_LABELS = ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name",
                  "jobset.sigs.k8s.io/job-index", "jobset.sigs.k8s.io/restart-attempt")
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -95,15 +99,17 @@ class Fault:
     """A failure to inject once the job's latest checkpoint reaches `after_step` (what a test or a rehearsal does).
 
     Attributes:
-      action: `kill` (the pod's processes get SIGKILL, its node stays) or
-        `lose` (also its node goes away for good).
+      action: `kill` (the pod's processes get SIGKILL, its node stays),
+        `lose` (also its node goes away until a `return`) or `return` (the
+        node of the pod of that name comes back).
       pod: the pod's name.
       after_step: the global step of a saved checkpoint that triggers it.
     """
 
     KILL = "kill"
     LOSE = "lose"
-    ACTIONS = (KILL, LOSE)
+    RETURN = "return"
+    ACTIONS = (KILL, LOSE, RETURN)
 
     action: str
     pod: str
@@ -476,15 +482,16 @@ class LocalRun:
         self.output_dir = os.path.abspath(config.output_dir)
         self.volume_dir = os.path.abspath(config.volume_dir)
         self.private_dir = os.path.join(self.output_dir, PRIVATE)
-        self.lost_nodes = 0
+        self.range = elastic.ElasticRange(self.operator.min_workers, self.operator.max_workers)
         self.restarts = 0
+        self.resizes = 0
         self.attempt = 0
+        self.final_workers = 0
         self.events: List[str] = []
         self._pending_faults = list(config.faults)
         self._runs: Dict[str, int] = {}
-        self._lost: set = set()
-        self._lost_pod = ""
-        self.final_workers = 0
+        # The pods whose nodes are gone (until a `return` fault brings one back).
+        self._nodes_down: set = set()
 
     def log(self, message: str) -> None:
         """Prints and keeps an event of the run (what `kubectl get events` would show)."""
@@ -492,10 +499,17 @@ class LocalRun:
         print(message, flush=True)
 
     def workers_now(self) -> int:
-        """Training pods for the next start: the manifest's at first, then one per node left of the maximum."""
-        if not self.attempt:
-            return self.operator.training_pods()
-        return max(0, self.operator.max_workers - self.lost_nodes)
+        """Training pods for the next start: the manifest's, less those whose node is gone, within the range.
+
+        Raises:
+          JobFailedError: fewer have a node than the minimum.
+        """
+        available = self.operator.training_pods() - len(self._nodes_down)
+        try:
+            return self.range.size(available)
+        except elastic.BelowMinimumError as e:
+            raise JobFailedError(", ".join(sorted(self._nodes_down)), EXIT_FAILED, "",
+                                 "lost its node, and the job cannot go on: %s" % e) from e
 
     def prepare(self) -> None:
         """A new output directory with the image's ssh set-up and the job's ssh keys.
@@ -517,13 +531,10 @@ class LocalRun:
         self.prepare()
         deadline = time.monotonic() + self.config.timeout_s if self.config.timeout_s else None
         while True:
-            workers = self.workers_now()
-            if workers < self.operator.min_workers:
-                raise JobFailedError(self._lost_pod, EXIT_FAILED, "", "was lost with its node; %d training pod(s) "
-                                     "have a node, fewer than the minimum %d" % (workers, self.operator.min_workers))
-            outcome = self._attempt(workers, deadline)
+            outcome = self._attempt(self.workers_now(), deadline)
             if outcome is None:
                 return
+            self.log(outcome)
             self.attempt += 1
 
     def _attempt(self, workers: int, deadline: Optional[float]) -> Optional[str]:
@@ -534,6 +545,7 @@ class LocalRun:
         """
         pods = self.operator.pods(workers, self.attempt)
         self.final_workers = workers
+        self._runs = {}
         by_name = {pod.name: pod for pod in pods}
         log_dir = os.path.join(self.output_dir, LOGS) if not self.attempt else os.path.join(
             self.output_dir, LOGS, "restart_%d" % self.attempt)
@@ -552,7 +564,6 @@ class LocalRun:
                     raise TimeoutError("the job ran past %.0f s; every pod was stopped (logs in %s)"
                                        % (self.config.timeout_s, log_dir))
                 self._inject_faults(network, running)
-                resize = None
                 for name, task in list(running.items()):
                     code = task.poll()
                     if code is None or name in done:
@@ -560,38 +571,41 @@ class LocalRun:
                     code = code if code >= 0 else RETRYABLE_BASE - code
                     pod = by_name[name]
                     verdict = self._judge(pod, code)
-                    if name in self._lost and verdict not in ("succeeded", "failed"):
-                        verdict = "restart job" if verdict == "restart job" else "node lost"
                     self.log("pod %s exited with code %d: %s" % (name, code, verdict))
-                    if verdict == "succeeded":
+                    if verdict == SUCCEEDED:
                         done.add(name)
                         if pod.completes_job and self._completed(pods, done):
                             group.stop()
                             self.log("job %s succeeded" % self.operator.name)
                             return None
-                    elif verdict == "failed":
+                        continue
+                    if verdict == FAILED:
                         group.stop()
                         raise JobFailedError(name, code, task.log_path, "failed with exit code %d, a permanent "
                                              "failure" % code)
-                    elif verdict in ("restart pod", "restart job"):
+                    if verdict == RESTART_IN_PLACE and name not in self._nodes_down:
+                        running[name] = self._start(group, network, pod, fresh=False)
+                        continue
+                    if verdict != RESTART_IN_PLACE:
                         self.restarts += 1
                         if self.restarts > self.operator.backoff_limit:
                             group.stop()
                             raise JobFailedError(name, code, task.log_path, "failed with exit code %d after %d "
                                                  "restart(s), the backoff limit" % (code, self.operator.backoff_limit))
-                        if verdict == "restart job":
-                            group.stop()
-                            return verdict
-                        running[name] = self._start(group, network, pod)
-                    elif verdict == "restart in place":
-                        running[name] = self._start(group, network, pod)
-                    elif verdict == "node lost":
-                        resize = "the node of pod %s is gone" % name
-                if resize:
-                    self.log("%s: recreating every pod with the training pods that have a node" % resize)
-                    group.stop()
-                    return resize
+                    size = self.workers_now()
+                    if size != workers:
+                        self.resizes += 1
+                        group.stop()
+                        return ("restarting every pod from the latest checkpoint with %d training pod(s) instead "
+                                "of %d (%s)" % (size, workers, self._node_summary()))
+                    if verdict == RESTART_JOB or name in self._nodes_down:
+                        group.stop()
+                        return "restarting every pod from the latest checkpoint (%s)" % verdict
+                    running[name] = self._start(group, network, pod)
                 time.sleep(POLL_S)
+
+    def _node_summary(self) -> str:
+        return ("nodes gone: %s" % ", ".join(sorted(self._nodes_down))) if self._nodes_down else "every node is up"
 
     def _completed(self, pods: Sequence[Pod], done: set) -> bool:
         return all(pod.name in done for pod in pods if pod.completes_job)
@@ -599,13 +613,13 @@ class LocalRun:
     def _judge(self, pod: Pod, code: int) -> str:
         """What the operator does about a pod that exited with `code`."""
         if code == 0:
-            return "succeeded"
+            return SUCCEEDED
         if pod.judged_by == "exit_code":
-            return "restart pod" if code >= RETRYABLE_BASE else "failed"
+            return RESTART_POD if code >= RETRYABLE_BASE else FAILED
         if pod.judged_by == "job":
-            return "restart pod"
+            return RESTART_POD
         if pod.judged_by == "in_place":
-            return "restart in place"
+            return RESTART_IN_PLACE
         for rule in (pod.pod_failure_policy or {}).get("rules", []):
             requirement = rule.get("onExitCodes")
             if requirement and requirement.get("containerName", pod.container["name"]) == pod.container["name"] \
@@ -613,31 +627,35 @@ class LocalRun:
                 if rule["action"] == "FailJob":
                     return self._jobset_failure(manifests.POD_FAILURE_POLICY_REASON)
                 if rule["action"] == "Ignore":
-                    return "restart pod"
+                    return RESTART_POD
                 break
         return self._jobset_failure("BackoffLimitExceeded")
 
     def _jobset_failure(self, reason: str) -> str:
         for rule in self.operator.job["spec"].get("failurePolicy", {}).get("rules", []):
             if reason in rule.get("onJobFailureReasons", [reason]):
-                return "failed" if rule["action"] == "FailJobSet" else "restart job"
-        return "restart job"
+                return FAILED if rule["action"] == "FailJobSet" else RESTART_JOB
+        return RESTART_JOB
 
     def _inject_faults(self, network: hosts_lib.HostNetwork, running: Dict[str, processes.Task]) -> None:
         """Applies the faults whose checkpoint step has been reached."""
         step = self._checkpoint_step()
         for fault in list(self._pending_faults):
-            if step is None or step < fault.after_step or fault.pod not in running:
+            if step is None or step < fault.after_step:
+                continue
+            if fault.action == Fault.RETURN:
+                self._pending_faults.remove(fault)
+                self._nodes_down.discard(fault.pod)
+                self.log("fault: the node of pod %s is back (checkpoint at step %d)" % (fault.pod, step))
+                continue
+            if fault.pod not in running:
                 continue
             self._pending_faults.remove(fault)
-            host = network.host(fault.pod)
             self.log("fault: %s pod %s (checkpoint at step %d)" % (
                 "killing" if fault.action == Fault.KILL else "losing the node of", fault.pod, step))
             if fault.action == Fault.LOSE:
-                self.lost_nodes += 1
-                self._lost = self._lost | {fault.pod}
-                self._lost_pod = fault.pod
-            for pid in network.pids(host):
+                self._nodes_down.add(fault.pod)
+            for pid in network.pids(network.host(fault.pod)):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -665,15 +683,15 @@ class LocalRun:
             paths += [m["mountPath"] for m in pod.container.get("volumeMounts", []) if m["name"] in claims]
         return paths
 
-    def _start(self, group: processes.ProcessGroup, network: hosts_lib.HostNetwork, pod: Pod) -> processes.Task:
-        """Starts (or starts again) the pod's container as its host's init."""
+    def _start(self, group: processes.ProcessGroup, network: hosts_lib.HostNetwork, pod: Pod,
+               fresh: bool = True) -> processes.Task:
+        """Starts the pod's container as its host's init: a new pod (`fresh`: a new /tmp), or its container again."""
         run = self._runs.get(pod.name, -1) + 1
         self._runs[pod.name] = run
         host = network.host(pod.name)
         private = os.path.join(self.private_dir, pod.name)
-        if run == 0 or not os.path.isdir(private):
-            if os.path.isdir(private):
-                shutil.rmtree(private)
+        if fresh:
+            shutil.rmtree(private, ignore_errors=True)
             os.makedirs(os.path.join(private, "tmp"))
         etc_ssh = os.path.join(network.etc_dir(host), sagemaker_local.SSH)
         if not os.path.isdir(etc_ssh):
