@@ -32,7 +32,6 @@ from deepfm import cost_model
 from deepfm import job_flags
 from jobs import auto_distribution
 from jobs import kubernetes_manifests as manifests
-from jobs import sagemaker_job
 
 COMMANDS = ("render", "local")
 INSTANCE_TYPE = "kubernetes"

@@ -24,7 +24,6 @@ job with the SageMaker Python SDK and submits it; `--dry_run` prints the
 
 import os
 import sys
-from typing import Optional
 
 from absl import app, flags
 

@@ -66,6 +66,9 @@ MPI_LAUNCHER_ENV = (("K_MPI_JOB_ROLE", "launcher"), ("NVIDIA_VISIBLE_DEVICES", "
 MPI_WORKER_ENV = (("K_MPI_JOB_ROLE", "worker"),)
 RETRYABLE_BASE = 128
 EXIT_FAILED = 1
+# Who decides about a failed pod: TFJob's ExitCode policy, a batch Job's retries, the kubelet
+# (restartPolicy OnFailure), a JobSet's Job pod failure policy and its own failure policy.
+JUDGED_BY_EXIT_CODE, JUDGED_BY_JOB, JUDGED_BY_KUBELET, JUDGED_BY_JOBSET = "exit_code", "job", "in_place", "jobset"
 # What the operator does about a pod that exited.
 SUCCEEDED, FAILED = "succeeded", "failed (permanent)"
 RESTART_POD, RESTART_JOB, RESTART_IN_PLACE = "recreate the pod", "restart the job", "restart the container"
@@ -179,8 +182,10 @@ class Pod:
       files: volume name -> file name -> content, for ConfigMaps and Secrets.
       judged_by: how a failure is judged: `exit_code` (TFJob's ExitCode),
         `job` (a batch Job's retries), `in_place` (the kubelet restarts it),
-        `jobset` (the Job's pod failure policy, then the JobSet's).
+        `jobset` (the Job's pod failure policy, then the JobSet's); the
+        `JUDGED_BY_*` constants.
       completes_job: its success completes the job.
+      pod_failure_policy: a JobSet pod's Job's `podFailurePolicy`.
     """
 
     name: str
@@ -229,14 +234,6 @@ class Operator:
 
     def pods(self, workers: int, restart_attempt: int) -> List[Pod]:
         """The pods with `workers` training pods, in the order the operator starts them."""
-        raise NotImplementedError
-
-    def training_pod_names(self, workers: int) -> List[str]:
-        return [pod.name for pod in self.pods(workers, 0) if pod.role not in (manifests.PS, manifests.LAUNCHER,
-                                                                             manifests.JOBSET_PS,
-                                                                             manifests.JOBSET_LAUNCHER)]
-
-    def pod_template(self, role: str) -> dict:
         raise NotImplementedError
 
     def model_dir(self) -> Optional[str]:
@@ -294,7 +291,8 @@ class TFJobOperator(Operator):
                     container=template["spec"]["containers"][0], volumes=template["spec"].get("volumes", []),
                     env={"TF_CONFIG": json.dumps(config)}, labels=dict(template["metadata"].get("labels", {})),
                     annotations=dict(template["metadata"].get("annotations") or {}), files={},
-                    judged_by="exit_code" if spec.get("restartPolicy") == manifests.RESTART_EXIT_CODE else "in_place",
+                    judged_by=(JUDGED_BY_EXIT_CODE if spec.get("restartPolicy") == manifests.RESTART_EXIT_CODE
+                               else JUDGED_BY_KUBELET),
                     completes_job=kind == (manifests.CHIEF if manifests.CHIEF in counts else manifests.WORKER)
                     and index == 0))
         return pods
@@ -335,14 +333,15 @@ class MPIJobOperator(Operator):
             if not container.get("command") and not container.get("args"):
                 container["command"] = list(manifests.SSHD_COMMAND)
             pods.append(self._pod(name, fqdn[index], manifests.WORKER, index, container, template,
-                                  dict(MPI_WORKER_ENV), ssh_path, None, "in_place", False))
+                                  dict(MPI_WORKER_ENV), ssh_path, None, JUDGED_BY_KUBELET, False))
         template = self.specs()[manifests.LAUNCHER]["template"]
         env = dict(MPI_LAUNCHER_ENV)
         env.update(manifests.OPEN_MPI_ENV)
         env[manifests.OPEN_MPI_SLOTS_ENV] = str(slots)
         launcher = "%s-launcher" % self.name
         pods.append(self._pod(launcher, "%s.%s.%s.svc" % (launcher, self.name, self.namespace), manifests.LAUNCHER,
-                              0, template["spec"]["containers"][0], template, env, ssh_path, config, "job", True))
+                              0, template["spec"]["containers"][0], template, env, ssh_path, config, JUDGED_BY_JOB,
+                              True))
         return pods
 
     @staticmethod
@@ -395,7 +394,7 @@ class JobSetOperator(Operator):
                  for name, count in counts.items()}
         success = self.job["spec"].get("successPolicy", {}).get("targetReplicatedJobs") or list(counts)
         pods = []
-        for global_index, replicated in enumerate(self.replicated()):
+        for replicated in self.replicated():
             name = replicated["name"]
             job_spec = replicated["template"]["spec"]
             template = job_spec["template"]
@@ -417,9 +416,8 @@ class JobSetOperator(Operator):
                 pods.append(Pod(
                     name=pod_name, aliases=(hosts[name][index],), role=name, index=index, container=container,
                     volumes=template["spec"].get("volumes", []), env={"JOB_COMPLETION_INDEX": str(index)},
-                    labels=labels, annotations=annotations, files=files, judged_by="jobset",
+                    labels=labels, annotations=annotations, files=files, judged_by=JUDGED_BY_JOBSET,
                     completes_job=name in success, pod_failure_policy=job_spec.get("podFailurePolicy")))
-            del global_index
         return pods
 
     def _resized(self, container: dict, hosts: Dict[str, List[str]]) -> dict:
@@ -614,11 +612,11 @@ class LocalRun:
         """What the operator does about a pod that exited with `code`."""
         if code == 0:
             return SUCCEEDED
-        if pod.judged_by == "exit_code":
+        if pod.judged_by == JUDGED_BY_EXIT_CODE:
             return RESTART_POD if code >= RETRYABLE_BASE else FAILED
-        if pod.judged_by == "job":
+        if pod.judged_by == JUDGED_BY_JOB:
             return RESTART_POD
-        if pod.judged_by == "in_place":
+        if pod.judged_by == JUDGED_BY_KUBELET:
             return RESTART_IN_PLACE
         for rule in (pod.pod_failure_policy or {}).get("rules", []):
             requirement = rule.get("onExitCodes")
@@ -742,7 +740,7 @@ class LocalRun:
             if "persistentVolumeClaim" in volume:
                 binds.append((self.volume_dir, mount["mountPath"]))
             elif "secret" in volume:
-                binds.append((self._secret_dir(pod, private, mount["name"]), mount["mountPath"]))
+                binds.append((self._secret_dir(private, mount["name"]), mount["mountPath"]))
             elif "configMap" in volume:
                 binds.append((self._files_dir(private, mount["name"], pod.files.get(mount["name"], {})),
                               mount["mountPath"]))
@@ -762,7 +760,7 @@ class LocalRun:
             os.chmod(path, 0o755 if file_name.endswith(".sh") else 0o444)
         return directory
 
-    def _secret_dir(self, pod: Pod, private: str, name: str) -> str:
+    def _secret_dir(self, private: str, name: str) -> str:
         """The job's ssh key pair as the Secret's files (`id_rsa`, `id_rsa.pub`, `authorized_keys`)."""
         key = os.path.join(self.private_dir, "ssh-secret", "key")
         with open(key) as f:
@@ -773,7 +771,6 @@ class LocalRun:
         directory = self._files_dir(private, name, contents)
         for file_name in contents:
             os.chmod(os.path.join(directory, file_name), manifests.SSH_SECRET_MODE)
-        del pod
         return directory
 
 

@@ -597,7 +597,7 @@ def render(job: KubernetesJob) -> Dict[str, List[dict]]:
 
 
 def dockerfile(job: KubernetesJob, path: str = DOCKERFILE) -> str:
-    """The job image's Dockerfile: the SageMaker TensorFlow 2.14 training image of the job's region, plus this project."""
+    """The job image's Dockerfile: the SageMaker TensorFlow 2.14 training image of the region, plus this project."""
     return DOCKERFILE_TEMPLATE.format(job=job.name, path=path, image=job.image, account=SAGEMAKER_IMAGE_ACCOUNT,
                                       region=job.spec.region, tag=SAGEMAKER_TF_IMAGE_TAG, ssh_path=SSH_PATH,
                                       prometheus=PROMETHEUS_CLIENT_VERSION)

@@ -86,7 +86,8 @@ class ScrapeDuringTrainingTest(tf.test.TestCase):
         port = processes.free_ports(1)[0]
         argv = [sys.executable, "-m", "deepfm.train", "--train_data", data,
                 "--model_dir", self.create_tempdir("model").full_path, "--batch_size", "32",
-                "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0", "--num_epochs", "2", "--log_every_n_steps", "10",
+                "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0", "--num_epochs", "2",
+                "--log_every_n_steps", "10",
                 "--eval_every_n_steps", "150", "--metrics_port", str(port)]
         process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))

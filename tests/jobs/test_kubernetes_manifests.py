@@ -119,7 +119,8 @@ class RenderedKindsAreValidTest(unittest.TestCase):
                 self.assertEqual(0, code, output)
 
     def test_the_files_of_each_distribution(self):
-        self.assertEqual(["pvc.yaml", "tfjob.yaml", "jobset.yaml"], list(manifests.render(VARIANTS["ps, one worker"]())))
+        self.assertEqual(["pvc.yaml", "tfjob.yaml", "jobset.yaml"],
+                         list(manifests.render(VARIANTS["ps, one worker"]())))
         self.assertEqual(["mpijob.yaml", "jobset.yaml"], list(manifests.render(VARIANTS["mpi, one worker"]())))
 
     def test_the_checks_reject_what_an_api_server_would(self):
@@ -268,7 +269,8 @@ class BadInputTest(unittest.TestCase):
     def test_nothing_is_overwritten(self):
         with tempfile.TemporaryDirectory() as directory:
             paths = manifests.write(VARIANTS["ps, one worker"](), directory)
-            self.assertEqual(["pvc.yaml", "tfjob.yaml", "jobset.yaml", "Dockerfile"], [os.path.basename(p) for p in paths])
+            self.assertEqual(["pvc.yaml", "tfjob.yaml", "jobset.yaml", "Dockerfile"],
+                             [os.path.basename(p) for p in paths])
             with open(os.path.join(directory, "Dockerfile")) as f:
                 self.assertIn("tensorflow-training:2.14.1-cpu-py310-ubuntu20.04-sagemaker", f.read())
             with self.assertRaisesRegex(FileExistsError, "pvc.yaml"):
