@@ -545,8 +545,9 @@ class LocalRun:
         self.final_workers = workers
         self._runs = {}
         by_name = {pod.name: pod for pod in pods}
-        log_dir = os.path.join(self.output_dir, LOGS) if not self.attempt else os.path.join(
-            self.output_dir, LOGS, "restart_%d" % self.attempt)
+        # Named as the user gave --output_dir, in messages; absolute for the hosts.
+        shown = os.path.join(self.config.output_dir, LOGS, *(["restart_%d" % self.attempt] if self.attempt else []))
+        log_dir = os.path.abspath(shown)
         aliases = {pod.name: pod.aliases for pod in pods}
         mounts = sorted({mount["mountPath"] for pod in pods for mount in pod.container.get("volumeMounts", [])})
         with sagemaker_local.emulated_hosts(log_dir, [pod.name for pod in pods], stop_grace_s=self.config.stop_grace_s,
@@ -555,12 +556,12 @@ class LocalRun:
             running: Dict[str, processes.Task] = {}
             for pod in pods:
                 running[pod.name] = self._start(group, network, pod)
-            self.log("started %s (%d training pod(s)); logs in %s" % (", ".join(by_name), workers, log_dir))
+            self.log("started %s (%d training pod(s)); logs in %s" % (", ".join(by_name), workers, shown))
             done = set()
             while True:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError("the job ran past %.0f s; every pod was stopped (logs in %s)"
-                                       % (self.config.timeout_s, log_dir))
+                                       % (self.config.timeout_s, shown))
                 self._inject_faults(network, running)
                 for name, task in list(running.items()):
                     code = task.poll()
