@@ -107,7 +107,8 @@ MAX_JOB_NAME = 40
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 DOCKERFILE = "Dockerfile"
 SAGEMAKER_IMAGE_ACCOUNT = "763104351884"
-SAGEMAKER_TF_IMAGE_TAG = "2.14.1-cpu-py310-ubuntu20.04-sagemaker"
+# The SageMaker Python SDK's `image_uris.retrieve("tensorflow", region, "2.14.1", py_version="py310")`.
+SAGEMAKER_TF_IMAGE_TAGS = {False: "2.14.1-cpu-py310", True: "2.14.1-gpu-py310"}
 DOCKERFILE_TEMPLATE = """\
 # The image of the job `{job}`: the SageMaker TensorFlow 2.14 training image (TensorFlow 2.14.1,
 # Horovod 0.28.1, Open MPI, SageMaker's training toolkit: the stack of requirements/) plus this
@@ -124,7 +125,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends openssh-server 
     && printf 'PermitRootLogin prohibit-password\\nStrictModes no\\n' >> /etc/ssh/sshd_config
 
 WORKDIR /opt/deepfm
-COPY setup.cfg setup.py README.md ./
+COPY pyproject.toml setup.cfg README.md ./
 COPY deepfm deepfm
 COPY strategies strategies
 COPY input_pipeline input_pipeline
@@ -597,9 +598,11 @@ def render(job: KubernetesJob) -> Dict[str, List[dict]]:
 
 
 def dockerfile(job: KubernetesJob, path: str = DOCKERFILE) -> str:
-    """The job image's Dockerfile: the SageMaker TensorFlow 2.14 training image of the region, plus this project."""
+    """The job image's Dockerfile: the SageMaker TensorFlow 2.14 training image (CPU, or GPU where the job asks
+    for GPUs) of the job's region, plus this project."""
     return DOCKERFILE_TEMPLATE.format(job=job.name, path=path, image=job.image, account=SAGEMAKER_IMAGE_ACCOUNT,
-                                      region=job.spec.region, tag=SAGEMAKER_TF_IMAGE_TAG, ssh_path=SSH_PATH,
+                                      region=job.spec.region, tag=SAGEMAKER_TF_IMAGE_TAGS[job.resources.gpus > 0],
+                                      ssh_path=SSH_PATH,
                                       prometheus=PROMETHEUS_CLIENT_VERSION)
 
 

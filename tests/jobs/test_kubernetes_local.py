@@ -10,6 +10,7 @@ volume and that nothing was left on the machine. They need root
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -198,6 +199,17 @@ class TestMPIJob:
         with open(os.path.join(tmp_path, "run-mpijob.yaml", "logs", "mpi-job-launcher.log")) as f:
             log = f.read()
         assert "[1,1]<stdout>" in log or "[1,1]<stderr>" in log  # rank 1 ran on the other worker
+
+    def test_a_killed_worker_fails_mpirun_and_the_launcher_job_retries(self, tmp_path, volume):
+        manifests = render(tmp_path, "mpi-kill", "--instance_count", "2", "--distribution", "mpi")
+        out, _ = run_local(tmp_path, os.path.join(manifests, "mpijob.yaml"), volume,
+                           "kill:mpi-kill-worker-1@%d" % CHECKPOINT_STEPS)
+        assert "pod mpi-kill-worker-1 exited with code 137: restart the container" in out
+        assert re.search(r"pod mpi-kill-launcher exited with code \d+: recreate the pod", out), out
+        assert "completed after 1 restart(s)" in out
+        metrics, exports = job_outputs(volume, "mpi-kill")
+        assert metrics["global_step"] == EPOCHS * ((TRAIN_ROWS // 2) // BATCH)
+        assert len(exports) == 1
 
 
 @pytest.mark.slow

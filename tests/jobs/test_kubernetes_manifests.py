@@ -261,6 +261,14 @@ class BadInputTest(unittest.TestCase):
                 with self.assertRaisesRegex(ValueError, message):
                     make()
 
+    def test_the_base_image_is_the_sdks(self):
+        from sagemaker import image_uris  # the SageMaker Python SDK (a development requirement)
+        for instance_type, make in (("ml.c5.xlarge", VARIANTS["ps, one worker"]),
+                                    ("ml.p3.2xlarge", VARIANTS["ps, three workers, elastic, metrics, requests"])):
+            uri = image_uris.retrieve("tensorflow", "us-east-1", version="2.14.1", instance_type=instance_type,
+                                      image_scope="training", py_version="py310")
+            self.assertIn("ARG BASE_IMAGE=%s\n" % uri, manifests.dockerfile(make()))
+
     def test_channels_live_in_the_volume(self):
         spec = sagemaker_job.JobSpec(job_name="deepfm-test", channels=(sagemaker_job.Channel("train", "/data/x"),))
         with self.assertRaisesRegex(ValueError, "inside the volume"):
@@ -272,7 +280,7 @@ class BadInputTest(unittest.TestCase):
             self.assertEqual(["pvc.yaml", "tfjob.yaml", "jobset.yaml", "Dockerfile"],
                              [os.path.basename(p) for p in paths])
             with open(os.path.join(directory, "Dockerfile")) as f:
-                self.assertIn("tensorflow-training:2.14.1-cpu-py310-ubuntu20.04-sagemaker", f.read())
+                self.assertIn("tensorflow-training:2.14.1-cpu-py310\n", f.read())
             with self.assertRaisesRegex(FileExistsError, "pvc.yaml"):
                 manifests.write(VARIANTS["ps, one worker"](), directory)
 
