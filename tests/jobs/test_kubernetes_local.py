@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from input_pipeline import synthetic
 from jobs import hosts
@@ -103,13 +104,20 @@ def run_local(tmp_path, manifest, volume, *faults, expect=0):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)
     assert leftover == [], "namespaces left behind"
     assert process.returncode == expect, "stdout:\n%s\nstderr:\n%s" % (out[-3000:], err[-5000:])
-    assert [] == leftover_processes(volume), "processes left behind"
+    job = manifest_job_name(manifest)
+    assert [] == leftover_processes(volume, job), "processes left behind"
     with open("/proc/self/mountinfo") as f:
         assert volume not in f.read(), "a mount of the volume is left"
     return out, err
 
 
-def leftover_processes(volume):
+def manifest_job_name(path):
+    with open(path) as f:
+        return list(yaml.safe_load_all(f))[-1]["metadata"]["name"]
+
+
+def leftover_processes(volume, job):
+    """Processes of this job: anything naming its volume or its directory in the pods' volume."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -118,7 +126,7 @@ def leftover_processes(volume):
                     cmdline = f.read().decode(errors="replace")
             except OSError:
                 continue
-            if volume in cmdline or ("deepfm.train" in cmdline and "/mnt/deepfm/" in cmdline):
+            if volume in cmdline or "/mnt/deepfm/%s/" % job in cmdline:
                 found.append((entry, cmdline.replace("\0", " ")))
     return found
 
