@@ -134,6 +134,8 @@ class TrainConfig:
         (`deepfm.runtime.step_trace`) after its first
         `step_trace.DEFAULT_WARMUP_STEPS`; 0 traces none.
       trace_dir: where the traces go; None: `<model_dir>/traces`.
+      metrics_port: the chief serves Prometheus metrics on this port
+        (`deepfm.runtime.metrics_server`); None for none.
     """
 
     model_dir: str
@@ -153,6 +155,7 @@ class TrainConfig:
     progress_file: Optional[str] = None
     trace_steps: int = 0
     trace_dir: Optional[str] = None
+    metrics_port: Optional[int] = None
 
     def __post_init__(self):
         for name in ("batch_size", "num_epochs", "log_every_n_steps", "save_checkpoints_steps"):
@@ -162,6 +165,8 @@ class TrainConfig:
             raise ValueError("--max_steps must be >= 1, got %r" % self.max_steps)
         object.__setattr__(self, "train_files", tuple(self.train_files))
         object.__setattr__(self, "val_files", tuple(self.val_files))
+        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
+            raise ValueError("--metrics_port must be a TCP port (1-65535), got %r" % self.metrics_port)
         if self.trace_steps < 0:
             raise ValueError("--trace_steps must be >= 0, got %r" % self.trace_steps)
         for name in ("eval_every_n_steps", "early_stopping_patience"):

@@ -24,6 +24,13 @@ With `--max_restarts N`, a failed job is stopped and started again from the
 latest checkpoint of its `--model_dir`, up to N times; each restart is
 logged with the failed task and its exit code, and restart k logs to
 `<log_dir>/restart_<k>/`. The step budget stays the same global step.
+
+With `--min_replicas M --max_replicas N --host_discovery_script CMD`, the job
+is elastic: before each start, CMD prints the workers that are up (Horovod's
+format, one `host:slots` line per host), and the job starts with that many
+training workers (ps: `--num_workers`; Horovod: `--np`), within M..N; a
+worker that is gone for good leaves the job running on the others from the
+latest checkpoint, and one that is back joins at the next restart.
 """
 
 import signal
@@ -33,7 +40,7 @@ import tempfile
 from absl import app, flags
 
 from cli import entry
-from jobs import local, processes
+from jobs import elastic, local, processes
 
 PROGRAM = "deepfm.launch"
 
@@ -55,6 +62,11 @@ def define_flags() -> None:
     flags.DEFINE_float("timeout_s", 0, "Stop everything and fail after this many seconds (0: no limit).")
     flags.DEFINE_integer("max_restarts", 0, "Restart the whole job from its latest checkpoint after a task "
                          "failed, at most this many times (0: fail at once).")
+    flags.DEFINE_integer("min_replicas", 0, "Elastic: the fewest training workers the job goes on with "
+                         "(0: --num_workers or --np).")
+    flags.DEFINE_integer("max_replicas", 0, "Elastic: the most training workers (0: --num_workers or --np).")
+    flags.DEFINE_string("host_discovery_script", "", "Elastic: a shell command printing the workers that are up, "
+                        "one host:slots line per host (Horovod's format), asked before each start.")
     flags.DEFINE_float("stop_grace_s", local.DEFAULT_STOP_GRACE_S,
                        "Seconds a stopped task may take to save a checkpoint and exit before it is killed.")
 
@@ -71,7 +83,8 @@ def parse_flags(flag_values=FLAGS) -> local.LaunchConfig:
                                   num_processes=f.np, controller=f.horovod_controller,
                                   log_dir=f.log_dir or tempfile.mkdtemp(prefix="deepfm-launch-"),
                                   timeout_s=f.timeout_s, max_restarts=f.max_restarts,
-                                  stop_grace_s=f.stop_grace_s)
+                                  stop_grace_s=f.stop_grace_s, min_replicas=f.min_replicas,
+                                  max_replicas=f.max_replicas, discovery_script=f.host_discovery_script)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
 
@@ -82,7 +95,7 @@ def main(argv):
         restarts = local.launch(config, argv[1:])
     except ValueError as e:
         raise app.UsageError(str(e)) from e
-    except (processes.TaskFailedError, TimeoutError, FileNotFoundError) as e:
+    except (processes.TaskFailedError, TimeoutError, FileNotFoundError, elastic.BelowMinimumError) as e:
         print("launch failed: %s" % e, file=sys.stderr)
         sys.exit(local.EXIT_FAILURE)
     except (processes.Terminated, KeyboardInterrupt) as e:

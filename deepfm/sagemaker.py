@@ -31,11 +31,11 @@ submits a hyperparameter tuning job maximizing the validation AUC instead.
 
 import os
 import sys
-from typing import Optional
 
 from absl import app, flags
 
 from cli import entry
+from deepfm import job_flags
 from strategies import cost_model
 from jobs import auto_distribution
 from jobs import hosts as hosts_lib
@@ -46,8 +46,6 @@ from jobs import sagemaker_submit
 PROGRAM = "deepfm.sagemaker"
 
 COMMANDS = ("local", "submit")
-CHANNEL_SEPARATOR = "="
-TRAIN_CHANNEL_PREFIX = "train"
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
@@ -56,26 +54,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
     """The flags of both commands (`local` and `submit` each ignore the other's)."""
-    flags.DEFINE_string("job_name", None, "Training job name (default: deepfm-<time>).")
-    flags.DEFINE_integer("instance_count", 1, "Hosts (algo-1 .. algo-N).")
-    flags.DEFINE_enum("distribution", sagemaker_job.DISTRIBUTION_NONE,
-                      list(sagemaker_job.DISTRIBUTIONS) + [auto_distribution.AUTO],
-                      "none, parameter_server, mpi (Horovod), or auto: the one deepfm.advise predicts fastest "
-                      "for the instances (measured on --auto_data).")
-    flags.DEFINE_string("auto_data", None, "--distribution auto: a local dataset root to measure a step on "
-                        "(local: default the train channel's directory).")
-    flags.DEFINE_integer("processes_per_host", 1, "mpi: processes per host.")
-    flags.DEFINE_string("custom_mpi_options", "", "mpi: extra mpirun options.")
-    flags.DEFINE_multi_string("channel", [], "NAME=PATH (local) or NAME=s3://... (submit); repeatable.")
-    flags.DEFINE_enum("input_mode", sagemaker_job.FILE_MODE, list(sagemaker_job.INPUT_MODES),
-                      "File or Pipe, for every channel without its own --channel_input_mode.")
-    flags.DEFINE_multi_string("channel_input_mode", [], "NAME=File|Pipe: that channel's own input mode (e.g. "
-                              "--input_mode Pipe --channel_input_mode validation=File); repeatable.")
-    flags.DEFINE_enum("distribution_type", sagemaker_job.FULLY_REPLICATED, list(sagemaker_job.S3_DISTRIBUTIONS),
-                      "S3 distribution of the training channels (train, train_<k>); others are replicated.")
-    flags.DEFINE_bool("checkpoints", True, "Configure a checkpoint location (/opt/ml/checkpoints) that a "
-                      "restarted job resumes from.")
-    flags.DEFINE_string("region", sagemaker_job.DEFAULT_REGION, "AWS region.")
+    job_flags.define_job_flags()
     # local
     flags.DEFINE_string("output_dir", None, "local: where hosts' /opt/ml, checkpoints and logs go.")
     flags.DEFINE_integer("cpus_per_host", 0, "local: cores each host is pinned to (0: not pinned).")
@@ -102,73 +81,6 @@ def define_flags() -> None:
                          "submit --tune: training jobs at a time.")
 
 
-def _name_value_pairs(flag: str, values, what: str) -> dict:
-    pairs = {}
-    for value in values:
-        name, separator, item = value.partition(CHANNEL_SEPARATOR)
-        if not separator or not name or not item:
-            raise ValueError("--%s %r must be NAME=%s" % (flag, value, what))
-        if name in pairs:
-            raise ValueError("--%s: channel %s is given more than once" % (flag, name))
-        pairs[name] = item
-    return pairs
-
-
-def parse_channels(values, distribution_type: str, input_modes=()):
-    """`--channel NAME=PATH` values as `Channel`s; `distribution_type` applies to training channels.
-
-    Args:
-      values: the `--channel` values.
-      distribution_type: the S3 distribution of the training channels.
-      input_modes: `--channel_input_mode NAME=MODE` values.
-
-    Raises:
-      ValueError: a value without `=`, a bad channel name or mode, or an
-        input mode for a channel that is not given.
-    """
-    modes = _name_value_pairs("channel_input_mode", input_modes, "File|Pipe")
-    channels = []
-    for value in values:
-        name, separator, uri = value.partition(CHANNEL_SEPARATOR)
-        if not separator or not name or not uri:
-            raise ValueError("--channel %r must be NAME=PATH" % value)
-        distribution = distribution_type if name.startswith(TRAIN_CHANNEL_PREFIX) else sagemaker_job.FULLY_REPLICATED
-        channels.append(sagemaker_job.Channel(name=name, uri=uri, distribution=distribution,
-                                              input_mode=modes.pop(name, None)))
-    if modes:
-        raise ValueError("--channel_input_mode names channel(s) %s, which no --channel gives"
-                         % ", ".join(sorted(modes)))
-    return tuple(channels)
-
-
-def parse_spec(flag_values, hyperparameter_args, instance_type: str,
-               choice: Optional[auto_distribution.Choice] = None) -> sagemaker_job.JobSpec:
-    """The `JobSpec` of the parsed flags and the arguments after `--`.
-
-    Args:
-      flag_values: the parsed flags.
-      hyperparameter_args: the arguments after `--`.
-      instance_type: the instances' type.
-      choice: what `--distribution auto` resolved to (its distribution
-        replaces the flag's; its hyperparameters are added unless given).
-
-    Raises:
-      ValueError: a bad flag or hyperparameter, named.
-    """
-    f = flag_values
-    hyperparameters = sagemaker_job.parse_hyperparameters(hyperparameter_args)
-    distribution, processes_per_host = f.distribution, f.processes_per_host
-    if choice is not None:
-        distribution, processes_per_host = choice.distribution, choice.processes_per_host
-        hyperparameters = dict(choice.hyperparameters, **hyperparameters)
-    return sagemaker_job.JobSpec(
-        job_name=f.job_name or sagemaker_job.default_job_name(), instance_count=f.instance_count,
-        instance_type=instance_type, distribution=distribution, processes_per_host=processes_per_host,
-        custom_mpi_options=f.custom_mpi_options, input_mode=f.input_mode,
-        channels=parse_channels(f.channel, f.distribution_type, f.channel_input_mode),
-        hyperparameters=hyperparameters, checkpoints=f.checkpoints, region=f.region)
-
-
 def auto_choice(flag_values, command: str, instance_type: str) -> auto_distribution.Choice:
     """Resolves `--distribution auto` for the job's instances (see `jobs.auto_distribution`).
 
@@ -177,28 +89,14 @@ def auto_choice(flag_values, command: str, instance_type: str) -> auto_distribut
     have their type's cores and network.
 
     Raises:
-      ValueError: as `auto_distribution.choose`, or an instance type of unknown shape.
+      ValueError: as `job_flags.auto_choice`, or an instance type of unknown shape.
     """
     f = flag_values
     if command == "local":
         cores = f.cpus_per_host or max(1, (os.cpu_count() or 1) // f.instance_count)
-        link = f.link_gbps or cost_model.DEFAULT_UNLIMITED_GBPS
-        data = f.auto_data or _local_train_directory(f.channel)
-    else:
-        cores, link = cost_model.instance_shape(instance_type) if f.instance_count > 1 else (1, 0.0)
-        data = f.auto_data
-    if f.processes_per_host != 1:
-        raise ValueError("--processes_per_host %d and --distribution auto: auto chooses the processes per host"
-                         % f.processes_per_host)
-    return auto_distribution.choose(data, f.instance_count, cores, link)
-
-
-def _local_train_directory(channel_values) -> Optional[str]:
-    for value in channel_values:
-        name, _, uri = value.partition(CHANNEL_SEPARATOR)
-        if name.startswith(TRAIN_CHANNEL_PREFIX) and os.path.isdir(uri):
-            return uri
-    return None
+        return job_flags.auto_choice(f, cores, f.link_gbps or cost_model.DEFAULT_UNLIMITED_GBPS)
+    cores, link = cost_model.instance_shape(instance_type) if f.instance_count > 1 else (1, 0.0)
+    return job_flags.auto_choice(f, cores, link, data=None)
 
 
 def run_local(spec: sagemaker_job.JobSpec) -> int:
@@ -263,7 +161,7 @@ def main(argv):
         if FLAGS.distribution == auto_distribution.AUTO:
             choice = auto_choice(FLAGS, command, instance_type)
             print(choice.describe(), file=sys.stderr)
-        spec = parse_spec(FLAGS, hyperparameter_args, instance_type, choice)
+        spec = job_flags.parse_spec(FLAGS, hyperparameter_args, instance_type, choice)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     sys.exit(run_local(spec) if command == "local" else run_submit(spec))

@@ -81,6 +81,8 @@ def define_flags() -> None:
                         "path is replaced by the process's task name (each process of a job writes its own).")
     flags.DEFINE_integer("trace_steps", 0, "Trace this many steps of every training process, after its "
                          "warm-up, and write Chrome traces and where each step's time went (0: none).")
+    flags.DEFINE_integer("metrics_port", None, "The chief serves Prometheus metrics on this port (needs the "
+                         "prometheus-client package).")
     flags.DEFINE_string("trace_dir", None, "Where --trace_steps writes (default: <model_dir>/traces).")
     flags.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint interval in steps.")
     flags.DEFINE_enum("input_mode", pipeline.INPUT_MODE_FILE, list(pipeline.INPUT_MODES),
@@ -200,7 +202,8 @@ def parse_flags(flag_values=FLAGS):
             max_steps=f.max_steps, metrics_file=f.metrics_file, log_every_n_steps=f.log_every_n_steps,
             save_checkpoints_steps=f.save_checkpoints_steps, seed=f.seed,
             eval_every_n_steps=f.eval_every_n_steps, early_stopping_patience=f.early_stopping_patience,
-            progress_file=f.progress_file, trace_steps=f.trace_steps, trace_dir=f.trace_dir)
+            progress_file=f.progress_file, trace_steps=f.trace_steps, trace_dir=f.trace_dir,
+            metrics_port=f.metrics_port)
         input_config = pipeline.PipelineConfig(
             data_format=data_format, field_size=field_size, shuffle_buffer=f.shuffle_buffer,
             cache=f.cache, seed=f.seed, skip_bad_records=f.skip_bad_records, input_mode=f.input_mode)

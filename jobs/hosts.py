@@ -37,7 +37,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import psutil
 
@@ -88,12 +88,15 @@ class Host:
       namespace: its network namespace.
       address: its IPv4 address.
       cpus: the cores its processes are pinned to (empty: not pinned).
+      aliases: other names of it that every host resolves (a pod's
+        fully qualified names).
     """
 
     name: str
     namespace: str
     address: str
     cpus: tuple = ()
+    aliases: tuple = ()
 
 
 def check_privileges() -> Optional[str]:
@@ -227,6 +230,7 @@ class HostNetwork:
       interface: the name of each host's network interface.
       subnet: the hosts' IPv4 subnet; host i gets its (i + 1)-th address.
       link: the link model of every host.
+      aliases: host name -> other names of it that every host resolves.
 
     Raises:
       HostSetupError: no root, a missing tool, or a failed `ip` command.
@@ -234,7 +238,7 @@ class HostNetwork:
 
     def __init__(self, host_names: Sequence[str], cpus: Optional[Sequence[tuple]] = None,
                  interface: str = DEFAULT_INTERFACE, subnet: str = DEFAULT_SUBNET,
-                 link: LinkModel = LinkModel()):
+                 link: LinkModel = LinkModel(), aliases: Optional[Mapping[str, Sequence[str]]] = None):
         reason = check_privileges()
         if reason:
             raise HostSetupError(reason)
@@ -249,8 +253,10 @@ class HostNetwork:
         self.interface = interface
         self.link = link
         addresses = list(network.hosts())
+        aliases = aliases or {}
         self.hosts = [Host(name=name, namespace="%s-%s" % (self._prefix, name),
-                           address=str(addresses[index]), cpus=tuple(cpus[index]))
+                           address=str(addresses[index]), cpus=tuple(cpus[index]),
+                           aliases=tuple(aliases.get(name, ())))
                       for index, name in enumerate(host_names)]
         self._prefix_length = network.prefixlen
         self._created: List[str] = []
@@ -292,7 +298,7 @@ class HostNetwork:
         _run([IP, "-n", self._switch, "link", "add", BRIDGE, "type", "bridge"])
         _run([IP, "-n", self._switch, "link", "set", BRIDGE, "up"])
         hosts_file = "127.0.0.1\tlocalhost\n" + "".join(
-            "%s\t%s\n" % (host.address, host.name) for host in self.hosts)
+            "%s\t%s\n" % (host.address, " ".join(host.aliases + (host.name,))) for host in self.hosts)
         for index, host in enumerate(self.hosts):
             self._add_namespace(host.namespace)
             port = "p%d" % index

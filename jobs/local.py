@@ -10,6 +10,16 @@ still up) and the whole job starts again, on new ports, from the latest
 checkpoint of its `--model_dir`; the step budget is the same global step,
 so a restarted job ends where an uninterrupted one would. Attempt 0 logs to
 `log_dir`, restart k to `log_dir/restart_<k>`.
+
+Elastic restarts (`min_replicas < max_replicas`, `jobs.elastic`): before
+every start, a host-discovery script in Horovod's elastic format says how
+many workers are up (`host:slots` lines; on this machine, the slots count);
+the job starts with that many training workers (ps: the chief included;
+Horovod: ranks), at most `max_replicas`, and fails when fewer than
+`min_replicas` are up. A worker that is gone for good so leaves the job
+running on the others from the latest checkpoint, and one that is back
+joins at the next restart. Each process derives its data shard and
+learning-rate scaling from the new size, as at any start.
 """
 
 import dataclasses
@@ -19,6 +29,7 @@ import sys
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from jobs import elastic
 from jobs import processes
 from strategies import cluster as cluster_lib
 from strategies import strategy_names as names
@@ -68,6 +79,11 @@ class LaunchConfig:
         a task failed, at most this many times; 0: fail at once.
       stop_grace_s: how long a stopped task may take to save and exit
         before it is killed.
+      min_replicas: elastic lower bound of training workers (0: the fixed
+        count, `num_workers` or `num_processes`).
+      max_replicas: elastic upper bound (0: the fixed count).
+      discovery_script: the host-discovery command an elastic job asks
+        before each start (Horovod's `--host-discovery-script` format).
     """
 
     strategy: str
@@ -80,6 +96,9 @@ class LaunchConfig:
     host: str = "localhost"
     max_restarts: int = 0
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
+    min_replicas: int = 0
+    max_replicas: int = 0
+    discovery_script: str = ""
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -95,6 +114,36 @@ class LaunchConfig:
                             ("stop_grace_s", self.stop_grace_s)):
             if value < 0:
                 raise ValueError("--%s must be >= 0, got %r" % (flag, value))
+        count = self.workers
+        bounds = self.elastic_range
+        if not bounds.minimum <= count <= bounds.maximum:
+            raise ValueError("--%s %d is outside --min_replicas %d .. --max_replicas %d"
+                             % (self.workers_flag, count, bounds.minimum, bounds.maximum))
+        if bounds.elastic and not self.discovery_script:
+            raise ValueError("--min_replicas %d < --max_replicas %d needs --host_discovery_script: the command "
+                             "that says how many workers are up before each start"
+                             % (bounds.minimum, bounds.maximum))
+        if bounds.elastic and not self.max_restarts:
+            raise ValueError("--min_replicas %d < --max_replicas %d needs --max_restarts >= 1: the job resizes "
+                             "when it restarts" % (bounds.minimum, bounds.maximum))
+
+    @property
+    def workers_flag(self) -> str:
+        return "num_workers" if self.strategy == STRATEGY_PS else "np"
+
+    @property
+    def workers(self) -> int:
+        """Training workers: ps tasks that train (the chief included), or Horovod ranks."""
+        return self.num_workers if self.strategy == STRATEGY_PS else self.num_processes
+
+    @property
+    def elastic_range(self) -> elastic.ElasticRange:
+        return elastic.ElasticRange(self.min_replicas or self.workers, self.max_replicas or self.workers)
+
+    def resized(self, workers: int) -> "LaunchConfig":
+        """This job with `workers` training workers."""
+        field = "num_workers" if self.strategy == STRATEGY_PS else "num_processes"
+        return dataclasses.replace(self, **{field: workers})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,11 +288,14 @@ def launch(config: LaunchConfig, train_args: Sequence[str], environ: Optional[Ma
       The number of restarts the job needed.
 
     Raises:
-      ValueError: a reserved flag in `train_args`.
+      ValueError: a reserved flag in `train_args`, or a host-discovery
+        script that failed or printed something else.
       processes.TaskFailedError: a task failed and no restart was left;
         every task was stopped.
       TimeoutError: the job ran past `config.timeout_s`; every task was stopped.
       processes.Terminated: SIGTERM or SIGHUP; every task was stopped.
+      elastic.BelowMinimumError: an elastic job has fewer workers up than
+        `min_replicas` at a (re)start.
     """
     check_train_args(train_args)
     environ = os.environ if environ is None else environ
@@ -252,8 +304,12 @@ def launch(config: LaunchConfig, train_args: Sequence[str], environ: Optional[Ma
     with processes.signals_raise():
         while True:
             log_dir = attempt_log_dir(config.log_dir, attempt)
+            sized = attempt_size(config)
+            if config.elastic_range.elastic:
+                print("elastic: starting with %d training worker(s) (--min_replicas %d, --max_replicas %d)"
+                      % (sized.workers, config.elastic_range.minimum, config.elastic_range.maximum), flush=True)
             try:
-                _run_attempt(dataclasses.replace(config, log_dir=log_dir), train_args, environ, python, deadline)
+                _run_attempt(dataclasses.replace(sized, log_dir=log_dir), train_args, environ, python, deadline)
                 return attempt
             except processes.TaskFailedError as e:
                 if attempt >= config.max_restarts:
@@ -263,6 +319,20 @@ def launch(config: LaunchConfig, train_args: Sequence[str], environ: Optional[Ma
                       "from the latest checkpoint (logs in %s)" % (
                           attempt, config.max_restarts, e.task, processes.describe_returncode(e.returncode),
                           attempt_log_dir(config.log_dir, attempt)), flush=True)
+
+
+def attempt_size(config: LaunchConfig) -> LaunchConfig:
+    """The job as it starts now: resized to the workers its discovery script reports, when it is elastic.
+
+    Raises:
+      ValueError: the script failed or printed something else.
+      elastic.BelowMinimumError: fewer workers are up than `min_replicas`.
+    """
+    bounds = config.elastic_range
+    if not bounds.elastic:
+        return config
+    available = elastic.discover(["/bin/sh", "-c", config.discovery_script])
+    return config.resized(bounds.size(available))
 
 
 def _run_attempt(config: LaunchConfig, train_args: Sequence[str], environ: Mapping[str, str], python: str,

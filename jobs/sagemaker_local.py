@@ -39,6 +39,7 @@ whatever happens) and the file helpers are shared with the Processing jobs
 of `jobs.sagemaker_processing`.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -46,7 +47,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from jobs import hosts as hosts_lib
 from jobs import processes
@@ -73,7 +74,7 @@ PASSED_VARIABLES = ("TF_CPP_MIN_LOG_LEVEL", "LANG", "LC_ALL", "TZ")
 SSHD_CONFIG = """\
 Port 22
 HostKey /etc/ssh/{host_key}
-AuthorizedKeysFile /etc/ssh/authorized_keys
+AuthorizedKeysFile {authorized_keys}
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no
@@ -88,9 +89,9 @@ SSH_CLIENT_CONFIG = """\
 Host *
   StrictHostKeyChecking no
   UserKnownHostsFile /dev/null
-  IdentityFile /etc/ssh/{key}
   LogLevel ERROR
 """
+ETC_SSH = "/etc/ssh"
 EXIT_FAILURE = 1
 DEFAULT_STOP_GRACE_S = 30.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -227,6 +228,31 @@ def container_environment(python: str, region: str, home: str) -> Dict[str, str]
     return env
 
 
+def ssh_keygen(path: str, comment: str) -> None:
+    """Writes a new ed25519 key pair without passphrase at `path` and `path.pub`."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path], check=True)
+
+
+def write_ssh_setup(directory: str, comment: str, authorized_keys: str, identity: Optional[str] = None) -> None:
+    """An image's `/etc/ssh` for a job's hosts: a host key, a client key, sshd and client configurations.
+
+    Args:
+      directory: created (mode 0700); becomes each host's `/etc/ssh`.
+      comment: the keys' comment (the job's name).
+      authorized_keys: where sshd reads the keys it accepts.
+      identity: the key the ssh client offers (None: the client's default
+        files in `~/.ssh`).
+    """
+    os.makedirs(directory, mode=0o700)
+    for name in (KEY_NAME, HOST_KEY_NAME):
+        ssh_keygen(os.path.join(directory, name), comment)
+    shutil.copy(os.path.join(directory, KEY_NAME + ".pub"), os.path.join(directory, "authorized_keys"))
+    with open(os.path.join(directory, "sshd_config"), "w") as f:
+        f.write(SSHD_CONFIG.format(host_key=HOST_KEY_NAME, authorized_keys=authorized_keys))
+    with open(os.path.join(directory, "ssh_config"), "w") as f:
+        f.write(SSH_CLIENT_CONFIG + ("  IdentityFile %s\n" % identity if identity else ""))
+
+
 class LocalJob:
     """The directories, hosts and processes of one local run; see `run`."""
 
@@ -306,16 +332,9 @@ class LocalJob:
         return host_share(channel_files(channel.uri), channel.distribution, host_index, self.spec.instance_count)
 
     def _make_keys(self) -> None:
-        ssh_dir = os.path.join(self.private_dir, SSH)
-        os.makedirs(ssh_dir, mode=0o700)
-        for name in (KEY_NAME, HOST_KEY_NAME):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", self.spec.job_name,
-                            "-f", os.path.join(ssh_dir, name)], check=True)
-        shutil.copy(os.path.join(ssh_dir, KEY_NAME + ".pub"), os.path.join(ssh_dir, "authorized_keys"))
-        with open(os.path.join(ssh_dir, "sshd_config"), "w") as f:
-            f.write(SSHD_CONFIG.format(host_key=HOST_KEY_NAME))
-        with open(os.path.join(ssh_dir, "ssh_config"), "w") as f:
-            f.write(SSH_CLIENT_CONFIG.format(key=KEY_NAME))
+        write_ssh_setup(os.path.join(self.private_dir, SSH), self.spec.job_name,
+                        authorized_keys=os.path.join(ETC_SSH, "authorized_keys"),
+                        identity=os.path.join(ETC_SSH, KEY_NAME))
 
     def environment(self, host: str) -> Dict[str, str]:
         """The environment the container's entry command starts with."""
@@ -346,10 +365,7 @@ class LocalJob:
 
     def write_etc(self, network: hosts_lib.HostNetwork, host: hosts_lib.Host) -> None:
         """Gives `host` the job's ssh set-up as its `/etc/ssh`."""
-        etc_ssh = os.path.join(network.etc_dir(host), SSH)
-        shutil.copytree(os.path.join(self.private_dir, SSH), etc_ssh)
-        os.chmod(os.path.join(etc_ssh, HOST_KEY_NAME), 0o600)
-        os.chmod(os.path.join(etc_ssh, KEY_NAME), 0o600)
+        install_etc_ssh(os.path.join(self.private_dir, SSH), network, host)
 
     def feeders(self):
         """Pipe mode: one feeder per host, streaming that host's share of every Pipe-mode channel."""
@@ -363,6 +379,14 @@ class LocalJob:
             started.append(pipe_feeder.PipeFeeder(self.host_dir(host), channels,
                                                   epochs=self.config.epochs_to_stream).start())
         return started
+
+
+def install_etc_ssh(source: str, network: hosts_lib.HostNetwork, host: hosts_lib.Host) -> None:
+    """Gives `host` the ssh set-up of `write_ssh_setup` in `source` as its `/etc/ssh`."""
+    etc_ssh = os.path.join(network.etc_dir(host), SSH)
+    shutil.copytree(source, etc_ssh)
+    os.chmod(os.path.join(etc_ssh, HOST_KEY_NAME), 0o600)
+    os.chmod(os.path.join(etc_ssh, KEY_NAME), 0o600)
 
 
 def run(config: LocalConfig, python: str = sys.executable) -> None:
@@ -433,32 +457,67 @@ def run_on_hosts(job, host_names: Sequence[str], cpus: Sequence[tuple], *, link_
     Raises:
       As `run`.
     """
+    with emulated_hosts(job.log_dir, host_names, cpus, use_namespaces=job.use_namespaces, link_gbps=link_gbps,
+                        stop_grace_s=stop_grace_s, machine_dirs=machine_dirs,
+                        start_services=start_services) as (group, network):
+        for index, name in enumerate(host_names):
+            if network is not None:
+                host = network.host(name)
+                job.write_etc(network, host)
+                spec_path = job.init_spec(host).write(os.path.join(job.private_dir, name, "init.json"))
+                group.start(name, network.command(host, spec_path, python))
+            else:
+                pin = [TASKSET, "-c", ",".join(map(str, cpus[index]))] if cpus[index] else []
+                group.start(name, pin + job.entry_command(), env=job.environment(name))
+        print("started %s; logs in %s" % (", ".join(host_names), job.log_dir), flush=True)
+        try:
+            group.wait(timeout=timeout_s or None)
+        except processes.TaskFailedError as e:
+            raise JobFailedError(e.task, e.returncode, e.log_path, str(e)) from e
+
+
+@contextlib.contextmanager
+def emulated_hosts(log_dir: str, host_names: Sequence[str], cpus: Optional[Sequence[tuple]] = None, *,
+                   use_namespaces: bool = True, link_gbps: float = 0.0, stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+                   machine_dirs: Sequence[str] = (BASE_DIR,), aliases: Optional[Dict[str, Sequence[str]]] = None,
+                   start_services: Optional[Callable[[], list]] = None
+                   ) -> Iterator[Tuple[processes.ProcessGroup, Optional[hosts_lib.HostNetwork]]]:
+    """The emulated hosts of a job and the group supervising what runs in them, removed on the way out.
+
+    Yields `(group, network)`: a `ProcessGroup` logging to `log_dir` and
+    (with namespaces) the `HostNetwork` of `host_names`. Whatever way the
+    block is left, every task and service is stopped (each host's processes
+    get `stop_grace_s` after SIGTERM) and every namespace removed; SIGTERM
+    and SIGHUP raise `processes.Terminated` in the block, and a second
+    signal does not cut the hosts' grace period short.
+
+    Args:
+      log_dir: where each task's log goes.
+      host_names: the hosts.
+      cpus: per host, the cores to pin it to (default: none).
+      use_namespaces: False runs without a network (one host, no root).
+      link_gbps: each host's egress bandwidth limit; 0 for none.
+      stop_grace_s: how long every host has between SIGTERM and SIGKILL.
+      machine_dirs: directories of this machine the hosts need as mount
+        points (created when namespaces are used).
+      aliases: host name -> other names every host resolves it by.
+      start_services: started once the hosts' network is up; returns
+        objects with `stop()`, called at the end.
+    """
     services = []
     network = None
     try:
         with processes.signals_raise(), processes.ProcessGroup(
-                job.log_dir, stop_grace_seconds=stop_grace_s,
-                terminate_descendants=not job.use_namespaces) as group:
-            if job.use_namespaces:
+                log_dir, stop_grace_seconds=stop_grace_s, terminate_descendants=not use_namespaces) as group:
+            if use_namespaces:
                 for directory in machine_dirs:
                     os.makedirs(directory, exist_ok=True)
-                network = hosts_lib.HostNetwork(host_names, cpus=cpus, link=hosts_lib.LinkModel(link_gbps))
+                network = hosts_lib.HostNetwork(host_names, cpus=cpus, link=hosts_lib.LinkModel(link_gbps),
+                                                aliases=aliases)
             if start_services is not None:
                 services = start_services()
-            for index, name in enumerate(host_names):
-                if network is not None:
-                    host = network.host(name)
-                    job.write_etc(network, host)
-                    spec_path = job.init_spec(host).write(os.path.join(job.private_dir, name, "init.json"))
-                    group.start(name, network.command(host, spec_path, python))
-                else:
-                    pin = [TASKSET, "-c", ",".join(map(str, cpus[index]))] if cpus[index] else []
-                    group.start(name, pin + job.entry_command(), env=job.environment(name))
-            print("started %s; logs in %s" % (", ".join(host_names), job.log_dir), flush=True)
             try:
-                group.wait(timeout=timeout_s or None)
-            except processes.TaskFailedError as e:
-                raise JobFailedError(e.task, e.returncode, e.log_path, str(e)) from e
+                yield group, network
             except processes.Terminated:
                 # The hosts now get their grace period to stop (leaving the
                 # group stops them): a second signal must not cut it short.

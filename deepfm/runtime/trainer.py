@@ -30,6 +30,7 @@ import tensorflow as tf
 from absl import logging
 
 from deepfm import models
+from deepfm.runtime import metrics_server
 from deepfm.config import ModelConfig, TrainConfig
 from deepfm.models import ctr
 from deepfm.runtime import checkpoints
@@ -230,14 +231,15 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         strategy.describe(), train.batch_size, "training to global step %d" % max_steps if max_steps
         else "training to the end of the channel"))
     estimator = build_estimator(train, model, strategy, model_fn)
+    metrics = metrics_server.MetricsServer(train.metrics_port if strategy.is_chief else None, train.model_dir)
     throughput = hooks_lib.ProgressHook(
         batch * per_step, every_n_steps=train.log_every_n_steps,
-        listeners=_progress_listeners(train, model, strategy, console, max_steps, epoch_steps))
+        listeners=_progress_listeners(train, model, strategy, console, max_steps, epoch_steps) + [metrics])
     train_input_fn = _continuing_input_fn(train_builder, context, throughput, per_step) if rounds else input_fn
     start = time.time()
     outcome = None
     with interrupt.StopRequest() as stop, checkpoints.save_errors(train.model_dir), \
-            watchdog.watch_peers(strategy.peers()):
+            watchdog.watch_peers(strategy.peers()), metrics.serving():
         hooks = strategy.train_hooks() + [throughput, stop.hook(strategy.agree_to_stop)]
         if train.trace_steps:
             hooks.append(_trace_hook(train, strategy))

@@ -5,6 +5,7 @@ Horovod ranks) on localhost and check that a failure or a signal stops
 every process it started.
 """
 
+import dataclasses
 import glob
 import json
 import os
@@ -21,6 +22,7 @@ from absl.testing import parameterized
 
 import strategies
 from deepfm.runtime import trainer
+from jobs import elastic
 from jobs import local as launch
 from dataprep import synthetic
 from strategies import cluster as cluster_lib
@@ -108,11 +110,36 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         ("controller", {"controller": "ssh"}, "--horovod_controller must be one of auto, gloo, mpi, got 'ssh'"),
         ("timeout", {"timeout_s": -1}, "--timeout_s must be >= 0, got -1"),
         ("max_restarts", {"max_restarts": -1}, "--max_restarts must be >= 0, got -1"),
+        ("elastic_discovery", {"min_replicas": 1, "max_restarts": 1}, "needs --host_discovery_script"),
+        ("elastic_restarts", {"min_replicas": 1, "discovery_script": "echo localhost:2"}, "needs --max_restarts"),
+        ("outside", {"num_workers": 4, "min_replicas": 1, "max_replicas": 3, "max_restarts": 1,
+                     "discovery_script": "echo localhost:3"},
+         "--num_workers 4 is outside --min_replicas 1 .. --max_replicas 3"),
+        ("bounds", {"num_workers": 4, "max_replicas": 3}, "--min_replicas 4 and --max_replicas 3: need 1 <= min"),
+        ("np_outside", {"strategy": "horovod", "num_processes": 1, "min_replicas": 2, "max_replicas": 3},
+         "--np 1 is outside"),
     )
     def test_bad_config(self, options, message):
         options = dict(dict(strategy="ps", log_dir="/logs"), **options)
         with self.assertRaisesRegex(ValueError, message):
             launch.LaunchConfig(**options)
+
+    def test_elastic_size_from_host_discovery(self):
+        config = launch.LaunchConfig(strategy="ps", log_dir="/logs", num_workers=2, min_replicas=1,
+                                     max_replicas=2, max_restarts=1, discovery_script="echo localhost:1")
+        self.assertEqual(1, launch.attempt_size(config).num_workers)
+        for script, workers in (("printf 'a:1\\nb:1\\n'", 2), ("echo localhost:5", 2), ("echo a; echo b", 2)):
+            self.assertEqual(workers, launch.attempt_size(
+                dataclasses.replace(config, discovery_script=script)).num_workers, script)
+        with self.assertRaisesRegex(elastic.BelowMinimumError, "0 training worker.* fewer than the minimum 1"):
+            launch.attempt_size(dataclasses.replace(config, discovery_script="true"))
+        with self.assertRaisesRegex(ValueError, "exited with 3"):
+            launch.attempt_size(dataclasses.replace(config, discovery_script="exit 3"))
+        horovod = launch.LaunchConfig(strategy="horovod", log_dir="/logs", num_processes=3, min_replicas=2,
+                                      max_replicas=3, max_restarts=1, discovery_script="echo localhost:2")
+        self.assertEqual(2, launch.attempt_size(horovod).num_processes)
+        fixed = launch.LaunchConfig(strategy="ps", log_dir="/logs", discovery_script="exit 1")
+        self.assertIs(fixed, launch.attempt_size(fixed))
 
     def test_usage_error_from_the_command_line(self):
         result = subprocess.run(
@@ -374,3 +401,31 @@ class SigtermTest(FaultTestCase):
 
 if __name__ == "__main__":
     tf.test.main()
+
+
+@pytest.mark.slow
+class ElasticLaunchTest(FaultTestCase):
+    """A worker gone for good: the job restarts from its latest checkpoint with the workers left."""
+
+    def test_a_worker_that_never_returns(self):
+        slots = os.path.join(self.create_tempdir("discovery").full_path, "slots")
+        with open(slots, "w") as f:
+            f.write("localhost:2\n")
+        job, model_dir, metrics_file = self.start(
+            ["--strategy", "ps", "--num_ps", "1", "--num_workers", "2", "--min_replicas", "1", "--max_replicas",
+             "2", "--max_restarts", "1", "--host_discovery_script", "cat %s" % slots])
+        self.assertTrue(job.wait_for_checkpoints(model_dir, count=3), job.output())
+        with open(slots, "w") as f:
+            f.write("localhost:1\n")  # worker_0's host is gone and does not come back
+        os.kill(job.task_pids()["worker_0"], signal.SIGKILL)
+        returncode, output = job.wait()
+        self.assertEqual(returncode, 0, output)
+        self.assertIn("elastic: starting with 2 training worker(s)", output)
+        self.assertIn("elastic: starting with 1 training worker(s) (--min_replicas 1, --max_replicas 2)", output)
+        self.assertIn("started ps_0, chief_0; logs in", output)
+        job.assert_no_process_left()
+        metrics = read_json(metrics_file)
+        self.assertIn("1 parameter server(s), 1 worker(s)", metrics["strategy"])
+        # The chief alone reads the whole training split: one worker's budget, 3 epochs.
+        train_rows = int(FAULT_ROWS * 0.9)
+        self.assertBetween(metrics["global_step"], 3 * (train_rows // 64), 3 * (train_rows // 64) + 1)

@@ -1,0 +1,144 @@
+"""The job flags that `deepfm.sagemaker` and `deepfm.kubernetes` share, parsed into a `JobSpec`.
+
+One training job is described by the same arguments wherever it runs:
+`--instance_count` hosts, `--distribution` (`none`, `parameter_server`,
+`mpi` with `--processes_per_host`, or `auto`), `--channel NAME=PATH`
+(repeatable), `--input_mode`, `--distribution_type` and the
+hyperparameters after `--`. `define_job_flags` defines them once;
+`parse_spec` turns them into a `jobs.sagemaker_job.JobSpec`.
+"""
+
+import os
+from typing import Optional, Sequence, Tuple
+
+from absl import flags
+
+from jobs import auto_distribution
+from jobs import sagemaker_job
+
+CHANNEL_SEPARATOR = "="
+TRAIN_CHANNEL_PREFIX = "train"
+
+
+def define_job_flags() -> None:
+    """Defines the flags of a job (the program's own flags are defined by the program)."""
+    flags.DEFINE_string("job_name", None, "Training job name (default: deepfm-<time>).")
+    flags.DEFINE_integer("instance_count", 1, "Hosts (SageMaker: algo-1 .. algo-N; Kubernetes: training pods).")
+    flags.DEFINE_enum("distribution", sagemaker_job.DISTRIBUTION_NONE,
+                      list(sagemaker_job.DISTRIBUTIONS) + [auto_distribution.AUTO],
+                      "none, parameter_server, mpi (Horovod), or auto: the one deepfm.advise predicts fastest "
+                      "for the instances (measured on --auto_data).")
+    flags.DEFINE_string("auto_data", None, "--distribution auto: a local dataset root to measure a step on "
+                        "(default: the train channel's directory, where it is one on this machine).")
+    flags.DEFINE_integer("processes_per_host", 1, "mpi: processes per host.")
+    flags.DEFINE_string("custom_mpi_options", "", "mpi: extra mpirun options.")
+    flags.DEFINE_multi_string("channel", [], "NAME=PATH; repeatable (where PATH lives depends on the command).")
+    flags.DEFINE_enum("input_mode", sagemaker_job.FILE_MODE, list(sagemaker_job.INPUT_MODES),
+                      "File or Pipe, for every channel without its own --channel_input_mode.")
+    flags.DEFINE_multi_string("channel_input_mode", [], "NAME=File|Pipe: that channel's own input mode (e.g. "
+                              "--input_mode Pipe --channel_input_mode validation=File); repeatable.")
+    flags.DEFINE_enum("distribution_type", sagemaker_job.FULLY_REPLICATED, list(sagemaker_job.S3_DISTRIBUTIONS),
+                      "S3 distribution of the training channels (train, train_<k>); others are replicated.")
+    flags.DEFINE_bool("checkpoints", True, "Configure a checkpoint location that a restarted job resumes from.")
+    flags.DEFINE_string("region", sagemaker_job.DEFAULT_REGION, "AWS region.")
+
+
+def _name_value_pairs(flag: str, values: Sequence[str], what: str) -> dict:
+    pairs = {}
+    for value in values:
+        name, separator, item = value.partition(CHANNEL_SEPARATOR)
+        if not separator or not name or not item:
+            raise ValueError("--%s %r must be NAME=%s" % (flag, value, what))
+        if name in pairs:
+            raise ValueError("--%s: channel %s is given more than once" % (flag, name))
+        pairs[name] = item
+    return pairs
+
+
+def parse_channels(values: Sequence[str], distribution_type: str,
+                   input_modes: Sequence[str] = ()) -> Tuple[sagemaker_job.Channel, ...]:
+    """`--channel NAME=PATH` values as `Channel`s; `distribution_type` applies to training channels.
+
+    Args:
+      values: the `--channel` values.
+      distribution_type: the S3 distribution of the training channels.
+      input_modes: `--channel_input_mode NAME=MODE` values.
+
+    Raises:
+      ValueError: a value without `=`, a bad channel name or mode, or an
+        input mode for a channel that is not given.
+    """
+    modes = _name_value_pairs("channel_input_mode", input_modes, "File|Pipe")
+    channels = []
+    for value in values:
+        name, separator, uri = value.partition(CHANNEL_SEPARATOR)
+        if not separator or not name or not uri:
+            raise ValueError("--channel %r must be NAME=PATH" % value)
+        distribution = distribution_type if name.startswith(TRAIN_CHANNEL_PREFIX) else sagemaker_job.FULLY_REPLICATED
+        channels.append(sagemaker_job.Channel(name=name, uri=uri, distribution=distribution,
+                                              input_mode=modes.pop(name, None)))
+    if modes:
+        raise ValueError("--channel_input_mode names channel(s) %s, which no --channel gives"
+                         % ", ".join(sorted(modes)))
+    return tuple(channels)
+
+
+def parse_spec(flag_values, hyperparameter_args: Sequence[str], instance_type: str,
+               choice: Optional[auto_distribution.Choice] = None) -> sagemaker_job.JobSpec:
+    """The `JobSpec` of the parsed flags and the arguments after `--`.
+
+    Args:
+      flag_values: the parsed flags.
+      hyperparameter_args: the arguments after `--`.
+      instance_type: the instances' type.
+      choice: what `--distribution auto` resolved to (its distribution
+        replaces the flag's; its hyperparameters are added unless given).
+
+    Raises:
+      ValueError: a bad flag or hyperparameter, named.
+    """
+    f = flag_values
+    hyperparameters = sagemaker_job.parse_hyperparameters(hyperparameter_args)
+    distribution, processes_per_host = f.distribution, f.processes_per_host
+    if choice is not None:
+        distribution, processes_per_host = choice.distribution, choice.processes_per_host
+        hyperparameters = dict(choice.hyperparameters, **hyperparameters)
+    return sagemaker_job.JobSpec(
+        job_name=f.job_name or sagemaker_job.default_job_name(), instance_count=f.instance_count,
+        instance_type=instance_type, distribution=distribution, processes_per_host=processes_per_host,
+        custom_mpi_options=f.custom_mpi_options, input_mode=f.input_mode,
+        channels=parse_channels(f.channel, f.distribution_type, f.channel_input_mode),
+        hyperparameters=hyperparameters, checkpoints=f.checkpoints, region=f.region)
+
+
+def auto_choice(flag_values, cores_per_host: int, link_gbps: float,
+                data: Optional[str] = None) -> auto_distribution.Choice:
+    """Resolves `--distribution auto` for hosts of `cores_per_host` cores and `link_gbps` links.
+
+    Args:
+      flag_values: the parsed flags (`instance_count`, `auto_data`,
+        `channel`, `processes_per_host` are read).
+      cores_per_host: each host's cores.
+      link_gbps: each host's link in Gbit/s (`cost_model.DEFAULT_UNLIMITED_GBPS`
+        for a link that does not limit).
+      data: the dataset to measure on when `--auto_data` is unset (default:
+        the train channel's directory, if it is one on this machine).
+
+    Raises:
+      ValueError: as `auto_distribution.choose`, or `--processes_per_host` given.
+    """
+    f = flag_values
+    if f.processes_per_host != 1:
+        raise ValueError("--processes_per_host %d and --distribution auto: auto chooses the processes per host"
+                         % f.processes_per_host)
+    data = f.auto_data or data or local_train_directory(f.channel)
+    return auto_distribution.choose(data, f.instance_count, cores_per_host, link_gbps)
+
+
+def local_train_directory(channel_values: Sequence[str]) -> Optional[str]:
+    """The first training channel's path when it is a directory on this machine, else None."""
+    for value in channel_values:
+        name, _, uri = value.partition(CHANNEL_SEPARATOR)
+        if name.startswith(TRAIN_CHANNEL_PREFIX) and os.path.isdir(uri):
+            return uri
+    return None

@@ -1,0 +1,161 @@
+"""The job of `deepfm.sagemaker` on Kubernetes: render its manifests, or run them here as the operators would.
+
+    python -m deepfm.kubernetes render --instance_count 2 --distribution parameter_server \\
+        --channel train=data/synthetic --image registry.example/deepfm:1 --output_dir k8s/ps -- --num_epochs 1
+
+    python -m deepfm.kubernetes local --manifest k8s/ps/tfjob.yaml --volume_dir /srv/deepfm \\
+        --output_dir runs/k8s-ps
+
+`render` takes the same job arguments as `deepfm.sagemaker` (hosts,
+`--processes_per_host`, `--distribution parameter_server|mpi|auto`,
+`--channel NAME=PATH` where PATH is inside the volume, the hyperparameters
+after `--`) plus the cluster's: `--image`, `--namespace`, `--pvc` (an
+existing ReadWriteMany claim) or `--storage_class`/`--volume_size` (a new
+one), `--mount_path`, `--cpu`/`--memory`/`--gpus`, `--num_ps`,
+`--backoff_limit`, `--min_replicas`/`--max_replicas` and `--metrics_port`.
+It writes a TFJob (parameter servers) or an MPIJob (Horovod), a JobSet, the
+PersistentVolumeClaim and the image's Dockerfile to `--output_dir`
+(`jobs.kubernetes_manifests`).
+
+`local` runs one rendered manifest (a TFJob, an MPIJob or a JobSet) on
+emulated hosts, one per pod (root needed; see `jobs.kubernetes_local`):
+`--volume_dir` stands for the claim, mounted by every pod at the manifest's
+path, and the run's logs go to `--output_dir`. It exits with the job's exit
+code.
+"""
+
+import sys
+
+from absl import app, flags
+
+from cli import entry
+from deepfm import job_flags
+from strategies import cost_model
+from jobs import auto_distribution
+from jobs import kubernetes_manifests as manifests
+
+COMMANDS = ("render", "local")
+INSTANCE_TYPE = "kubernetes"
+EXIT_USAGE = 2
+
+FLAGS = flags.FLAGS
+
+
+PROGRAM = "deepfm.kubernetes"
+
+def define_flags() -> None:
+    """The flags of both commands (`render` and `local` each ignore the other's)."""
+    job_flags.define_job_flags()
+    # render
+    flags.DEFINE_string("image", None, "render: the job's container image (built from the rendered Dockerfile).")
+    flags.DEFINE_string("namespace", manifests.DEFAULT_NAMESPACE, "render: the namespace of every object.")
+    flags.DEFINE_string("pvc", "", "render: an existing ReadWriteMany claim for data and checkpoints "
+                        "(default: render one).")
+    flags.DEFINE_string("storage_class", "", "render: the storage class of the rendered claim (FSx for Lustre, "
+                        "EFS; default: the cluster's).")
+    flags.DEFINE_string("volume_size", manifests.DEFAULT_VOLUME_SIZE, "render: the size of the rendered claim.")
+    flags.DEFINE_string("mount_path", manifests.DEFAULT_MOUNT_PATH, "render: where every pod mounts the volume; "
+                        "channels are paths relative to it.")
+    flags.DEFINE_integer("num_ps", 1, "render, parameter_server: parameter-server pods.")
+    flags.DEFINE_string("cpu", "", "render: CPU request of each training container (e.g. 4, 500m).")
+    flags.DEFINE_string("memory", "", "render: memory request of each training container (e.g. 8Gi).")
+    flags.DEFINE_integer("gpus", 0, "render: GPUs of each training container.")
+    flags.DEFINE_integer("backoff_limit", manifests.DEFAULT_BACKOFF_LIMIT,
+                         "render: restarts after retryable failures (a stop, a lost ps, a killed pod).")
+    flags.DEFINE_integer("min_replicas", 0, "render: elastic lower bound of training pods (0: --instance_count).")
+    flags.DEFINE_integer("max_replicas", 0, "render: elastic upper bound of training pods (0: --instance_count).")
+    flags.DEFINE_integer("metrics_port", 0, "render: the chief's Prometheus metrics port (0: none).")
+    flags.DEFINE_string("output_dir", None, "render: where the manifests go; local: where the logs go.")
+    # local
+    flags.DEFINE_string("manifest", None, "local: a rendered tfjob.yaml, mpijob.yaml or jobset.yaml.")
+    flags.DEFINE_string("volume_dir", None, "local: the directory standing for the job's claim.")
+    flags.DEFINE_float("timeout_s", 0.0, "local: stop every pod and fail after this many seconds (0: none).")
+    flags.DEFINE_float("stop_grace_s", 30.0, "local: a stopped pod's grace period in seconds.")
+    flags.DEFINE_multi_string("fault", [], "local: ACTION:POD@STEP: once a checkpoint of that global step is "
+                              "saved, kill the pod (kill) or lose its node for good (lose); repeatable.")
+
+
+def parse_job(flag_values, hyperparameter_args) -> manifests.KubernetesJob:
+    """The `KubernetesJob` of the parsed flags and the arguments after `--`.
+
+    Raises:
+      ValueError: a bad flag or hyperparameter, named.
+    """
+    f = flag_values
+    choice = None
+    if f.distribution == auto_distribution.AUTO:
+        resources = manifests.Resources(cpu=f.cpu)
+        choice = job_flags.auto_choice(f, resources.cores() or 1, cost_model.DEFAULT_UNLIMITED_GBPS)
+        print(choice.describe(), file=sys.stderr)
+    spec = job_flags.parse_spec(f, hyperparameter_args, INSTANCE_TYPE, choice)
+    if not f.image:
+        raise ValueError("--image is required: the job's container image (see the rendered Dockerfile)")
+    return manifests.KubernetesJob(
+        spec=spec, image=f.image, namespace=f.namespace, pvc=f.pvc, storage_class=f.storage_class,
+        volume_size=f.volume_size, mount_path=f.mount_path, num_ps=f.num_ps,
+        resources=manifests.Resources(cpu=f.cpu, memory=f.memory, gpus=f.gpus),
+        min_replicas=f.min_replicas, max_replicas=f.max_replicas, backoff_limit=f.backoff_limit,
+        metrics_port=f.metrics_port)
+
+
+def run_render(hyperparameter_args) -> int:
+    """Writes the manifests; returns 0."""
+    if not FLAGS.output_dir:
+        raise app.UsageError("render needs --output_dir")
+    try:
+        job = parse_job(FLAGS, hyperparameter_args)
+        paths = manifests.write(job, FLAGS.output_dir)
+    except (ValueError, FileExistsError) as e:
+        raise app.UsageError(str(e)) from e
+    print("\n".join(paths))
+    return 0
+
+
+def run_local(extra_args) -> int:
+    """Runs a rendered manifest on emulated hosts; returns the job's exit code."""
+    from jobs import kubernetes_local  # pylint: disable=import-outside-toplevel
+    from jobs import hosts as hosts_lib  # pylint: disable=import-outside-toplevel
+    from jobs import processes  # pylint: disable=import-outside-toplevel
+    if extra_args:
+        raise app.UsageError("local takes no arguments after --: the manifest holds the job's (got %s)"
+                             % " ".join(extra_args))
+    for flag in ("manifest", "volume_dir", "output_dir"):
+        if not getattr(FLAGS, flag):
+            raise app.UsageError("local needs --%s" % flag)
+    try:
+        config = kubernetes_local.LocalConfig(
+            manifest=FLAGS.manifest, volume_dir=FLAGS.volume_dir, output_dir=FLAGS.output_dir,
+            timeout_s=FLAGS.timeout_s, stop_grace_s=FLAGS.stop_grace_s,
+            faults=tuple(kubernetes_local.Fault.parse(text) for text in FLAGS.fault))
+        local_run = kubernetes_local.run(config)
+    except (ValueError, FileExistsError, hosts_lib.HostSetupError) as e:
+        print("deepfm.kubernetes local: %s" % e, file=sys.stderr)
+        return EXIT_USAGE
+    except (kubernetes_local.JobFailedError, TimeoutError) as e:
+        print("deepfm.kubernetes local: the job failed: %s" % e, file=sys.stderr)
+        return getattr(e, "returncode", 1) or 1
+    except processes.Terminated as e:
+        print("deepfm.kubernetes local: stopped by %s; every pod was stopped" % e, file=sys.stderr)
+        return processes.SIGNAL_EXIT_BASE + e.signum
+    print("job %s completed after %d restart(s) (%d elastic resize(s)), on %d training pod(s)" % (
+        local_run.operator.name, local_run.restarts, local_run.resizes, local_run.final_workers))
+    return 0
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] not in COMMANDS:
+        raise app.UsageError("the first argument must be one of %s, got %r"
+                             % (", ".join(COMMANDS), argv[1] if len(argv) > 1 else None))
+    command, rest = argv[1], argv[2:]
+    if command == "render":
+        sys.exit(run_render(rest))
+    sys.exit(run_local(rest))
+
+
+def run():
+    """Console-script entry point."""
+    entry.run(main, PROGRAM, define_flags, entry.NO_TENSORFLOW)
+
+
+if __name__ == "__main__":
+    run()

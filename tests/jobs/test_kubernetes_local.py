@@ -1,0 +1,233 @@
+"""Rendered manifests run with `deepfm.kubernetes local`: real pods on emulated hosts, real training.
+
+Each test renders a tiny job with `deepfm.kubernetes render`, runs one of its
+manifests with `deepfm.kubernetes local` (the operator's pod names, DNS,
+environment and restart rules; `TF_CONFIG` gRPC clusters or `mpirun` over
+ssh between the pods' namespaces), and checks what the job left in the
+volume and that nothing was left on the machine. They need root
+(namespaces), Open MPI and an ssh server, and skip with the reason otherwise.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from dataprep import synthetic
+from jobs import hosts
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOB_TIMEOUT_S = 300
+FEATURE_SIZE = 500
+ROWS = 3_000
+SHARDS = 2
+BATCH = 128
+TRAIN_ROWS = 2_700  # 90% of ROWS; the rest is validation
+EPOCHS = 4
+CHECKPOINT_STEPS = 10
+HYPERPARAMETERS = ("--batch_size", str(BATCH), "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0",
+                   "--num_epochs", str(EPOCHS), "--feature_size", str(FEATURE_SIZE),
+                   "--save_checkpoints_steps", str(CHECKPOINT_STEPS), "--log_every_n_steps", "10")
+DATA = "data/synthetic"
+
+
+def missing_requirements():
+    reason = hosts.check_privileges()
+    if reason:
+        return reason
+    for tool in ("mpirun", "orted", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return "%s is not installed (Debian packages openmpi-bin, openssh-client)" % tool
+    if not os.path.exists("/usr/sbin/sshd"):
+        return "/usr/sbin/sshd is not installed (Debian package openssh-server)"
+    return None
+
+
+def ps_budget(workers):
+    """The global step of asynchronous workers: each runs EPOCHS of its shard's full batches."""
+    return workers * EPOCHS * ((TRAIN_ROWS // workers) // BATCH)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kubernetes_data")
+    synthetic.generate(ROWS, str(root / "synthetic"), feature_size=FEATURE_SIZE, seed=3, shards=SHARDS)
+    return str(root / "synthetic")
+
+
+@pytest.fixture
+def volume(dataset, tmp_path):
+    """A fresh claim holding the dataset at `data/synthetic`."""
+    reason = missing_requirements()
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path / "volume"
+    shutil.copytree(dataset, str(root / DATA))
+    return str(root)
+
+
+def command(*args):
+    return [sys.executable, "-m", "deepfm.kubernetes"] + list(args)
+
+
+def render(tmp_path, name, *args, hyperparameters=HYPERPARAMETERS):
+    output = str(tmp_path / ("manifests-" + name))
+    result = subprocess.run(command("render", "--job_name", name, "--image", "deepfm:test", "--channel",
+                                    "train=" + DATA, "--output_dir", output, *args, "--", *hyperparameters),
+                            cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return output
+
+
+def run_local(tmp_path, manifest, volume, *faults, expect=0):
+    """Runs the manifest; checks its exit code and that no namespace, process or mount is left."""
+    output = str(tmp_path / ("run-" + os.path.basename(manifest)))
+    argv = command("local", "--manifest", manifest, "--volume_dir", volume, "--output_dir", output,
+                   "--timeout_s", str(JOB_TIMEOUT_S), *("--fault=" + fault for fault in faults))
+    process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=JOB_TIMEOUT_S + 60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        leftover = [name for name in hosts.list_namespaces()
+                    if name.startswith("%s-%d-" % (hosts.NAMESPACE_PREFIX, process.pid))]
+        for name in leftover:
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    assert leftover == [], "namespaces left behind"
+    assert process.returncode == expect, "stdout:\n%s\nstderr:\n%s" % (out[-3000:], err[-5000:])
+    job = manifest_job_name(manifest)
+    assert [] == leftover_processes(volume, job), "processes left behind"
+    with open("/proc/self/mountinfo") as f:
+        assert volume not in f.read(), "a mount of the volume is left"
+    return out, err
+
+
+def manifest_job_name(path):
+    with open(path) as f:
+        return list(yaml.safe_load_all(f))[-1]["metadata"]["name"]
+
+
+def leftover_processes(volume, job):
+    """Processes of this job: anything naming its volume or its directory in the pods' volume."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as f:
+                    cmdline = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            if volume in cmdline or "/mnt/deepfm/%s/" % job in cmdline:
+                found.append((entry, cmdline.replace("\0", " ")))
+    return found
+
+
+def job_outputs(volume, name):
+    with open(os.path.join(volume, name, "metrics.json")) as f:
+        metrics = json.load(f)
+    export = os.path.join(volume, name, "export")
+    exports = [d for d in os.listdir(export) if os.path.exists(os.path.join(export, d, "saved_model.pb"))]
+    return metrics, exports
+
+
+@pytest.mark.slow
+class TestTFJob:
+
+    def test_two_workers_and_a_parameter_server(self, tmp_path, volume):
+        manifests = render(tmp_path, "ps-job", "--instance_count", "2", "--distribution", "parameter_server")
+        out, _ = run_local(tmp_path, os.path.join(manifests, "tfjob.yaml"), volume)
+        assert "started ps-job-chief-0, ps-job-worker-0, ps-job-ps-0 (2 training pod(s))" in out
+        metrics, exports = job_outputs(volume, "ps-job")
+        assert "1 parameter server(s), 2 worker(s)" in metrics["strategy"]
+        assert "chief_0" in metrics["strategy"]
+        assert abs(metrics["global_step"] - ps_budget(2)) <= 1
+        assert metrics["auc"] > 0.5
+        assert len(exports) == 1
+
+    def test_a_killed_pod_is_recreated_and_the_job_ends_at_its_budget(self, tmp_path, volume):
+        manifests = render(tmp_path, "ps-kill", "--instance_count", "2", "--distribution", "parameter_server")
+        out, _ = run_local(tmp_path, os.path.join(manifests, "tfjob.yaml"), volume,
+                           "kill:ps-kill-chief-0@%d" % CHECKPOINT_STEPS)
+        assert "fault: killing pod ps-kill-chief-0" in out
+        assert "pod ps-kill-chief-0 exited with code 137: recreate the pod" in out
+        assert "completed after 1 restart(s) (0 elastic resize(s)), on 2 training pod(s)" in out
+        metrics, exports = job_outputs(volume, "ps-kill")
+        assert abs(metrics["global_step"] - ps_budget(2)) <= 1
+        assert len(exports) == 1
+
+    def test_a_worker_that_never_returns_leaves_the_job_on_one(self, tmp_path, volume):
+        manifests = render(tmp_path, "ps-elastic", "--instance_count", "2", "--distribution", "parameter_server",
+                           "--min_replicas", "1", "--max_replicas", "2")
+        out, _ = run_local(tmp_path, os.path.join(manifests, "tfjob.yaml"), volume,
+                           "lose:ps-elastic-worker-0@%d" % CHECKPOINT_STEPS)
+        assert "with 1 training pod(s) instead of 2 (nodes gone: ps-elastic-worker-0)" in out
+        assert "started ps-elastic-chief-0, ps-elastic-ps-0 (1 training pod(s))" in out
+        metrics, exports = job_outputs(volume, "ps-elastic")
+        # The one worker left reads the whole training split: the budget of one worker.
+        assert "1 parameter server(s), 1 worker(s)" in metrics["strategy"]
+        assert abs(metrics["global_step"] - ps_budget(1)) <= 1
+        assert len(exports) == 1
+
+    def test_without_elasticity_a_lost_worker_fails_the_job(self, tmp_path, volume):
+        manifests = render(tmp_path, "ps-rigid", "--instance_count", "2", "--distribution", "parameter_server")
+        _, err = run_local(tmp_path, os.path.join(manifests, "tfjob.yaml"), volume,
+                           "lose:ps-rigid-worker-0@%d" % CHECKPOINT_STEPS, expect=1)
+        assert "fewer than the minimum 2" in err
+
+    def test_a_user_error_is_permanent(self, tmp_path, volume):
+        manifests = render(tmp_path, "ps-typo", "--instance_count", "2", "--distribution", "parameter_server",
+                           hyperparameters=HYPERPARAMETERS + ("--no_such_flag", "1"))
+        out, err = run_local(tmp_path, os.path.join(manifests, "tfjob.yaml"), volume, expect=1)
+        assert "exited with code 1: failed (permanent)" in out
+        assert "Unknown command line flag 'no_such_flag'" in err
+        assert "restart" not in out
+
+
+@pytest.mark.slow
+class TestMPIJob:
+
+    def test_two_workers(self, tmp_path, volume):
+        manifests = render(tmp_path, "mpi-job", "--instance_count", "2", "--distribution", "mpi")
+        out, _ = run_local(tmp_path, os.path.join(manifests, "mpijob.yaml"), volume)
+        assert "started mpi-job-worker-0, mpi-job-worker-1, mpi-job-launcher" in out
+        metrics, exports = job_outputs(volume, "mpi-job")
+        assert "rank 0 of 2" in metrics["strategy"]
+        # Synchronous ranks: each runs EPOCHS of its shard's full batches.
+        assert metrics["global_step"] == EPOCHS * ((TRAIN_ROWS // 2) // BATCH)
+        assert len(exports) == 1
+        with open(os.path.join(tmp_path, "run-mpijob.yaml", "logs", "mpi-job-launcher.log")) as f:
+            log = f.read()
+        assert "[1,1]<stdout>" in log or "[1,1]<stderr>" in log  # rank 1 ran on the other worker
+
+    def test_a_killed_worker_fails_mpirun_and_the_launcher_job_retries(self, tmp_path, volume):
+        manifests = render(tmp_path, "mpi-kill", "--instance_count", "2", "--distribution", "mpi")
+        out, _ = run_local(tmp_path, os.path.join(manifests, "mpijob.yaml"), volume,
+                           "kill:mpi-kill-worker-1@%d" % CHECKPOINT_STEPS)
+        assert "pod mpi-kill-worker-1 exited with code 137: restart the container" in out
+        assert re.search(r"pod mpi-kill-launcher exited with code \d+: recreate the pod", out), out
+        assert "completed after 1 restart(s)" in out
+        metrics, exports = job_outputs(volume, "mpi-kill")
+        assert metrics["global_step"] == EPOCHS * ((TRAIN_ROWS // 2) // BATCH)
+        assert len(exports) == 1
+
+
+@pytest.mark.slow
+class TestJobSet:
+
+    def test_parameter_servers(self, tmp_path, volume):
+        manifests = render(tmp_path, "js", "--instance_count", "2", "--distribution", "parameter_server")
+        out, _ = run_local(tmp_path, os.path.join(manifests, "jobset.yaml"), volume)
+        assert "started js-chief-0-0, js-worker-0-0, js-ps-0-0 (2 training pod(s))" in out
+        metrics, exports = job_outputs(volume, "js")
+        assert "1 parameter server(s), 2 worker(s)" in metrics["strategy"]
+        assert abs(metrics["global_step"] - ps_budget(2)) <= 1
+        assert len(exports) == 1

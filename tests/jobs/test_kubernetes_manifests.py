@@ -1,0 +1,289 @@
+"""The rendered manifests, validated offline against the real schemas.
+
+Built-in kinds (PersistentVolumeClaim, Service, ConfigMap, the Jobs of a
+JobSet) go through `kubernetes-validate --strict` (the Kubernetes OpenAPI
+schemas it ships; unknown fields are errors). The operator kinds are
+validated against the `openAPIV3Schema` of the operators' released CRDs
+(`tests/jobs/crd_schemas/README.md` says where each came from), made strict
+the way `kubectl apply`'s strict field validation is: an object with declared
+properties accepts no other field.
+"""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import jsonschema
+import yaml
+
+from jobs import kubernetes_entry
+from jobs import kubernetes_manifests as manifests
+from jobs import sagemaker_job
+
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crd_schemas")
+SCHEMAS = {manifests.TFJOB: "tfjobs.kubeflow.org-v1.json",
+           manifests.MPIJOB: "mpijobs.kubeflow.org-v2beta1.json",
+           manifests.JOBSET: "jobsets.jobset.x-k8s.io-v1alpha2.json"}
+API_VERSIONS = {manifests.TFJOB: manifests.TFJOB_API_VERSION, manifests.MPIJOB: manifests.MPIJOB_API_VERSION,
+                manifests.JOBSET: manifests.JOBSET_API_VERSION}
+KUBERNETES_VERSION = "1.35.0"
+KUBERNETES_VALIDATE = os.path.join(os.path.dirname(sys.executable), "kubernetes-validate")
+PRESERVE_UNKNOWN = "x-kubernetes-preserve-unknown-fields"
+
+
+def strict(schema):
+    """A CRD schema in which an object with declared properties accepts no other field."""
+    if isinstance(schema, dict):
+        schema = {key: strict(value) for key, value in schema.items()}
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get(PRESERVE_UNKNOWN)):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [strict(value) for value in schema]
+    return schema
+
+
+def crd_errors(document):
+    """Every violation of its CRD schema by an operator-kind document, as `path: message`."""
+    with open(os.path.join(SCHEMA_DIR, SCHEMAS[document["kind"]])) as f:
+        validator = jsonschema.Draft7Validator(strict(json.load(f)))
+    return ["%s: %s" % ("/".join(map(str, error.absolute_path)), error.message)
+            for error in validator.iter_errors(document)]
+
+
+def kubernetes_validate(documents):
+    """Runs `kubernetes-validate --strict` on built-in documents; returns (exit code, output)."""
+    with tempfile.TemporaryDirectory() as directory:
+        paths = []
+        for index, document in enumerate(documents):
+            path = os.path.join(directory, "%d-%s.yaml" % (index, document["kind"].lower()))
+            with open(path, "w") as f:
+                yaml.safe_dump(document, f)
+            paths.append(path)
+        result = subprocess.run([KUBERNETES_VALIDATE, "--strict", "-k", KUBERNETES_VERSION, "--quiet"] + paths,
+                                capture_output=True, text=True)
+    return result.returncode, result.stdout + result.stderr
+
+
+def job_of(distribution, instance_count, **kwargs):
+    hyperparameters = kwargs.pop("hyperparameters", {"num_epochs": 1, "batch_norm": True})
+    spec = sagemaker_job.JobSpec(
+        job_name=kwargs.pop("job_name", "deepfm-test"), instance_count=instance_count, distribution=distribution,
+        processes_per_host=kwargs.pop("processes_per_host", 1),
+        channels=(sagemaker_job.Channel("train", "data/synthetic"),
+                  sagemaker_job.Channel("validation", "data/synthetic/validation")),
+        hyperparameters=hyperparameters)
+    return manifests.KubernetesJob(spec=spec, image="registry.example/deepfm:1", **kwargs)
+
+
+VARIANTS = {
+    "ps, one worker": lambda: job_of(sagemaker_job.DISTRIBUTION_PS, 1),
+    "ps, three workers, elastic, metrics, requests": lambda: job_of(
+        sagemaker_job.DISTRIBUTION_PS, 3, num_ps=2, min_replicas=1, max_replicas=4, metrics_port=9090,
+        resources=manifests.Resources(cpu="4", memory="8Gi", gpus=1), storage_class="fsx-lustre"),
+    "mpi, one worker": lambda: job_of(sagemaker_job.DISTRIBUTION_MPI, 1, pvc="shared"),
+    "mpi, three workers of two slots, elastic, metrics": lambda: job_of(
+        sagemaker_job.DISTRIBUTION_MPI, 3, processes_per_host=2, min_replicas=2, metrics_port=9090,
+        resources=manifests.Resources(cpu="500m")),
+    "one process": lambda: job_of(sagemaker_job.DISTRIBUTION_NONE, 1),
+}
+
+
+class RenderedKindsAreValidTest(unittest.TestCase):
+    """Every rendered document passes its schema, for ps and MPI, one and several workers."""
+
+    def test_every_document_validates(self):
+        for variant, make in VARIANTS.items():
+            with self.subTest(variant):
+                files = manifests.render(make())
+                documents = [document for docs in files.values() for document in docs]
+                builtin = [d for d in documents if d["kind"] not in SCHEMAS]
+                operator = [d for d in documents if d["kind"] in SCHEMAS]
+                self.assertTrue(operator)
+                for document in operator:
+                    self.assertEqual(API_VERSIONS[document["kind"]], document["apiVersion"])
+                    self.assertEqual([], crd_errors(document), document["kind"])
+                # A JobSet's Jobs are built-in kinds too: each replicated job's template as a batch/v1 Job.
+                for document in operator:
+                    for replicated in document["spec"].get("replicatedJobs", []):
+                        builtin.append({"apiVersion": "batch/v1", "kind": "Job",
+                                        "metadata": {"name": "%s-%s-0" % (document["metadata"]["name"],
+                                                                          replicated["name"])},
+                                        "spec": replicated["template"]["spec"]})
+                code, output = kubernetes_validate(builtin)
+                self.assertEqual(0, code, output)
+
+    def test_the_files_of_each_distribution(self):
+        self.assertEqual(["pvc.yaml", "tfjob.yaml", "jobset.yaml"],
+                         list(manifests.render(VARIANTS["ps, one worker"]())))
+        self.assertEqual(["mpijob.yaml", "jobset.yaml"], list(manifests.render(VARIANTS["mpi, one worker"]())))
+
+    def test_the_checks_reject_what_an_api_server_would(self):
+        tfjob = manifests.render(VARIANTS["ps, one worker"]())["tfjob.yaml"][0]
+        unknown = copy.deepcopy(tfjob)
+        unknown["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["imagePullPolice"] = "Always"
+        self.assertTrue(any("imagePullPolice" in error for error in crd_errors(unknown)))
+        wrong_type = copy.deepcopy(tfjob)
+        wrong_type["spec"]["runPolicy"]["backoffLimit"] = "three"
+        self.assertTrue(crd_errors(wrong_type))
+        pvc = manifests.render(VARIANTS["ps, one worker"]())["pvc.yaml"][0]
+        bad = copy.deepcopy(pvc)
+        bad["spec"]["accessMode"] = ["ReadWriteMany"]
+        code, output = kubernetes_validate([bad])
+        self.assertNotEqual(0, code)
+        self.assertIn("accessMode", output)
+
+
+class TFJobTest(unittest.TestCase):
+
+    def setUp(self):
+        self.job = VARIANTS["ps, three workers, elastic, metrics, requests"]()
+        self.tfjob = manifests.tfjob(self.job)
+
+    def test_replicas_as_the_operator_names_them(self):
+        specs = self.tfjob["spec"]["tfReplicaSpecs"]
+        self.assertEqual({"Chief": 1, "Worker": 2, "PS": 2}, {k: v["replicas"] for k, v in specs.items()})
+        for spec in specs.values():
+            self.assertEqual(manifests.RESTART_EXIT_CODE, spec["restartPolicy"])
+            container = spec["template"]["spec"]["containers"][0]
+            self.assertEqual(manifests.TF_CONTAINER, container["name"])
+            self.assertEqual([{"containerPort": 2222, "name": "tfjob-port"}], container["ports"])
+        self.assertEqual(3, self.tfjob["spec"]["runPolicy"]["backoffLimit"])
+        # Gang scheduling waits for the elastic minimum: 1 training pod and the 2 ps.
+        self.assertEqual(3, self.tfjob["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"])
+        self.assertEqual({"deepfm/min-replicas": "1", "deepfm/max-replicas": "4"},
+                         self.tfjob["metadata"]["annotations"])
+
+    def test_the_training_command(self):
+        container = self.tfjob["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
+        self.assertEqual(["python", "-m", "jobs.kubernetes_entry", "--"], container["command"])
+        args = container["args"]
+        self.assertEqual(["python", "-m", "deepfm.train"], args[:3])
+        for flag in ("--strategy=ps", "--train_data=/mnt/deepfm/data/synthetic",
+                     "--val_data=/mnt/deepfm/data/synthetic/validation", "--model_dir=/mnt/deepfm/deepfm-test/model",
+                     "--export_dir=/mnt/deepfm/deepfm-test/export",
+                     "--metrics_file=/mnt/deepfm/deepfm-test/metrics.json", "--metrics_port=9090",
+                     "--intra_op_threads=4", "--num_epochs=1", "--batch_norm=true"):
+            self.assertIn(flag, args)
+        self.assertEqual({"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}, container["resources"]["limits"])
+
+    def test_only_the_chief_is_scraped(self):
+        specs = self.tfjob["spec"]["tfReplicaSpecs"]
+        self.assertEqual({"prometheus.io/scrape": "true", "prometheus.io/port": "9090",
+                          "prometheus.io/path": "/metrics"}, specs["Chief"]["template"]["metadata"]["annotations"])
+        self.assertNotIn("annotations", specs["Worker"]["template"]["metadata"])
+
+    def test_hyperparameters_win(self):
+        job = job_of(sagemaker_job.DISTRIBUTION_PS, 1, hyperparameters={"model_dir": "/mnt/deepfm/elsewhere"})
+        self.assertIn("--model_dir=/mnt/deepfm/elsewhere", job.train_args())
+        self.assertNotIn("--model_dir=/mnt/deepfm/deepfm-test/model", job.train_args())
+
+
+class MPIJobTest(unittest.TestCase):
+
+    def test_launcher_and_sshd_workers(self):
+        mpijob = manifests.mpijob(VARIANTS["mpi, three workers of two slots, elastic, metrics"]())
+        self.assertEqual(2, mpijob["spec"]["slotsPerWorker"])
+        specs = mpijob["spec"]["mpiReplicaSpecs"]
+        self.assertEqual(1, specs["Launcher"]["replicas"])
+        self.assertEqual(3, specs["Worker"]["replicas"])
+        worker = specs["Worker"]["template"]["spec"]["containers"][0]
+        self.assertEqual(["/usr/sbin/sshd", "-De"], worker["command"])
+        launcher = specs["Launcher"]["template"]["spec"]["containers"][0]
+        self.assertEqual("mpirun", launcher["args"][0])
+        self.assertNotIn("-np", launcher["args"])  # every slot of the operator's hostfile runs a rank
+        self.assertIn("--strategy=horovod", launcher["args"])
+        self.assertIn("prometheus.io/scrape", specs["Worker"]["template"]["metadata"]["annotations"])
+
+
+class JobSetTest(unittest.TestCase):
+
+    def test_parameter_servers(self):
+        documents = manifests.jobset(VARIANTS["ps, three workers, elastic, metrics, requests"]())
+        service, jobset = documents
+        self.assertEqual("None", service["spec"]["clusterIP"])
+        self.assertEqual({"jobset.sigs.k8s.io/jobset-name": "deepfm-test"}, service["spec"]["selector"])
+        spec = jobset["spec"]
+        self.assertEqual("deepfm-test", spec["network"]["subdomain"])
+        self.assertEqual(["chief", "worker", "ps"], [r["name"] for r in spec["replicatedJobs"]])
+        worker = spec["replicatedJobs"][1]["template"]["spec"]
+        self.assertEqual((2, 2, "Indexed", 0), (worker["completions"], worker["parallelism"],
+                                                worker["completionMode"], worker["backoffLimit"]))
+        env = {e["name"]: e for e in worker["template"]["spec"]["containers"][0]["env"]}
+        self.assertEqual({"chief": ["deepfm-test-chief-0-0.deepfm-test:2222"],
+                          "worker": ["deepfm-test-worker-0-0.deepfm-test:2222",
+                                     "deepfm-test-worker-0-1.deepfm-test:2222"],
+                          "ps": ["deepfm-test-ps-0-0.deepfm-test:2222", "deepfm-test-ps-0-1.deepfm-test:2222"]},
+                         json.loads(env[kubernetes_entry.CLUSTER_VARIABLE]["value"]))
+        self.assertEqual("metadata.labels['jobset.sigs.k8s.io/replicatedjob-name']",
+                         env[kubernetes_entry.TASK_TYPE_VARIABLE]["valueFrom"]["fieldRef"]["fieldPath"])
+        rule = worker["podFailurePolicy"]["rules"][0]
+        self.assertEqual("FailJob", rule["action"])
+        self.assertEqual(("NotIn", list(kubernetes_entry.RETRYABLE_POD_EXIT_CODES)),
+                         (rule["onExitCodes"]["operator"], rule["onExitCodes"]["values"]))
+        self.assertEqual({"maxRestarts": 3, "rules": [{"name": "permanent-failure", "action": "FailJobSet",
+                                                       "onJobFailureReasons": ["PodFailurePolicy"]}]},
+                         spec["failurePolicy"])
+        self.assertEqual({"operator": "All", "targetReplicatedJobs": ["chief"]}, spec["successPolicy"])
+
+    def test_mpi(self):
+        service, config_map, jobset = manifests.jobset(VARIANTS["mpi, three workers of two slots, elastic, metrics"]())
+        del service
+        self.assertEqual("deepfm-test-worker-0-0.deepfm-test slots=2\ndeepfm-test-worker-0-1.deepfm-test slots=2\n"
+                         "deepfm-test-worker-0-2.deepfm-test slots=2\n", config_map["data"]["hostfile"])
+        spec = jobset["spec"]
+        self.assertEqual(["worker", "launcher"], [r["name"] for r in spec["replicatedJobs"]])
+        self.assertEqual({"startupPolicyOrder": "InOrder"}, spec["startupPolicy"])
+        launcher = spec["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in launcher["containers"][0]["env"]}
+        self.assertEqual("/etc/mpi/hostfile", env["OMPI_MCA_orte_default_hostfile"])
+        self.assertEqual({"deepfm-test-mpi", None}, {v.get("configMap", {}).get("name") for v in launcher["volumes"]})
+
+
+class BadInputTest(unittest.TestCase):
+
+    def test_errors_name_the_flag(self):
+        for make, message in (
+                (lambda: job_of("parameter_server", 2, job_name="Deepfm_X"), "--job_name"),
+                (lambda: manifests.KubernetesJob(spec=sagemaker_job.JobSpec(job_name="j"), image=""), "--image"),
+                (lambda: job_of("parameter_server", 2, min_replicas=3), "--min_replicas"),
+                (lambda: job_of("parameter_server", 2, pvc="claim", storage_class="efs"), "--pvc"),
+                (lambda: job_of("parameter_server", 2, metrics_port=70000), "--metrics_port"),
+                (lambda: manifests.Resources(cpu="lots"), "--cpu"),
+                (lambda: job_of("parameter_server", 2, hyperparameters={"strategy": "single"}),
+                 "hyperparameter --strategy")):
+            with self.subTest(message):
+                with self.assertRaisesRegex(ValueError, message):
+                    make()
+
+    def test_the_base_image_is_the_sdks(self):
+        from sagemaker import image_uris  # the SageMaker Python SDK (a development requirement)
+        for instance_type, make in (("ml.c5.xlarge", VARIANTS["ps, one worker"]),
+                                    ("ml.p3.2xlarge", VARIANTS["ps, three workers, elastic, metrics, requests"])):
+            uri = image_uris.retrieve("tensorflow", "us-east-1", version="2.14.1", instance_type=instance_type,
+                                      image_scope="training", py_version="py310")
+            self.assertIn("ARG BASE_IMAGE=%s\n" % uri, manifests.dockerfile(make()))
+
+    def test_channels_live_in_the_volume(self):
+        spec = sagemaker_job.JobSpec(job_name="deepfm-test", channels=(sagemaker_job.Channel("train", "/data/x"),))
+        with self.assertRaisesRegex(ValueError, "inside the volume"):
+            manifests.KubernetesJob(spec=spec, image="i")
+
+    def test_nothing_is_overwritten(self):
+        with tempfile.TemporaryDirectory() as directory:
+            paths = manifests.write(VARIANTS["ps, one worker"](), directory)
+            self.assertEqual(["pvc.yaml", "tfjob.yaml", "jobset.yaml", "Dockerfile"],
+                             [os.path.basename(p) for p in paths])
+            with open(os.path.join(directory, "Dockerfile")) as f:
+                self.assertIn("tensorflow-training:2.14.1-cpu-py310\n", f.read())
+            with self.assertRaisesRegex(FileExistsError, "pvc.yaml"):
+                manifests.write(VARIANTS["ps, one worker"](), directory)
+
+
+if __name__ == "__main__":
+    unittest.main()
