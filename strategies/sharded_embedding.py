@@ -612,9 +612,10 @@ class ShardedCheckpoint:
         saver_kwargs.setdefault("save_relative_paths", True)
         return tf.compat.v1.train.Saver(var_list=self.replicated_variables() + self.saveables(), **saver_kwargs)
 
-    def restore_hook(self, checkpoint_dir: Optional[str]) -> "RestoreShardsHook":
+    def restore_hook(self, checkpoint_dir: Optional[str], broadcast_replicated: bool = True
+                     ) -> "RestoreShardsHook":
         """A `RestoreShardsHook` reading rank 0's checkpoints in `checkpoint_dir`."""
-        return RestoreShardsHook(self, checkpoint_dir)
+        return RestoreShardsHook(self, checkpoint_dir, broadcast_replicated)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -629,30 +630,39 @@ class _Scatter:
 
 
 class RestoreShardsHook(tf.estimator.SessionRunHook):
-    """After the session starts, rank 0 scatters each rank's rows from its latest checkpoint.
+    """At session start, every rank takes rank 0's state: its rows from rank 0's checkpoint.
 
     Run it on every rank (a collective). Rank 0 reads the full tables and
     slots of its latest checkpoint in `checkpoint_dir` and sends each rank
     its rows with an all-to-all; with no checkpoint every rank keeps what the
     session initialized. Rank 0 first broadcasts whether it restores, so a
-    missing checkpoint tensor stops every rank with an error.
+    missing checkpoint tensor stops every rank with an error. Then, with
+    `broadcast_replicated`, rank 0's replicated variables (the global step
+    included) are broadcast to every rank: use this instead of Horovod's
+    `BroadcastGlobalVariablesHook`, which would broadcast the shards too.
 
     Put it before any `CheckpointSaverHook`: a save before it would write
-    rows the other ranks have not received yet. The Estimator runs its own
-    checkpoint saver before the model_fn's hooks, so with an Estimator use
-    `ShardedCheckpointSaverHook`, which runs this first.
+    rows the other ranks have not received yet, and ranks whose global steps
+    still differ would save at different steps and wait for each other for
+    ever. The Estimator runs its own checkpoint saver before the model_fn's
+    hooks, so with an Estimator use `ShardedCheckpointSaverHook`, which runs
+    this first.
 
     Args:
       checkpoint: the graph's `ShardedCheckpoint`.
       checkpoint_dir: rank 0's checkpoint directory (ignored on the others).
+      broadcast_replicated: also broadcast rank 0's replicated variables.
     """
 
-    def __init__(self, checkpoint: ShardedCheckpoint, checkpoint_dir: Optional[str]):
+    def __init__(self, checkpoint: ShardedCheckpoint, checkpoint_dir: Optional[str],
+                 broadcast_replicated: bool = True):
         self._checkpoint = checkpoint
         self._checkpoint_dir = checkpoint_dir
+        self._broadcast_replicated = broadcast_replicated
         self._scatters: List[_Scatter] = []
         self._decision: Optional[tf.Tensor] = None
         self._decision_input: Optional[tf.Tensor] = None
+        self._broadcast: Optional[tf.Operation] = None
 
     def begin(self):
         checkpoint = self._checkpoint
@@ -668,10 +678,16 @@ class RestoreShardsHook(tf.estimator.SessionRunHook):
                 received, _ = hvd.alltoall(rows, splits=splits, name=_op_name("scatter_from_root", name))
                 self._scatters.append(_Scatter(table, name, rows, splits,
                                                variable.assign(received, read_value=False)))
+            replicated = checkpoint.replicated_variables()
+            self._broadcast = None
+            if self._broadcast_replicated and replicated:
+                self._broadcast = hvd.broadcast_variables(replicated, checkpoint.root_rank)
 
     def after_create_session(self, session, coord):
         del coord
         self.restore(session)
+        if self._broadcast is not None:
+            session.run(self._broadcast)
 
     def restore(self, session: tf.compat.v1.Session) -> bool:
         """Scatters rank 0's checkpoint to every rank (a collective); returns whether it did.
@@ -719,12 +735,14 @@ class RestoreShardsHook(tf.estimator.SessionRunHook):
 
 
 class ShardedCheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
-    """A `CheckpointSaverHook` that first restores the shards (`RestoreShardsHook`).
+    """A `CheckpointSaverHook` that first gives every rank rank 0's state (`RestoreShardsHook`).
 
     Give it to the Estimator in `training_chief_hooks` on every rank (each
     Horovod rank is a chief to its Estimator): it then replaces the
-    Estimator's own saver, and the shards are restored before the first
-    save. It saves by steps only, so that every rank saves at the same steps.
+    Estimator's own saver, and the shards are restored and the replicated
+    variables broadcast before the first save. It saves by steps only, so
+    that every rank saves at the same steps; the ranks must start from the
+    same global step, which the broadcast ensures.
 
     Args:
       checkpoint_dir: this rank's checkpoint directory (rank 0's model_dir,
@@ -732,6 +750,8 @@ class ShardedCheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
       checkpoint: the graph's `ShardedCheckpoint`.
       save_steps: save every this many steps, > 0.
       scaffold: the model_fn's `Scaffold`, holding `checkpoint.saver()`.
+      broadcast_replicated: also broadcast rank 0's replicated variables at
+        the start; leave it on unless a hook that runs before this one does.
       **kwargs: for `CheckpointSaverHook` (`checkpoint_basename`,
         `listeners`, `save_graph_def`).
 
@@ -740,12 +760,12 @@ class ShardedCheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
     """
 
     def __init__(self, checkpoint_dir: str, checkpoint: ShardedCheckpoint, save_steps: int,
-                 scaffold: tf.compat.v1.train.Scaffold, **kwargs):
+                 scaffold: tf.compat.v1.train.Scaffold, broadcast_replicated: bool = True, **kwargs):
         if save_steps is None or save_steps < 1:
             raise ValueError("ShardedCheckpointSaverHook: save_steps must be >= 1, got %r (sharded tables are "
                              "saved by all ranks together, so by steps, never by seconds)" % (save_steps,))
         super().__init__(checkpoint_dir, save_steps=save_steps, scaffold=scaffold, **kwargs)
-        self._restore = checkpoint.restore_hook(checkpoint_dir)
+        self._restore = checkpoint.restore_hook(checkpoint_dir, broadcast_replicated)
 
     def begin(self):
         self._restore.begin()
