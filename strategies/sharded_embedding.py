@@ -509,8 +509,10 @@ class _GatheredShardSaveable(saveable_object.SaveableObject):
                 tensor = tf.gather(gathered, id_order_positions_tensor(table.num_rows, table.size))
             else:
                 name = variable.op.name
-                with tf.control_dependencies([gathered]):
-                    tensor = tf.identity(value)
+                # Received nothing: appending it keeps the value and makes the
+                # save wait for the collective (a control dependency alone is
+                # pruned by the graph optimizer).
+                tensor = tf.ensure_shape(tf.concat([value, gathered], axis=0), value.shape)
         super().__init__(variable, [saveable_object.SaveSpec(tensor, "", name)], name)
 
     def restore(self, restored_tensors, restored_shapes):

@@ -24,6 +24,7 @@ compute the single-process result.
 """
 
 import atexit
+import functools
 import os
 import shutil
 import tempfile
@@ -238,9 +239,8 @@ class _DumpHook(tf.estimator.SessionRunHook):
             self._dump(session)
 
 
-def model_fn(features, labels, mode, params):
+def model_fn(features, labels, mode, params, hvd):
     """A tiny CTR model on two sharded tables, checkpointed by `ShardedCheckpoint`."""
-    hvd = params["hvd"]
     rank, size = hvd.rank(), hvd.size()
     with tf.compat.v1.variable_scope(SCOPE, reuse=tf.compat.v1.AUTO_REUSE):
         tables = [sharded_embedding.ShardedEmbedding(spec.name, NUM_ROWS, spec.width, rank, size, hvd)
@@ -274,13 +274,13 @@ def run_estimator(hvd, result_dir: str, model_dir: str, max_steps: int, save_ste
     if rank != sharded_embedding.ROOT_RANK:
         model_dir = tempfile.mkdtemp(prefix="sharded-rank%d-" % rank)
         atexit.register(shutil.rmtree, model_dir, ignore_errors=True)
-    params = dict(hvd=hvd, checkpoint_dir=model_dir, save_steps=save_steps, keep=10,
+    params = dict(checkpoint_dir=model_dir, save_steps=save_steps, keep=10,
                   dump_path=os.path.join(result_dir, "dump-rank-%d.npz" % rank),
                   end_path=os.path.join(result_dir, "end-rank-%d.npz" % rank))
     config = tf.estimator.RunConfig(model_dir=model_dir, save_checkpoints_steps=None, save_checkpoints_secs=None,
                                     session_config=_session_config(), log_step_count_steps=None,
                                     tf_random_seed=11 + rank)
-    estimator = tf.estimator.Estimator(model_fn, config=config, params=params)
+    estimator = tf.estimator.Estimator(functools.partial(model_fn, hvd=hvd), config=config, params=params)
 
     def train_input():
         batches = np.stack([train_batch(step, rank) for step in range(max_steps)])
