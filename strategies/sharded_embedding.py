@@ -32,7 +32,14 @@ full unsharded tensor under the single-process name (`deepfm_model/fm_v`,
 number of ranks, and a plain single-process graph, can restore it.
 
 Every function here that exchanges data is a collective: every rank must
-build the same graph and run the same steps, saves and restores.
+build the same graph and run the same steps, saves and restores. Hence:
+
+* export a SavedModel from a plain single-process graph of the same names
+  (rank 0 exports alone, and the sharded saver's save is a collective);
+* rank 0 holds one whole table (or slot) in memory while saving, and all
+  of them, read from its checkpoint, while `RestoreShardsHook` scatters them;
+* ids must be in [0, num_rows): an id out of range fails in the owner's
+  gather with its local row (`id // size`) in the message.
 """
 
 import dataclasses
@@ -569,7 +576,7 @@ class ShardedCheckpoint:
         _check_topology(root_rank, self.size)
         self.tables = list(tables)
         self.root_rank = root_rank
-        self._hvd = hvd
+        self.hvd = hvd
 
     @property
     def is_root(self) -> bool:
@@ -599,7 +606,7 @@ class ShardedCheckpoint:
     def saveables(self) -> List[saveable_object.SaveableObject]:
         """The saveable of every shard and slot (builds the save-time collectives)."""
         with tf.name_scope("sharded_checkpoint"):
-            return [_GatheredShardSaveable(table, variable, self._hvd, self.root_rank)
+            return [_GatheredShardSaveable(table, variable, self.hvd, self.root_rank)
                     for table, variable in self.sharded_variables()]
 
     def saver(self, **saver_kwargs) -> tf.compat.v1.train.Saver:
@@ -668,7 +675,7 @@ class RestoreShardsHook(tf.estimator.SessionRunHook):
 
     def begin(self):
         checkpoint = self._checkpoint
-        hvd = checkpoint._hvd  # pylint: disable=protected-access
+        hvd = checkpoint.hvd
         with tf.name_scope("restore_shards"), tf.device(devices.HOST_DEVICE):
             self._decision_input = tf.compat.v1.placeholder(tf.int32, [], name="decision")
             self._decision = hvd.broadcast(self._decision_input, checkpoint.root_rank, name="restore_decision")

@@ -173,7 +173,8 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
             return se.ShardedEmbedding(name, 10, width, self.rank, self.size, self.hvd, **kwargs)
 
     @parameterized.named_parameters(
-        ("rows", 3, {}), ("scalars", None, {}), ("padded", 3, {"id_capacity": 12}), ("fp16", 3, {"exchange_fp16": True}))
+        ("rows", 3, {}), ("scalars", None, {}), ("padded", 3, {"id_capacity": 12}),
+        ("fp16", 3, {"exchange_fp16": True}))
     def test_lookup_equals_gather_and_trains_only_the_rows_looked_up(self, width, options):
         ids = np.array([[[1, 2], [2, 9]], [[7, 1], [0, 0]]])
         with tf.Graph().as_default():
