@@ -36,7 +36,8 @@ from strategies import strategy_names as names
 
 STRATEGY_PS = names.PS
 STRATEGY_HOROVOD = names.HOROVOD
-STRATEGIES = (STRATEGY_PS, STRATEGY_HOROVOD)
+# Parameter servers, or Horovod ranks (started by horovodrun) of one of these strategies.
+STRATEGIES = (STRATEGY_PS,) + names.HOROVOD_RANKS
 CONTROLLERS = ("auto", "gloo", "mpi")
 TRAIN_MODULE = "deepfm.train"
 HOROVODRUN = "horovodrun"
@@ -65,7 +66,7 @@ class LaunchConfig:
     """What to launch.
 
     Attributes:
-      strategy: `ps` or `horovod`.
+      strategy: `ps`, or a strategy of Horovod ranks (`horovod`, `hybrid`).
       num_ps: parameter servers (ps).
       num_workers: training tasks, the chief included (ps).
       num_processes: Horovod ranks (horovod).
@@ -262,7 +263,7 @@ def horovod_task(config: LaunchConfig, train_args: Sequence[str], environ: Mappi
     argv = ([find_horovodrun(python)] + horovod_controller_args(config.controller)
             + ["-np", str(n), "-H", "%s:%d" % (config.host, n),
                "--output-filename", os.path.join(config.log_dir, HOROVOD_RANK_LOGS)]
-            + train_command(STRATEGY_HOROVOD, train_args, python))
+            + train_command(config.strategy, train_args, python))
     env = task_environment(environ)
     env.setdefault(HOROVOD_STALL_CHECK_VARIABLE, str(HOROVOD_STALL_CHECK_S))
     env.setdefault(HOROVOD_STALL_SHUTDOWN_VARIABLE, str(HOROVOD_STALL_SHUTDOWN_S))

@@ -54,7 +54,7 @@ MODEL_CONTEXT_PARAM = "strategy_model_context"
 ROLE_WORKER = "worker"
 ROLE_PS = "ps"
 # The adapter modules of this package; each registers itself when imported.
-ADAPTER_MODULES = ("single", "tower", "mirrored", "ps", "horovod", "auto")
+ADAPTER_MODULES = ("single", "tower", "mirrored", "ps", "horovod", "hybrid", "auto")
 
 ModelFn = Callable[..., tf.estimator.EstimatorSpec]
 OptimizerFn = Callable[[float], tf.compat.v1.train.Optimizer]

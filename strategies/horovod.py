@@ -51,6 +51,7 @@ No rank ever waits in a collective for a rank busy with something else
 
 import atexit
 import dataclasses
+import functools
 import math
 import os
 import shutil
@@ -201,16 +202,14 @@ class StopWhenAnyRankEndsHook(tf.estimator.SessionRunHook):
 
 
 @dataclasses.dataclass(frozen=True)
-class HorovodOptions:
-    """Options of the `horovod` strategy (and of every strategy whose processes are Horovod ranks).
+class RankOptions:
+    """Options of every strategy whose processes are Horovod ranks.
 
     Attributes:
       lr_scaling: the learning rate's scaling with the ranks (`LR_SCALINGS`):
         `none`, `linear` (x ranks), `sqrt` (x sqrt(ranks)), `capped`
         (x min(ranks, lr_scale_cap); the default).
       lr_scale_cap: the largest factor of `capped`.
-      sparse_as_dense: allreduce embedding gradients densely instead of
-        allgathering their rows.
       hvd_compression: compression of dense allreduces (`HVD_COMPRESSIONS`);
         Horovod never compresses the allgathers of sparse gradients.
       hvd_fusion_threshold_bytes: `HOROVOD_FUSION_THRESHOLD` (-1: Horovod's
@@ -222,7 +221,6 @@ class HorovodOptions:
     lr_scaling: str = base.option(DEFAULT_LR_SCALING, "Horovod learning-rate scaling with the ranks: none, linear "
                                   "(x ranks), sqrt, capped (x min(ranks, --lr_scale_cap)).", choices=LR_SCALINGS)
     lr_scale_cap: float = base.option(DEFAULT_LR_SCALE_CAP, "Largest learning-rate factor of --lr_scaling=capped.")
-    sparse_as_dense: bool = base.option(False, "Horovod: allreduce embedding gradients densely.")
     hvd_compression: str = base.option("none", "Horovod: compression of dense allreduces.",
                                        choices=HVD_COMPRESSIONS)
     hvd_fusion_threshold_bytes: int = base.option(-1, "Horovod: HOROVOD_FUSION_THRESHOLD (-1: Horovod's "
@@ -233,6 +231,18 @@ class HorovodOptions:
         base.check_choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
         base.check_at_least("lr_scale_cap", self.lr_scale_cap, MIN_LR_SCALE_CAP)
         base.check_choice("hvd_compression", self.hvd_compression, HVD_COMPRESSIONS)
+
+
+@dataclasses.dataclass(frozen=True)
+class HorovodOptions(RankOptions):
+    """Options of the `horovod` strategy.
+
+    Attributes:
+      sparse_as_dense: allreduce embedding gradients densely instead of
+        allgathering their rows.
+    """
+
+    sparse_as_dense: bool = base.option(False, "Horovod: allreduce embedding gradients densely.")
 
 
 @base.register(names.HOROVOD)
@@ -450,15 +460,15 @@ class HorovodStrategy(base.Strategy):
         With `--sparse_as_dense` the embedding gradients are made dense and
         allreduced, instead of allgathering their rows and indices.
         """
+        return (functools.partial(self.distributed_optimizer, sparse_as_dense=self.options.sparse_as_dense),)
+
+    def distributed_optimizer(self, optimizer: tf.compat.v1.train.Optimizer, **kwargs
+                              ) -> tf.compat.v1.train.Optimizer:
+        """`optimizer` in `hvd.DistributedOptimizer` with the configured compression; `kwargs` go to it."""
         hvd = self.hvd
-        sparse_as_dense = self.options.sparse_as_dense
         compression = (hvd.Compression.fp16 if self.options.hvd_compression == COMPRESSION_FP16
                        else hvd.Compression.none)
-
-        def wrap(optimizer):
-            return hvd.DistributedOptimizer(optimizer, sparse_as_dense=sparse_as_dense,
-                                            compression=compression)
-        return (wrap,)
+        return hvd.DistributedOptimizer(optimizer, compression=compression, **kwargs)
 
     def finite_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """Marks each batch with whether another one follows (`MORE_KEY` in the features).
@@ -508,7 +518,9 @@ class HorovodStrategy(base.Strategy):
     def describe(self) -> str:
         hvd = self.hvd
         device = "GPU %d" % self._gpu if self._gpu is not None else "CPU"
-        return "horovod: rank %d of %d (local rank %d of %d), %s, lr x%g (%s)%s" % (
-            hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device,
-            self.learning_rate_factor(), self.options.lr_scaling,
-            ", sparse_as_dense" if self.options.sparse_as_dense else "")
+        return "%s: rank %d of %d (local rank %d of %d), %s, lr x%g (%s)%s" % (
+            self.name, hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device,
+            self.learning_rate_factor(), self.options.lr_scaling, self._describe_options())
+
+    def _describe_options(self) -> str:
+        return ", sparse_as_dense" if self.options.sparse_as_dense else ""
