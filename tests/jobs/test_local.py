@@ -20,12 +20,12 @@ import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
-import strategies
 from deepfm.runtime import trainer
 from jobs import elastic
 from jobs import local as launch
 from dataprep import synthetic
 from strategies import cluster as cluster_lib
+from strategies import strategy_names
 from tests.jobs import launch_testing
 
 FEATURE_SIZE = 1000
@@ -103,7 +103,7 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
             launch.check_train_args(["--model_dir=/m", flag])
 
     @parameterized.named_parameters(
-        ("strategy", {"strategy": "mirrored"}, "--strategy must be one of ps, horovod, got 'mirrored'"),
+        ("strategy", {"strategy": "mirrored"}, "--strategy must be one of ps, horovod, hybrid, got 'mirrored'"),
         ("num_ps", {"num_ps": 0}, "--num_ps must be >= 1, got 0"),
         ("num_workers", {"num_workers": 0}, "--num_workers must be >= 1, got 0"),
         ("np", {"num_processes": -1}, "--np must be >= 1, got -1"),
@@ -193,16 +193,15 @@ class SupervisionTest(tf.test.TestCase):
 
 
 @pytest.mark.slow
-class HorovodLaunchTest(tf.test.TestCase):
+class HorovodLaunchTest(tf.test.TestCase, parameterized.TestCase):
 
-    def test_two_ranks(self):
-        if "horovod" not in strategies.names():
-            self.skipTest("the horovod strategy is not registered")
+    @parameterized.parameters(*strategy_names.HOROVOD_RANKS)
+    def test_two_ranks(self, strategy):
         work = self.create_tempdir("run").full_path
         metrics_file = os.path.join(work, "metrics.json")
         export_dir = os.path.join(work, "export")
         job = launch_testing.LaunchedJob(
-            self, ["--strategy", "horovod", "--np", "2"], os.path.join(work, "logs"),
+            self, ["--strategy", strategy, "--np", "2"], os.path.join(work, "logs"),
             ["--train_data", tiny_dataset(self), "--model_dir", os.path.join(work, "model"),
              "--metrics_file", metrics_file, "--export_dir", export_dir, "--num_epochs", "2",
              "--learning_rate", "0.01"] + TRAIN_FLAGS)
@@ -227,7 +226,7 @@ def checkpoint_step(model_dir):
     return int(tf.train.load_variable(tf.train.latest_checkpoint(model_dir), "global_step"))
 
 
-class FaultTestCase(tf.test.TestCase):
+class FaultTestCase(tf.test.TestCase, parameterized.TestCase):
     """Launches jobs on one small dataset; each job in its own work directory."""
 
     @classmethod
@@ -302,10 +301,9 @@ class RestartTest(FaultTestCase):
     def test_killed_parameter_server(self):
         self.kill_and_restart("ps_0")
 
-    def test_killed_horovod_rank(self):
-        if "horovod" not in strategies.names():
-            self.skipTest("the horovod strategy is not registered")
-        args = ["--strategy", "horovod", "--np", "2"]
+    @parameterized.parameters(*strategy_names.HOROVOD_RANKS)
+    def test_killed_horovod_rank(self, strategy):
+        args = ["--strategy", strategy, "--np", "2"]
         baseline = self.uninterrupted(args)
         job, model_dir, metrics_file = self.start(args + ["--max_restarts", "1"])
         self.assertTrue(job.wait_for_checkpoints(model_dir, count=3), job.output())
@@ -368,10 +366,9 @@ class SigtermTest(FaultTestCase):
         self.assertNotIn("interrupted", final)
         self.assertGreater(final["global_step"], metrics["global_step"])
 
-    def test_horovod_one_rank_signalled(self):
-        if "horovod" not in strategies.names():
-            self.skipTest("the horovod strategy is not registered")
-        args = ["--strategy", "horovod", "--np", "2"]
+    @parameterized.parameters(*strategy_names.HOROVOD_RANKS)
+    def test_horovod_one_rank_signalled(self, strategy):
+        args = ["--strategy", strategy, "--np", "2"]
         job, model_dir, metrics_file = self.start(args)
         self.assertTrue(job.wait_for_checkpoints(model_dir), job.output())
         time.sleep(random.uniform(0, 2))

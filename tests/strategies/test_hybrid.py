@@ -1,0 +1,201 @@
+"""Tests of the `hybrid` strategy adapter: sharded tables through the model contract, real ranks.
+
+The unit tests run Horovod in this process (one rank). The slow tests start
+real ranks with `python -m deepfm.launch --strategy hybrid` (Gloo), each job
+in its own process group, stopped with every process it started on cleanup.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import strategies
+from dataprep import synthetic
+from deepfm.config import ModelConfig
+from deepfm.models import ctr
+from deepfm.models import deepfm as model_lib
+from input_pipeline import schema
+from strategies import base, horovod, hybrid
+from strategies import strategy_names as names
+from tests import paths
+from tests.jobs import launch_testing
+
+FEATURE_SIZE = 600
+ROWS = 12_000
+TRAIN_FLAGS = ["--batch_size", "128", "--embedding_size", "8", "--deep_layers", "16,8", "--dropout", "0,0",
+               "--learning_rate", "0.003", "--seed", "5", "--save_checkpoints_steps", "25", "--num_epochs", "2"]
+# Hybrid at 2 ranks against one process with the same global batch and examples.
+AUC_TOLERANCE = 0.01
+RUN_TIMEOUT_S = 300
+
+
+def _skip_without_horovod(test):
+    try:
+        horovod.import_horovod()
+    except ImportError as e:
+        test.skipTest("Horovod is not installed: %s" % e)
+
+
+class OptionsTest(tf.test.TestCase):
+
+    def test_registered_with_its_own_options(self):
+        self.assertIn(names.HYBRID, strategies.names())
+        self.assertIs(hybrid.HybridOptions, strategies.options_class(names.HYBRID))
+        config = strategies.make_config(names.HYBRID, lr_scaling="none", id_capacity=64)
+        self.assertEqual(hybrid.HybridOptions(lr_scaling="none", id_capacity=64), config.options)
+
+    def test_sparse_as_dense_is_horovods_alone(self):
+        with self.assertRaisesRegex(ValueError, "--sparse_as_dense applies to --strategy horovod, not hybrid"):
+            strategies.make_config(names.HYBRID, sparse_as_dense=True)
+
+    def test_negative_capacity_is_named(self):
+        with self.assertRaisesRegex(ValueError, "--id_capacity must be >= 0, got -1"):
+            hybrid.HybridOptions(id_capacity=-1)
+
+
+class OneRankTest(tf.test.TestCase):
+    """The adapter in this process: Horovod with a single rank."""
+
+    def setUp(self):
+        super().setUp()
+        _skip_without_horovod(self)
+        self.strategy = strategies.get(strategies.make_config(names.HYBRID))
+        self.strategy.setup()
+        self.model = ModelConfig(feature_size=50, field_size=4, embedding_size=4, deep_layers=(8,), dropout=(0.0,))
+
+    def _spec(self, mode, model_fn=model_lib.model_fn):
+        self.strategy.run_config(model_dir=self.get_temp_dir(), save_checkpoints_steps=10)
+        with tf.Graph().as_default():
+            tf.compat.v1.train.get_or_create_global_step()
+            features = {schema.FEAT_IDS: tf.zeros([8, 4], tf.int64), schema.FEAT_VALS: tf.ones([8, 4])}
+            labels = None if mode == tf.estimator.ModeKeys.PREDICT else tf.zeros([8])
+            spec = self.strategy.wrap_model_fn(model_fn)(features, labels, mode, ctr.model_params(self.model))
+            names_ = sorted(v.op.name for v in tf.compat.v1.global_variables())
+        return spec, names_
+
+    def test_training_shards_the_tables_and_saves_them_by_steps(self):
+        spec, variables = self._spec(tf.estimator.ModeKeys.TRAIN)
+        self.assertIn("deepfm_model/fm_v/local_shard", variables)
+        self.assertNotIn("deepfm_model/fm_v", variables)
+        savers = [h for h in spec.training_chief_hooks if isinstance(h, tf.compat.v1.train.CheckpointSaverHook)]
+        self.assertLen(savers, 1)
+        self.assertIsNotNone(spec.scaffold.saver)
+        self.assertEqual([], self.strategy.train_hooks())
+
+    def test_export_builds_plain_tables(self):
+        _, variables = self._spec(tf.estimator.ModeKeys.PREDICT)
+        self.assertIn("deepfm_model/fm_v", variables)
+        self.assertFalse([name for name in variables if base.MODEL_CONTEXT_PARAM in name or "local_shard" in name])
+
+    def test_a_model_without_tables_is_refused(self):
+        def dense_only(features, labels, mode, params):
+            context = strategies.ModelContext.of(params)
+            logits = tf.squeeze(ctr.dense(features[schema.FEAT_VALS], 1, "out"), 1)
+            return ctr.estimator_spec(logits, tf.constant(0.0), labels, mode, ctr.model_config(params), context)
+        with self.assertRaisesRegex(ValueError, "dense_only created none .use --strategy horovod"):
+            self._spec(tf.estimator.ModeKeys.TRAIN, dense_only)
+
+
+def _launch(test, args, train_args, name):
+    """Runs `python -m deepfm.launch` to its end; returns the metrics file's record."""
+    work = os.path.join(test.work, name)
+    os.makedirs(work, exist_ok=True)
+    metrics_file = os.path.join(work, "metrics.json")
+    job = launch_testing.LaunchedJob(test, args, os.path.join(work, "logs"),
+                                     train_args + ["--metrics_file", metrics_file])
+    returncode, output = job.wait(timeout=RUN_TIMEOUT_S)
+    test.assertEqual(0, returncode, output + job.rank_logs("ranks"))
+    job.assert_no_process_left()
+    with open(metrics_file) as f:
+        return json.load(f)
+
+
+def _checkpoint_values(path):
+    return {name: tf.train.load_variable(path, name) for name, _ in tf.train.list_variables(path)}
+
+
+@pytest.mark.slow
+class RanksTest(tf.test.TestCase):
+    """Real ranks: quality against one process, a resume at another rank count, the export."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.work = tf.compat.v1.test.get_temp_dir()
+        cls.data = os.path.join(cls.work, "hybrid_data")
+        synthetic.generate(ROWS, cls.data, feature_size=FEATURE_SIZE, shards=2, seed=9)
+
+    def setUp(self):
+        super().setUp()
+        _skip_without_horovod(self)
+
+    def test_two_ranks_learn_as_one_process_resume_at_three_and_export_without_horovod(self):
+        model_dir = os.path.join(self.work, "hybrid_model")
+        export_dir = os.path.join(self.work, "hybrid_export")
+        two = _launch(self, ["--strategy", "hybrid", "--np", "2", "--horovod_controller", "gloo"],
+                      ["--train_data", self.data, "--model_dir", model_dir, "--export_dir", export_dir,
+                       "--lr_scaling", "none"] + TRAIN_FLAGS, "two")
+        # One process with the global batch of the two ranks, over the same examples.
+        one_metrics = os.path.join(self.work, "one_metrics.json")
+        result = subprocess.run(
+            [sys.executable, "-m", "deepfm.train", "--strategy", "single", "--train_data", self.data,
+             "--model_dir", os.path.join(self.work, "one_model"), "--metrics_file", one_metrics]
+            + [f if f != "128" else "256" for f in TRAIN_FLAGS],
+            capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=paths.REPO_ROOT)
+        self.assertEqual(0, result.returncode, result.stderr[-2000:])
+        with open(one_metrics) as f:
+            one = json.load(f)
+        self.assertEqual(one["global_step"], two["global_step"])
+        self.assertLess(abs(two["auc"] - one["auc"]), AUC_TOLERANCE, (two["auc"], one["auc"]))
+        self.assertGreater(two["auc"], 0.6)
+
+        # The checkpoint holds the whole tables under their single-process names.
+        checkpoint = tf.train.latest_checkpoint(model_dir)
+        step = two["global_step"]
+        self.assertEqual("model.ckpt-%d" % step, os.path.basename(checkpoint))
+        before = _checkpoint_values(checkpoint)
+        self.assertEqual((FEATURE_SIZE, 8), before["deepfm_model/fm_v"].shape)
+        self.assertEqual((FEATURE_SIZE,), before["deepfm_model/fm_w"].shape)
+        self.assertEqual((FEATURE_SIZE, 8), before["deepfm_model/fm_v/Adam"].shape)
+        self.assertFalse([name for name in before if "local_shard" in name])
+
+        # Three ranks resume it: their first save, at the same step, holds every row and slot row unchanged.
+        resumed_dir = os.path.join(self.work, "resumed_model")
+        tf.io.gfile.makedirs(resumed_dir)
+        for path in tf.io.gfile.glob(checkpoint + ".*") + [os.path.join(model_dir, "checkpoint")]:
+            tf.io.gfile.copy(path, os.path.join(resumed_dir, os.path.basename(path)))
+        copied_at = os.stat(os.path.join(resumed_dir, "model.ckpt-%d.index" % step)).st_mtime_ns
+        three = _launch(self, ["--strategy", "hybrid", "--np", "3", "--horovod_controller", "gloo"],
+                        ["--train_data", self.data, "--model_dir", resumed_dir, "--lr_scaling", "none",
+                         "--val_data="] + TRAIN_FLAGS[:-1] + ["4"], "three")
+        self.assertGreater(three["global_step"], step)
+        self.assertGreater(os.stat(os.path.join(resumed_dir, "model.ckpt-%d.index" % step)).st_mtime_ns, copied_at,
+                           "the three ranks did not save the resumed step again")
+        resaved = _checkpoint_values(os.path.join(resumed_dir, "model.ckpt-%d" % step))
+        self.assertEqual(sorted(before), sorted(resaved))
+        for name in before:
+            self.assertAllEqual(before[name], resaved[name], msg=name)
+
+        # The SavedModel serves in a process that cannot import Horovod.
+        export = tf.io.gfile.glob(os.path.join(export_dir, "*"))[0]
+        script = ("import sys; sys.modules['horovod'] = None; sys.modules['horovod.tensorflow'] = None\n"
+                  "import numpy as np, tensorflow as tf\n"
+                  "f = tf.saved_model.load(%r).signatures['serving_default']\n"
+                  "p = f(feat_ids=tf.constant(np.arange(78).reshape(2, 39) %% %d, tf.int64),"
+                  " feat_vals=tf.ones([2, 39]))['prob'].numpy()\n"
+                  "print(float(p.min()), float(p.max()))" % (export, FEATURE_SIZE))
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                                cwd=paths.REPO_ROOT)
+        self.assertEqual(0, result.returncode, result.stderr[-2000:])
+        low, high = map(float, result.stdout.split())
+        self.assertTrue(0.0 < low <= high < 1.0, result.stdout)
+        self.assertTrue(np.isfinite([low, high]).all())
+
+
+if __name__ == "__main__":
+    tf.test.main()
