@@ -18,10 +18,12 @@ import time
 
 import pytest
 import tensorflow as tf
+from absl.testing import parameterized
 
 from dataprep import synthetic
 from input_pipeline import schema
 from jobs import hosts, sagemaker_job, sagemaker_local, sagemaker_metrics
+from strategies import strategy_names
 from tests import paths
 
 REPO_ROOT = paths.REPO_ROOT
@@ -52,7 +54,7 @@ def missing_requirements():
 
 
 @pytest.mark.slow
-class LocalJobTest(tf.test.TestCase):
+class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
 
     @classmethod
     def setUpClass(cls):
@@ -138,16 +140,18 @@ class LocalJobTest(tf.test.TestCase):
         self.assertEqual(metrics["global_step"], int(latest.rsplit("-", 1)[1]))
         self.assertIn("algo-1: success", out)
 
-    def test_two_host_mpi_with_sharded_channels(self):
+    @parameterized.parameters(*strategy_names.HOROVOD_RANKS)
+    def test_two_host_mpi_with_sharded_channels(self, strategy):
         output_dir, _ = self.run_job("--instance_count", "2", "--distribution", "mpi",
                                      "--channel", "train=%s" % self.channels["b"],
                                      "--channel", "validation=%s" % self.channels["val"],
-                                     "--distribution_type", "ShardedByS3Key")
+                                     "--distribution_type", "ShardedByS3Key",
+                                     hyperparameters=HYPERPARAMETERS + ("--strategy", strategy))
         shares = [sorted(os.listdir(os.path.join(output_dir, host, "input", "data", "train")))
                   for host in ("algo-1", "algo-2")]
         self.assertEqual([["part-00000.tfrecord"], ["part-00001.tfrecord"]], shares)
         metrics = self.metrics(output_dir)
-        self.assertIn("rank 0 of 2 (local rank 0 of 1)", metrics["strategy"])
+        self.assertIn("%s: rank 0 of 2 (local rank 0 of 1)" % strategy, metrics["strategy"])
         self.assertEqual(2 * ((TRAIN_ROWS // SHARDS) // BATCH), metrics["global_step"])
         self.assertGreater(metrics["auc"], MIN_AUC)
         self.assertLen(self.exports(output_dir, "algo-1"), 1)
