@@ -182,6 +182,7 @@ def network_model_fn(network: Network, name: str) -> Callable:
                              mode == tf.estimator.ModeKeys.TRAIN, context)
         return estimator_spec(logits, l2, labels, mode, config, context)
     model_fn.__name__ = name
+    model_fn.__module__ = network.__module__
     return model_fn
 
 

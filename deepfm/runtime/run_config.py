@@ -72,11 +72,11 @@ def read(model_dir: str) -> Optional[Dict]:
     Raises:
       ValueError: the file is not a configuration of this package.
     """
+    if not os.path.isfile(path(model_dir)):
+        return None
     try:
         with open(path(model_dir)) as f:
             record = json.load(f)
-    except FileNotFoundError:
-        return None
     except json.JSONDecodeError as e:
         raise ValueError("%s is not valid JSON (%s): move it away to start the record again"
                          % (path(model_dir), e)) from e

@@ -191,10 +191,11 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         return None
 
     model_fn = model_fn or models.get(model.model)
-    resumed_step = check_model_dir(train.model_dir, model, repair=strategy.is_chief, model_fn=model_fn)
     record = run_config.resolved(train, model, input_config, strategy.config, _qualified_name(model_fn))
     if strategy.is_chief:
         run_config.check_resume(train.model_dir, record)
+    resumed_step = check_model_dir(train.model_dir, model, repair=strategy.is_chief, model_fn=model_fn)
+    if strategy.is_chief:
         run_config.write(train.model_dir, record)
     if resumed_step is not None:
         logging.info("resuming from the checkpoint in %s at global step %d", train.model_dir, resumed_step)

@@ -83,6 +83,22 @@ class EntryPointTest(tf.test.TestCase):
         self.assertIn("Traceback", detailed.stderr)
         self.assertIn("exists and is not a directory", detailed.stderr)
 
+    def test_an_option_of_another_strategy_is_refused(self):
+        proc = self._train("--model_dir", os.path.join(self.get_temp_dir(), "m"), "--strategy", "single",
+                           "--ps_towers", "2")
+        self.assertEqual(1, proc.returncode)
+        self.assertIn("deepfm.train: error: --ps_towers applies to --strategy ps, not single", proc.stderr)
+
+    def test_dcn_trains_and_a_resume_with_another_model_is_refused_naming_both(self):
+        model_dir = os.path.join(self.get_temp_dir(), "dcn")
+        first = self._train("--model_dir", model_dir, "--model", "dcn", "--max_steps", "5")
+        self.assertEqual(0, first.returncode, first.stderr[-3000:])
+        self.assertIn("validation AUC:", first.stdout)
+        again = self._train("--model_dir", model_dir, "--model", "deepfm", "--max_steps", "10")
+        self.assertEqual(1, again.returncode)
+        self.assertRegex(again.stderr, "holds checkpoints of another model or optimizer "
+                                       r"\(model.model was 'dcn', now 'deepfm'")
+
 
 if __name__ == "__main__":
     tf.test.main()
