@@ -117,7 +117,7 @@ def rank_loss(rows: Dict[str, tf.Tensor], dense: tf.Tensor, step: int, rank: int
 
 def make_optimizer(name: str):
     """The optimizer of a case."""
-    from deepfm.optimizers import LazyAdamOptimizer  # pylint: disable=import-outside-toplevel
+    from deepfm.models.optimizers import LazyAdamOptimizer  # pylint: disable=import-outside-toplevel
     if name == SGD:
         return tf.compat.v1.train.GradientDescentOptimizer(LEARNING_RATE)
     if name == ADAM:
