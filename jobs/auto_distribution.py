@@ -10,6 +10,7 @@ on a `link_gbps` link. Its pick becomes a distribution:
   then picks towers or MirroredStrategy on the host);
 * `horovod`: `mpi`, one rank per core;
 * `horovod_dense`: `mpi`, one rank per core, with `--sparse_as_dense`;
+* `hybrid`: `mpi`, one rank per core, with `--strategy hybrid`;
 * `ps`: `parameter_server` (SageMaker runs one worker and one ps per host);
 * `single` on several instances is refused: the model predicts that one
   process beats every multi-host layout, and the extra instances would be
@@ -31,6 +32,7 @@ AUTO = "auto"
 ADVISE_MODULE = "deepfm.advise"
 ADVISE_TIMEOUT_S = 600
 SPARSE_AS_DENSE = "sparse_as_dense"
+STRATEGY = "strategy"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +55,8 @@ class Choice:
 
     def describe(self) -> str:
         """One line for the console."""
-        extra = "".join(" --%s" % key for key in self.hyperparameters)
+        extra = "".join(" --%s" % key if value is True else " --%s %s" % (key, value)
+                        for key, value in self.hyperparameters.items())
         ranks = " with %d rank(s) per host" % self.processes_per_host if self.distribution == "mpi" else ""
         return "--distribution auto: %s%s%s (%s)" % (self.distribution, ranks, extra, self.reason)
 
@@ -69,6 +72,8 @@ def from_advice(advice: Mapping[str, object], instance_count: int, cores_per_hos
         return Choice(sagemaker_job.DISTRIBUTION_MPI, cores_per_host, {}, pick, reason)
     if pick == cost_model.HOROVOD_DENSE:
         return Choice(sagemaker_job.DISTRIBUTION_MPI, cores_per_host, {SPARSE_AS_DENSE: True}, pick, reason)
+    if pick == cost_model.HYBRID:
+        return Choice(sagemaker_job.DISTRIBUTION_MPI, cores_per_host, {STRATEGY: cost_model.HYBRID}, pick, reason)
     if pick == cost_model.PS:
         return Choice(sagemaker_job.DISTRIBUTION_PS, 1, {}, pick, reason)
     if pick == cost_model.SINGLE:

@@ -24,10 +24,17 @@ fitted by `calibrate` to measured steps (`benchmarks/scale_out.py`).
   out): every step pulls the rows and dense weights it needs and pushes their
   gradients; (hosts - 1) / hosts of that goes to another host, and both the
   worker and the ps side of each transfer run on the host's cores.
+* `hybrid`: the tables are sharded over the processes; each process sends
+  its batch's distinct ids to their owners and receives their rows
+  (forward), then sends the rows' gradients back (backward), all-to-all:
+  (processes - 1) / processes of its distinct rows cross to another
+  process, whatever the number of processes; the owners' side of every
+  exchange is the same size; dense gradients are ring-allreduced. The bytes
+  a process handles per step do not grow with the number of processes.
 * `single`: one process on one core: `batch_size / compute`.
 
 Rows per step are the distinct ids of a batch with `--dedup_lookups`,
-every id (batch x fields) without. Efficiency = compute / step (a process
+every id (batch x fields) without; `hybrid` always moves distinct ids. Efficiency = compute / step (a process
 of a multi-process job against one process alone on one core).
 """
 
@@ -48,10 +55,15 @@ DEFAULT_LATENCY_S = 50e-6
 # The link of hosts without a bandwidth limit (a veth pair; memory speed).
 DEFAULT_UNLIMITED_GBPS = 100.0
 
-SINGLE, PS, HOROVOD = names.SINGLE, names.PS, names.HOROVOD
+SINGLE, PS, HOROVOD, HYBRID = names.SINGLE, names.PS, names.HOROVOD, names.HYBRID
 # Horovod with --sparse_as_dense: embedding gradients allreduced as dense tensors.
 HOROVOD_DENSE = "horovod_dense"
-STRATEGIES = (SINGLE, PS, HOROVOD, HOROVOD_DENSE)
+STRATEGIES = (SINGLE, PS, HOROVOD, HOROVOD_DENSE, HYBRID)
+# The strategies whose processes are Horovod ranks (their collectives' costs).
+RANK_STRATEGIES = (HOROVOD, HOROVOD_DENSE, HYBRID)
+# A hybrid step: two all-to-alls forward (ids out, rows back), two backward (the reverse).
+HYBRID_ALLTOALLS = 4
+ID_BYTES = 4
 
 # CPU instance types of SageMaker training: (physical cores, i.e. vCPUs / 2; network Gbit/s, the
 # sustained figure where AWS says "up to").
@@ -95,6 +107,10 @@ class StepProfile:
       ps_cpu_s_per_byte: `cpu_s_per_byte` of the parameter servers' gRPC
         exchange, when it differs from the collectives' (None: the same).
       ps_overhead_s: `overhead_s` of a parameter-server step (None: the same).
+      hybrid_cpu_s_per_byte: `cpu_s_per_byte` of the hybrid strategy's
+        all-to-all exchange, when it differs from Horovod's allgathers
+        (None: the same).
+      hybrid_overhead_s: `overhead_s` of a hybrid step (None: the same).
       dedup: whether lookups are deduplicated (`distinct_ids_per_step` rows move).
     """
 
@@ -109,6 +125,8 @@ class StepProfile:
     overhead_s: float = 0.0
     ps_cpu_s_per_byte: Optional[float] = None
     ps_overhead_s: Optional[float] = None
+    hybrid_cpu_s_per_byte: Optional[float] = None
+    hybrid_overhead_s: Optional[float] = None
     dedup: bool = True
 
     def __post_init__(self):
@@ -124,10 +142,10 @@ class StepProfile:
 
     def costs(self, strategy: str) -> Tuple[float, float]:
         """`(overhead_s, cpu_s_per_byte)` of a distributed step of `strategy`."""
-        if strategy == PS:
-            return (self.overhead_s if self.ps_overhead_s is None else self.ps_overhead_s,
-                    self.cpu_s_per_byte if self.ps_cpu_s_per_byte is None else self.ps_cpu_s_per_byte)
-        return self.overhead_s, self.cpu_s_per_byte
+        own = {PS: (self.ps_overhead_s, self.ps_cpu_s_per_byte),
+               HYBRID: (self.hybrid_overhead_s, self.hybrid_cpu_s_per_byte)}.get(strategy, (None, None))
+        return (self.overhead_s if own[0] is None else own[0],
+                self.cpu_s_per_byte if own[1] is None else own[1])
 
     @property
     def rows(self) -> float:
@@ -143,6 +161,16 @@ class StepProfile:
     def sparse_bytes(self) -> float:
         """Bytes of one step's embedding rows (or their gradients) with their indices."""
         return self.rows * (self.row_bytes + EMBEDDING_TABLES * INDEX_BYTES)
+
+    @property
+    def hybrid_bytes(self) -> float:
+        """Bytes one process sends per step in the hybrid exchange if every owner were remote.
+
+        Its distinct ids out and their rows back (forward), the rows'
+        gradients out (backward); the owner side of the exchange adds the
+        same again, which `traffic` counts.
+        """
+        return self.distinct_ids_per_step * (ID_BYTES + 2 * self.row_bytes)
 
     @property
     def dense_bytes(self) -> int:
@@ -245,6 +273,13 @@ def traffic(strategy: str, profile: StepProfile, cluster: Cluster) -> Tuple[floa
     if strategy == HOROVOD_DENSE:
         reduced = 2.0 * (processes - 1) / processes * (profile.table_bytes + profile.dense_bytes)
         return remote * reduced, 2.0 * reduced, 2 * (processes - 1)
+    if strategy == HYBRID:
+        reduced = 2.0 * (processes - 1) / processes * profile.dense_bytes
+        # Each process's exchange with every other process, and its owner side of theirs.
+        exchanged = (processes - 1) / processes * profile.hybrid_bytes
+        remote_share = (processes - cluster.cores_per_host) / processes
+        link = cluster.cores_per_host * (remote_share * profile.hybrid_bytes + remote * reduced)
+        return link, 2.0 * (exchanged + reduced), HYBRID_ALLTOALLS + 2 * (processes - 1)
     if strategy == PS:
         # Pull: ids out, rows and dense weights in; push: the same as gradients (with indices).
         per_worker = 2.0 * (profile.sparse_bytes + profile.dense_bytes)

@@ -24,6 +24,8 @@ class FromAdviceTest(parameterized.TestCase, tf.test.TestCase):
         ("horovod_dense", cost_model.HOROVOD_DENSE, sagemaker_job.DISTRIBUTION_MPI, 36,
          {auto_distribution.SPARSE_AS_DENSE: True}),
         ("ps", cost_model.PS, sagemaker_job.DISTRIBUTION_PS, 1, {}),
+        ("hybrid", cost_model.HYBRID, sagemaker_job.DISTRIBUTION_MPI, 36,
+         {auto_distribution.STRATEGY: cost_model.HYBRID}),
     )
     def test_pick_becomes_a_distribution(self, pick, distribution, processes_per_host, hyperparameters):
         choice = auto_distribution.from_advice({"pick": pick, "reason": "because"}, 2, 36)

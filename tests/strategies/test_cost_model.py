@@ -70,8 +70,26 @@ class TrafficTest(tf.test.TestCase):
         self.assertAlmostEqual(2 * 1056, handled)
         self.assertEqual(4, rounds)
 
+    def test_hybrid_two_processes(self):
+        # 4 distinct ids: 4 x (4 id bytes + 2 x 16 row bytes) = 144 bytes, half of them to the other process;
+        # the other process's exchange with this one is as large; allreduce 2 x 1/2 x 400 = 400 bytes.
+        link, handled, rounds = cost_model.traffic(cost_model.HYBRID, _profile(), _cluster())
+        self.assertAlmostEqual(144 / 2 + 400, link)
+        self.assertAlmostEqual(2 * (144 / 2 + 400), handled)
+        self.assertEqual(4 + 2, rounds)
+
+    def test_hybrid_bytes_per_process_do_not_grow_with_processes(self):
+        profile = _profile(dense_params=0)
+        handled = [cost_model.traffic(cost_model.HYBRID, profile, _cluster(hosts=hosts))[1]
+                   for hosts in (2, 4, 8, 64)]
+        gathered = [cost_model.traffic(cost_model.HOROVOD, profile, _cluster(hosts=hosts))[1]
+                    for hosts in (2, 4, 8, 64)]
+        self.assertLess(max(handled), 2 * 144 + 1e-9)
+        self.assertLess(max(handled) / min(handled), 2.0)
+        self.assertGreater(gathered[-1] / gathered[0], 60)
+
     def test_one_host_has_no_link_traffic(self):
-        for strategy in (cost_model.HOROVOD, cost_model.HOROVOD_DENSE, cost_model.PS):
+        for strategy in (cost_model.HOROVOD, cost_model.HOROVOD_DENSE, cost_model.PS, cost_model.HYBRID):
             link, _, _ = cost_model.traffic(strategy, _profile(), _cluster(hosts=1, cores=2))
             self.assertEqual(0.0, link, strategy)
 
