@@ -70,6 +70,13 @@ def check_ids(feat_ids: tf.Tensor, feature_size: int) -> tf.Tensor:
         return tf.identity(feat_ids)
 
 
+def checked_inputs(feat_ids: tf.Tensor, feat_vals: tf.Tensor, config: ModelConfig) -> Tuple[tf.Tensor, tf.Tensor]:
+    """The ids (guarded by `check_ids` when `config.check_ids`) and the values as [B, field_size]."""
+    if config.check_ids:
+        feat_ids = check_ids(feat_ids, config.feature_size)
+    return feat_ids, tf.reshape(feat_vals, [-1, config.field_size])
+
+
 def dense(inputs: tf.Tensor, units: int, name: str) -> tf.Tensor:
     """A fully connected layer, [B, n] -> [B, units], with shared (AUTO_REUSE) variables."""
     kernel = tf.compat.v1.get_variable(

@@ -56,9 +56,7 @@ def dcn_logits(feat_ids: tf.Tensor, feat_vals: tf.Tensor, config: ModelConfig, t
     context = context or strategies.ModelContext()
     field_size = config.field_size
     k = config.embedding_size
-    if config.check_ids:
-        feat_ids = ctr.check_ids(feat_ids, config.feature_size)
-    feat_vals = tf.reshape(feat_vals, [-1, field_size])
+    feat_ids, feat_vals = ctr.checked_inputs(feat_ids, feat_vals, config)
     with tf.compat.v1.variable_scope(SCOPE, reuse=tf.compat.v1.AUTO_REUSE):
         weights = context.embedding("linear", config.feature_size).lookup(feat_ids)           # [B, F]
         factors = context.embedding("embeddings", config.feature_size, [k]).lookup(feat_ids)  # [B, F, k]

@@ -49,9 +49,7 @@ def deepfm_logits(feat_ids: tf.Tensor, feat_vals: tf.Tensor, config: ModelConfig
     context = context or strategies.ModelContext()
     field_size = config.field_size
     k = config.embedding_size
-    if config.check_ids:
-        feat_ids = ctr.check_ids(feat_ids, config.feature_size)
-    feat_vals = tf.reshape(feat_vals, [-1, field_size])
+    feat_ids, feat_vals = ctr.checked_inputs(feat_ids, feat_vals, config)
     with tf.compat.v1.variable_scope(SCOPE, reuse=tf.compat.v1.AUTO_REUSE):
         fm_bias = tf.compat.v1.get_variable("fm_bias", [1], initializer=tf.compat.v1.zeros_initializer())
         fm_w = context.embedding("fm_w", config.feature_size)
