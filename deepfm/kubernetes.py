@@ -39,9 +39,8 @@ INSTANCE_TYPE = "kubernetes"
 EXIT_USAGE = 2
 
 FLAGS = flags.FLAGS
-
-
 PROGRAM = "deepfm.kubernetes"
+
 
 def define_flags() -> None:
     """The flags of both commands (`render` and `local` each ignore the other's)."""

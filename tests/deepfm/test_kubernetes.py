@@ -9,8 +9,9 @@ import tensorflow as tf
 import yaml
 
 from dataprep import synthetic
+from tests import paths
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 
 
 def kubernetes(*args):

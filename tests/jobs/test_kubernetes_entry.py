@@ -9,8 +9,9 @@ import time
 import unittest
 
 from jobs import kubernetes_entry
+from tests import paths
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 CLUSTER = {"chief": ["js-chief-0-0.js:2222"], "worker": ["js-worker-0-0.js:2222", "js-worker-0-1.js:2222"],
            "ps": ["js-ps-0-0.js:2222"]}
 

@@ -21,8 +21,9 @@ import yaml
 
 from dataprep import synthetic
 from jobs import hosts
+from tests import paths
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 JOB_TIMEOUT_S = 300
 FEATURE_SIZE = 500
 ROWS = 3_000

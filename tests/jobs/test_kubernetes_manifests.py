@@ -1,12 +1,11 @@
-"""The rendered manifests, validated offline against the real schemas.
+"""The rendered manifests, validated offline against the official schemas and models.
 
 Built-in kinds (PersistentVolumeClaim, Service, ConfigMap, the Jobs of a
-JobSet) go through `kubernetes-validate --strict` (the Kubernetes OpenAPI
-schemas it ships; unknown fields are errors). The operator kinds are
-validated against the `openAPIV3Schema` of the operators' released CRDs
-(`tests/jobs/crd_schemas/README.md` says where each came from), made strict
-the way `kubectl apply`'s strict field validation is: an object with declared
-properties accepts no other field.
+JobSet, the pod templates of a TFJob's or MPIJob's replicas) go through
+`kubernetes-validate --strict` (the Kubernetes OpenAPI schemas it ships;
+unknown fields are errors). The operator kinds are validated strictly against
+their official client models (`tests/jobs/operator_models.py`): the Kubeflow
+training SDK's for TFJob and MPIJob, the Kubeflow Trainer API's for JobSet.
 """
 
 import copy
@@ -17,43 +16,33 @@ import sys
 import tempfile
 import unittest
 
-import jsonschema
 import yaml
 
 from jobs import kubernetes_entry
 from jobs import kubernetes_manifests as manifests
 from jobs import sagemaker_job
+from tests.jobs import operator_models
 
-SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crd_schemas")
-SCHEMAS = {manifests.TFJOB: "tfjobs.kubeflow.org-v1.json",
-           manifests.MPIJOB: "mpijobs.kubeflow.org-v2beta1.json",
-           manifests.JOBSET: "jobsets.jobset.x-k8s.io-v1alpha2.json"}
 API_VERSIONS = {manifests.TFJOB: manifests.TFJOB_API_VERSION, manifests.MPIJOB: manifests.MPIJOB_API_VERSION,
                 manifests.JOBSET: manifests.JOBSET_API_VERSION}
+REPLICA_SPECS = {manifests.TFJOB: "tfReplicaSpecs", manifests.MPIJOB: "mpiReplicaSpecs"}
 KUBERNETES_VERSION = "1.35.0"
 KUBERNETES_VALIDATE = os.path.join(os.path.dirname(sys.executable), "kubernetes-validate")
-PRESERVE_UNKNOWN = "x-kubernetes-preserve-unknown-fields"
 
 
-def strict(schema):
-    """A CRD schema in which an object with declared properties accepts no other field."""
-    if isinstance(schema, dict):
-        schema = {key: strict(value) for key, value in schema.items()}
-        if ("properties" in schema and "additionalProperties" not in schema
-                and not schema.get(PRESERVE_UNKNOWN)):
-            schema["additionalProperties"] = False
-        return schema
-    if isinstance(schema, list):
-        return [strict(value) for value in schema]
-    return schema
+def nested_builtin(document):
+    """The built-in kinds inside an operator-kind document, as documents of their own.
 
-
-def crd_errors(document):
-    """Every violation of its CRD schema by an operator-kind document, as `path: message`."""
-    with open(os.path.join(SCHEMA_DIR, SCHEMAS[document["kind"]])) as f:
-        validator = jsonschema.Draft7Validator(strict(json.load(f)))
-    return ["%s: %s" % ("/".join(map(str, error.absolute_path)), error.message)
-            for error in validator.iter_errors(document)]
+    A TFJob's or MPIJob's replica templates as `v1` PodTemplates; each
+    replicated job of a JobSet as the `batch/v1` Job it creates.
+    """
+    name = document["metadata"]["name"]
+    if document["kind"] in REPLICA_SPECS:
+        return [{"apiVersion": "v1", "kind": "PodTemplate",
+                 "metadata": {"name": "%s-%s" % (name, replica_type.lower())}, "template": spec["template"]}
+                for replica_type, spec in document["spec"][REPLICA_SPECS[document["kind"]]].items()]
+    return [{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "%s-%s-0" % (name, replicated["name"])},
+             "spec": replicated["template"]["spec"]} for replicated in document["spec"]["replicatedJobs"]]
 
 
 def kubernetes_validate(documents):
@@ -102,19 +91,13 @@ class RenderedKindsAreValidTest(unittest.TestCase):
             with self.subTest(variant):
                 files = manifests.render(make())
                 documents = [document for docs in files.values() for document in docs]
-                builtin = [d for d in documents if d["kind"] not in SCHEMAS]
-                operator = [d for d in documents if d["kind"] in SCHEMAS]
-                self.assertTrue(operator)
+                builtin = [d for d in documents if d["kind"] not in operator_models.KIND_MODELS]
+                operator = [d for d in documents if d["kind"] in operator_models.KIND_MODELS]
+                self.assertEqual(2, len(operator))
                 for document in operator:
                     self.assertEqual(API_VERSIONS[document["kind"]], document["apiVersion"])
-                    self.assertEqual([], crd_errors(document), document["kind"])
-                # A JobSet's Jobs are built-in kinds too: each replicated job's template as a batch/v1 Job.
-                for document in operator:
-                    for replicated in document["spec"].get("replicatedJobs", []):
-                        builtin.append({"apiVersion": "batch/v1", "kind": "Job",
-                                        "metadata": {"name": "%s-%s-0" % (document["metadata"]["name"],
-                                                                          replicated["name"])},
-                                        "spec": replicated["template"]["spec"]})
+                    self.assertEqual([], operator_models.errors(document), document["kind"])
+                    builtin.extend(nested_builtin(document))
                 code, output = kubernetes_validate(builtin)
                 self.assertEqual(0, code, output)
 
@@ -124,15 +107,41 @@ class RenderedKindsAreValidTest(unittest.TestCase):
         self.assertEqual(["mpijob.yaml", "jobset.yaml"], list(manifests.render(VARIANTS["mpi, one worker"]())))
 
     def test_the_checks_reject_what_an_api_server_would(self):
-        tfjob = manifests.render(VARIANTS["ps, one worker"]())["tfjob.yaml"][0]
+        files = manifests.render(VARIANTS["ps, one worker"]())
+        tfjob = files["tfjob.yaml"][0]
         unknown = copy.deepcopy(tfjob)
         unknown["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["imagePullPolice"] = "Always"
-        self.assertTrue(any("imagePullPolice" in error for error in crd_errors(unknown)))
+        self.assertTrue(any("containers[0].imagePullPolice: unknown field" in error
+                            for error in operator_models.errors(unknown)))
+        code, output = kubernetes_validate(nested_builtin(unknown))
+        self.assertNotEqual(0, code)
+        self.assertIn("imagePullPolice", output)
         wrong_type = copy.deepcopy(tfjob)
         wrong_type["spec"]["runPolicy"]["backoffLimit"] = "three"
-        self.assertTrue(crd_errors(wrong_type))
-        pvc = manifests.render(VARIANTS["ps, one worker"]())["pvc.yaml"][0]
-        bad = copy.deepcopy(pvc)
+        self.assertEqual(["spec.runPolicy.backoffLimit: expected int, got 'three'"],
+                         operator_models.errors(wrong_type))
+        missing = copy.deepcopy(tfjob)
+        del missing["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["name"]
+        self.assertTrue(any("`name`" in error for error in operator_models.errors(missing)))
+
+        jobset = files["jobset.yaml"][-1]
+        unknown = copy.deepcopy(jobset)
+        unknown["spec"]["failurePolicey"] = unknown["spec"].pop("failurePolicy")
+        self.assertTrue(any("spec.failurePolicey: unknown field" in error
+                            for error in operator_models.errors(unknown)))
+        unknown_nested = copy.deepcopy(jobset)
+        unknown_nested["spec"]["replicatedJobs"][0]["template"]["spec"]["backofLimit"] = 0
+        self.assertTrue(any("template.spec.backofLimit: unknown field" in error
+                            for error in operator_models.errors(unknown_nested)))
+        wrong_type = copy.deepcopy(jobset)
+        wrong_type["spec"]["failurePolicy"]["maxRestarts"] = "3"
+        self.assertTrue(any("maxRestarts" in error for error in operator_models.errors(wrong_type)))
+        missing = copy.deepcopy(jobset)
+        del missing["spec"]["replicatedJobs"][0]["name"]
+        self.assertIn("spec.replicatedJobs[0]: required field 'name' of JobsetV1alpha2ReplicatedJob is missing",
+                      operator_models.errors(missing))
+
+        bad = copy.deepcopy(files["pvc.yaml"][0])
         bad["spec"]["accessMode"] = ["ReadWriteMany"]
         code, output = kubernetes_validate([bad])
         self.assertNotEqual(0, code)
@@ -199,6 +208,8 @@ class MPIJobTest(unittest.TestCase):
         self.assertNotIn("-np", launcher["args"])  # every slot of the operator's hostfile runs a rank
         self.assertIn("--strategy=horovod", launcher["args"])
         self.assertIn("prometheus.io/scrape", specs["Worker"]["template"]["metadata"]["annotations"])
+        # The SDK's MPIJob model (validated against) is v1's: of its fields, v2beta1 moved or dropped these.
+        self.assertFalse({"cleanPodPolicy", "mainContainer"} & set(mpijob["spec"]))
 
 
 class JobSetTest(unittest.TestCase):

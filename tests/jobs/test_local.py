@@ -396,10 +396,6 @@ class SigtermTest(FaultTestCase):
         self.assertGreater(final["global_step"], step)
 
 
-if __name__ == "__main__":
-    tf.test.main()
-
-
 @pytest.mark.slow
 class ElasticLaunchTest(FaultTestCase):
     """A worker gone for good: the job restarts from its latest checkpoint with the workers left."""
@@ -426,3 +422,7 @@ class ElasticLaunchTest(FaultTestCase):
         # The chief alone reads the whole training split: one worker's budget, 3 epochs.
         train_rows = int(FAULT_ROWS * 0.9)
         self.assertBetween(metrics["global_step"], 3 * (train_rows // 64), 3 * (train_rows // 64) + 1)
+
+
+if __name__ == "__main__":
+    tf.test.main()

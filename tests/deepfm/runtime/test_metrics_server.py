@@ -17,8 +17,9 @@ from deepfm.runtime import hooks as hooks_lib
 from deepfm.runtime import metrics_server
 from dataprep import synthetic
 from jobs import processes
+from tests import paths
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = paths.REPO_ROOT
 SCRAPE_TIMEOUT_S = 240
 METRIC = re.compile(r"^(\w+) (\S+)$", re.M)
 
