@@ -180,10 +180,10 @@ def parse_flags(flag_values=FLAGS):
             if value and not pipe_mode:
                 raise ValueError("--%s %r needs --input_mode %s" % (flag, value, pipeline.INPUT_MODE_PIPE))
         data: Optional[dataset_lib.Dataset] = None
-        if not pipe_mode or f.train_data:
-            if not f.train_data:
-                raise ValueError("--train_data is required in File mode")
-            data = dataset_lib.Dataset.open(f.train_data, f.val_data, data_format)
+        if not pipe_mode and not f.train_data:
+            raise ValueError("--train_data is required in File mode")
+        if f.train_data or f.val_data:
+            data = dataset_lib.Dataset.open(f.train_data or [], f.val_data, data_format)
         metadata = data.metadata if data is not None else None
         feature_size = f.feature_size or (metadata.feature_size if metadata else None)
         if feature_size is None:

@@ -41,7 +41,8 @@ class Dataset:
 
         Args:
           train: training files, globs or directories; a dataset root means
-            its `train/` files.
+            its `train/` files. Empty: none (Pipe mode, where the training
+            data arrives on a channel); the metadata then comes from `val`.
           val: validation specs; None: the `validation/` files of the dataset
             roots among `train`; an empty list: none.
           data_format: the files' format (or its name).
@@ -52,13 +53,13 @@ class Dataset:
         """
         data_format = formats.as_format(data_format)
         train_specs = [train] if isinstance(train, str) else list(train)
-        train_files = tuple(files.resolve(train_specs, data_format, split=schema.TRAIN_SPLIT))
+        val_specs = [] if val is None else [val] if isinstance(val, str) else list(val)
+        train_files = tuple(files.resolve(train_specs, data_format, split=schema.TRAIN_SPLIT)) if train_specs else ()
         if val is None:
             val_files = tuple(files.default_validation(train_specs, data_format))
         else:
-            val_specs = [val] if isinstance(val, str) else list(val)
             val_files = tuple(files.resolve(val_specs, data_format, split=schema.VALIDATION_SPLIT)) if val_specs else ()
-        return cls(train_files, val_files, data_format, find_metadata(train_specs))
+        return cls(train_files, val_files, data_format, find_metadata(train_specs or val_specs))
 
     @property
     def feature_size(self) -> int:

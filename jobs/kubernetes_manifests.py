@@ -41,6 +41,7 @@ import yaml
 
 from jobs import kubernetes_entry
 from jobs import sagemaker_job
+from strategies import strategy_names as names
 
 TFJOB_API_VERSION = "kubeflow.org/v1"
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
@@ -67,12 +68,13 @@ READ_WRITE_MANY = "ReadWriteMany"
 PYTHON = "python"
 TRAIN_MODULE = "deepfm.train"
 ENTRY_MODULE = "jobs.kubernetes_entry"
-STRATEGY_OF = {sagemaker_job.DISTRIBUTION_PS: "ps", sagemaker_job.DISTRIBUTION_MPI: "horovod",
-               sagemaker_job.DISTRIBUTION_NONE: "single"}
+STRATEGY_OF = {sagemaker_job.DISTRIBUTION_PS: names.PS, sagemaker_job.DISTRIBUTION_MPI: names.HOROVOD,
+               sagemaker_job.DISTRIBUTION_NONE: names.SINGLE}
+# The strategies a distribution may run instead of its own, chosen by the hyperparameter `strategy`.
+STRATEGY_CHOICES = {sagemaker_job.DISTRIBUTION_MPI: names.HOROVOD_RANKS}
 MODEL_DIR, EXPORT_DIR, METRICS_FILE = "model", "export", "metrics.json"
 TRAIN_CHANNEL, VALIDATION_CHANNEL = "train", "validation"
-# Flags the manifests set themselves (a hyperparameter of the same name wins, except these).
-RESERVED_HYPERPARAMETERS = ("strategy",)
+STRATEGY_HYPERPARAMETER = "strategy"
 GPU_RESOURCE = "nvidia.com/gpu"
 # The labels of every pod of a job, and the elastic bounds the local runner reads.
 NAME_LABEL = "app.kubernetes.io/name"
@@ -241,9 +243,12 @@ class KubernetesJob:
             if os.path.isabs(channel.uri) or channel.uri.split("/")[0] == "..":
                 raise ValueError("--channel %s=%s: give a path inside the volume, relative to --mount_path %s"
                                  % (channel.name, channel.uri, self.mount_path))
-        reserved = sorted(set(RESERVED_HYPERPARAMETERS) & set(self.spec.hyperparameters))
-        if reserved:
-            raise ValueError("hyperparameter --%s: the manifests set it from --distribution" % reserved[0])
+        strategy = self.spec.hyperparameters.get(STRATEGY_HYPERPARAMETER)
+        allowed = STRATEGY_CHOICES.get(self.spec.distribution, ())
+        if strategy is not None and strategy not in allowed:
+            raise ValueError("hyperparameter --strategy %s: the manifests set it from --distribution %s%s" % (
+                strategy, self.spec.distribution,
+                " (which also runs %s)" % " or ".join(allowed) if allowed else ""))
         if self.num_ps < 1:
             raise ValueError("--num_ps must be >= 1, got %r" % self.num_ps)
         if not 1 <= self.min_workers <= self.spec.instance_count <= self.max_workers:

@@ -211,6 +211,12 @@ class MPIJobTest(unittest.TestCase):
         # The SDK's MPIJob model (validated against) is v1's: of its fields, v2beta1 moved or dropped these.
         self.assertFalse({"cleanPodPolicy", "mainContainer"} & set(mpijob["spec"]))
 
+    def test_an_mpi_job_runs_the_hybrid_strategy_when_asked(self):
+        mpijob = manifests.mpijob(job_of("mpi", 2, hyperparameters={"strategy": "hybrid"}))
+        launcher = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+        self.assertIn("--strategy=hybrid", launcher["args"])
+        self.assertNotIn("--strategy=horovod", launcher["args"])
+
 
 class JobSetTest(unittest.TestCase):
 
