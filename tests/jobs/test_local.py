@@ -37,11 +37,13 @@ ENDLESS_STEPS = "1000000"
 # a higher learning rate or more epochs overfit and spread them further.
 FAULT_ROWS = 12000
 FAULT_TRAIN_FLAGS = ["--num_epochs", "3", "--learning_rate", "0.005", "--save_checkpoints_steps", "40", "--seed", "1"]
-# A restarted parameter-server job loses at most this much AUC against an
-# uninterrupted one. Measured: five restarted runs (two data settings) ended
-# 0.013 to 0.026 AUC *above* the uninterrupted run of the same test
-# (asynchronous runs alone differ by up to 0.006), so only a loss is checked.
-AUC_LOSS_TOLERANCE = 0.01
+# A restarted job loses at most this much AUC against an uninterrupted one.
+# Measured: five restarted parameter-server runs (two data settings) ended
+# 0.013 to 0.026 AUC *above* the uninterrupted run of the same test; on a
+# machine loaded by other test processes (load average 8 on 2 cores) three
+# more ended 0.021 below, 0.010 below and 0.009 below: asynchronous updates
+# depend on the processes' timing. Only a loss is checked.
+AUC_LOSS_TOLERANCE = 0.03
 # A job whose parameter server died fails within this many seconds.
 PS_DEATH_BOUND_S = 60
 
