@@ -22,6 +22,9 @@ cheap and imports no TensorFlow)::
   (`strategies.base`); `models`: the built-in model_fns (DeepFM, DCN).
 * `strategies`: `strategies.get(config)`, `strategies.names()`.
 * `TrainResult`: what a run reports.
+* `configure_logging`: TensorFlow's and absl's logging as the command lines
+  keep it (warnings and errors, without deprecation notices), for a script
+  of your own (`cli.entry`).
 
 docs/api.md walks through it.
 """
@@ -42,6 +45,7 @@ _EXPORTS = {
     "TrainResult": ("deepfm.runtime.trainer", "TrainResult"),
     "models": ("deepfm.models", None),
     "strategies": ("strategies", None),
+    "configure_logging": ("cli.entry", "configure_logging"),
 }
 
 __all__ = sorted(_EXPORTS)

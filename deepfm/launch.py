@@ -14,7 +14,13 @@ installed and Horovod was built with it)::
 
 The flags after `--` go unchanged to `python -m deepfm.train --strategy
 <strategy>` in every task; the chief (rank 0) writes `--metrics_file` and the
-export. Each task logs to `<log_dir>/<task>_<index>.log`. When a task fails,
+export. `--program SCRIPT` runs a training script of your own in every task
+instead (`python SCRIPT --strategy <strategy> <flags after -->`), e.g. one
+that trains its own model_fn through `deepfm.train_and_evaluate`::
+
+    python -m deepfm.launch --strategy ps --program examples/custom_model.py -- data/synthetic --model_dir runs/c
+
+Each task logs to `<log_dir>/<task>_<index>.log`. When a task fails,
 every other process is stopped, and the launcher names the task, its exit
 code and the end of its log, and exits with a non-zero code; so it does on
 Ctrl-C or SIGTERM. Stopped training tasks finish their step and the chief
@@ -67,6 +73,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("max_replicas", 0, "Elastic: the most training workers (0: --num_workers or --np).")
     flags.DEFINE_string("host_discovery_script", "", "Elastic: a shell command printing the workers that are up, "
                         "one host:slots line per host (Horovod's format), asked before each start.")
+    flags.DEFINE_string("program", "", "A training script every task runs instead of python -m deepfm.train; it "
+                        "gets --strategy and the flags after --.")
     flags.DEFINE_float("stop_grace_s", local.DEFAULT_STOP_GRACE_S,
                        "Seconds a stopped task may take to save a checkpoint and exit before it is killed.")
 
@@ -84,7 +92,8 @@ def parse_flags(flag_values=FLAGS) -> local.LaunchConfig:
                                   log_dir=f.log_dir or tempfile.mkdtemp(prefix="deepfm-launch-"),
                                   timeout_s=f.timeout_s, max_restarts=f.max_restarts,
                                   stop_grace_s=f.stop_grace_s, min_replicas=f.min_replicas,
-                                  max_replicas=f.max_replicas, discovery_script=f.host_discovery_script)
+                                  max_replicas=f.max_replicas, discovery_script=f.host_discovery_script,
+                                  program=f.program)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
 

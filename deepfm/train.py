@@ -22,11 +22,13 @@ brings back TensorFlow's own logging (`cli.entry`).
 """
 
 import dataclasses
-from typing import Optional
+import functools
+from typing import Callable, List, Optional
 
 from absl import app, flags
 
 from cli import entry
+from deepfm import api
 from deepfm import config as config_lib
 from input_pipeline import formats, schema
 
@@ -213,10 +215,9 @@ def parse_flags(flag_values=FLAGS):
     return train, model, input_config, strategy, data
 
 
-def _main(argv):
+def _main(argv, model_fn=None):
     del argv
     import strategies
-    from deepfm.runtime import console as console_lib
     from deepfm.runtime import trainer
     from strategies import base as strategies_base
 
@@ -229,8 +230,7 @@ def _main(argv):
         raise app.UsageError(str(e)) from e
     multi_process = strategy.role != strategies_base.ROLE_WORKER or strategy.num_workers > 1
     entry.configure_logging(entry.flags_want_detail(), task_logs=multi_process)
-    console = console_lib.Console(enabled=strategy.role == strategies_base.ROLE_WORKER and strategy.is_chief)
-    result = trainer.run(train, model, input_config, strategy, console=console)
+    result = api.train_and_evaluate(train, model, input_config, strategy, model_fn=model_fn, console=True)
     if result is not None and strategy.is_chief:
         extra = {}
         metadata = data.metadata if data is not None else None
@@ -239,9 +239,21 @@ def _main(argv):
         print(trainer.summary(result, extra))
 
 
-def run():
-    """Console-script entry point."""
-    entry.run(_main, PROGRAM, define_flags, entry.TENSORFLOW_BEFORE_FLAGS)
+def run(argv: Optional[List[str]] = None, model_fn: Optional[Callable] = None) -> None:
+    """Runs the command line: the console script, and an entry-point script that trains with these flags.
+
+    The flags are parsed into the configuration dataclasses, which go to
+    `deepfm.train_and_evaluate`.
+
+    Args:
+      argv: the program's name, then its flags; default `sys.argv`.
+      model_fn: a model_fn of your own to train instead of the built-in
+        model that `--model` names (docs/api.md says what it receives and
+        must return); the SageMaker entry point passes one through
+        (`examples/sagemaker_entry_point.py`).
+    """
+    entry.run(functools.partial(_main, model_fn=model_fn), PROGRAM, define_flags, entry.TENSORFLOW_BEFORE_FLAGS,
+              argv=argv)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,10 @@ class LaunchConfig:
       max_replicas: elastic upper bound (0: the fixed count).
       discovery_script: the host-discovery command an elastic job asks
         before each start (Horovod's `--host-discovery-script` format).
+      program: a Python script every training task runs instead of
+        `python -m deepfm.train` (a user's own training script, e.g.
+        `examples/custom_model.py`): it gets `--strategy <strategy>` and the
+        training flags; "" runs `deepfm.train`.
     """
 
     strategy: str
@@ -100,8 +104,12 @@ class LaunchConfig:
     min_replicas: int = 0
     max_replicas: int = 0
     discovery_script: str = ""
+    program: str = ""
 
     def __post_init__(self):
+        if self.program and not os.path.isfile(self.program):
+            raise ValueError("--program %r is not a file: give the path of the training script every task runs"
+                             % self.program)
         if self.strategy not in STRATEGIES:
             raise ValueError("--strategy must be one of %s, got %r" % (", ".join(STRATEGIES), self.strategy))
         if self.controller not in CONTROLLERS:
@@ -178,9 +186,11 @@ def check_train_args(train_args: Sequence[str]) -> None:
                              % (arg, name))
 
 
-def train_command(strategy: str, train_args: Sequence[str], python: str = sys.executable) -> List[str]:
-    """`python -m deepfm.train --strategy <strategy> <train_args>`."""
-    return [python, "-m", TRAIN_MODULE, "--strategy", strategy] + list(train_args)
+def train_command(strategy: str, train_args: Sequence[str], python: str = sys.executable,
+                  program: str = "") -> List[str]:
+    """`python -m deepfm.train --strategy <strategy> <train_args>`, or `python <program> --strategy ...`."""
+    start = [python, os.path.abspath(program)] if program else [python, "-m", TRAIN_MODULE]
+    return start + ["--strategy", strategy] + list(train_args)
 
 
 def task_environment(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -214,7 +224,7 @@ def ps_tasks(config: LaunchConfig, train_args: Sequence[str], ports: Sequence[in
       no GPU.
     """
     jobs = cluster_lib.local_cluster(config.num_ps, config.num_workers, ports, host=config.host)
-    argv = train_command(STRATEGY_PS, train_args, python)
+    argv = train_command(STRATEGY_PS, train_args, python, config.program)
     base_env = task_environment(environ)
     specs = []
     for job in (cluster_lib.PS, cluster_lib.CHIEF, cluster_lib.WORKER):
@@ -263,7 +273,7 @@ def horovod_task(config: LaunchConfig, train_args: Sequence[str], environ: Mappi
     argv = ([find_horovodrun(python)] + horovod_controller_args(config.controller)
             + ["-np", str(n), "-H", "%s:%d" % (config.host, n),
                "--output-filename", os.path.join(config.log_dir, HOROVOD_RANK_LOGS)]
-            + train_command(config.strategy, train_args, python))
+            + train_command(config.strategy, train_args, python, config.program))
     env = task_environment(environ)
     env.setdefault(HOROVOD_STALL_CHECK_VARIABLE, str(HOROVOD_STALL_CHECK_S))
     env.setdefault(HOROVOD_STALL_SHUTDOWN_VARIABLE, str(HOROVOD_STALL_SHUTDOWN_S))

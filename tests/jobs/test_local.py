@@ -80,6 +80,19 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertFalse(spec.service)
         self.assertEqual(spec.env[launch.HOROVOD_STALL_SHUTDOWN_VARIABLE], str(launch.HOROVOD_STALL_SHUTDOWN_S))
 
+    def test_a_training_script_of_ones_own_runs_in_every_task(self):
+        program = os.path.join(launch_testing.REPO_ROOT, "examples", "custom_model.py")
+        train_args = ["data", "--model_dir=/m"]
+        ps_config = launch.LaunchConfig(strategy="ps", num_workers=2, log_dir="/logs", program=program)
+        specs = launch.ps_tasks(ps_config, train_args, ports=[1, 2, 3], environ={}, python="/venv/bin/python")
+        self.assertLen(specs, 3)
+        for spec in specs:
+            self.assertEqual(["/venv/bin/python", program, "--strategy", "ps"] + train_args, spec.argv)
+        ranks = launch.LaunchConfig(strategy="hybrid", num_processes=2, log_dir="/logs", controller="gloo",
+                                    program=program)
+        self.assertEqual([sys.executable, program, "--strategy", "hybrid"] + train_args,
+                         launch.horovod_task(ranks, train_args, environ={}).argv[-6:])
+
     def test_attempt_log_dirs(self):
         self.assertEqual(launch.attempt_log_dir("/logs", 0), "/logs")
         self.assertEqual(launch.attempt_log_dir("/logs", 2), "/logs/restart_2")
@@ -120,6 +133,7 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         ("bounds", {"num_workers": 4, "max_replicas": 3}, "--min_replicas 4 and --max_replicas 3: need 1 <= min"),
         ("np_outside", {"strategy": "horovod", "num_processes": 1, "min_replicas": 2, "max_replicas": 3},
          "--np 1 is outside"),
+        ("program", {"program": "/no/such/train.py"}, "--program '/no/such/train.py' is not a file"),
     )
     def test_bad_config(self, options, message):
         options = dict(dict(strategy="ps", log_dir="/logs"), **options)
