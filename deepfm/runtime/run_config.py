@@ -10,9 +10,12 @@ A run that resumes from a model directory compares its own configuration
 with the one written there:
 
 * refused (`ConfigMismatchError`), because the checkpoint cannot be resumed
-  correctly with it: another model (`ModelConfig.model` or another model
-  function), and another optimizer except between `adam` and `lazy_adam`
-  (which keep the same slots). A model of another shape (`feature_size`,
+  correctly with it: another built-in model (`ModelConfig.model`), and
+  another optimizer except between `adam` and `lazy_adam` (which keep the
+  same slots). Another model function's name is only logged: the same
+  function is `__main__.model_fn` in the script Python runs and
+  `my_module.model_fn` imported; what its variables hold is checked by the
+  shape check below. A model of another shape (`feature_size`,
   `field_size`, `embedding_size`, `deep_layers`, `cross_layers`) is refused
   by the checkpoint's own shape check (`deepfm.runtime.checkpoints`), which
   names every variable that differs.
@@ -126,7 +129,7 @@ def check_resume(model_dir: str, record: Mapping) -> List[Tuple[str, object, obj
         return []
     changed = differences(old, dict(record))
     refused = [(name, before, after) for name, before, after in changed
-               if name in (MODEL_FN_KEY, "model.model")
+               if name == "model.model"
                or (name == "model.optimizer" and not _same_slots(before, after))]
     if refused:
         raise ConfigMismatchError(

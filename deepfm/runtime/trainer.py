@@ -45,6 +45,8 @@ from input_pipeline import pipeline
 from strategies import base as strategies_base
 
 EVAL_BATCH_SIZE = 4096
+# The EVAL metrics a model_fn must return: the result, the best checkpoint and early stopping use them.
+REPORTED_METRICS = ("auc", "logloss")
 # Under the model directory, where `--trace_steps` traces go by default.
 TRACE_DIR = "traces"
 
@@ -299,6 +301,11 @@ def _evaluate(estimator, source: pipeline.Source, eval_config: pipeline.Pipeline
     builder = pipeline.DatasetBuilder(source, eval_config, batch_size=EVAL_BATCH_SIZE, num_epochs=1)
     metrics = estimator.evaluate(builder.input_fn(), name="validation", checkpoint_path=checkpoint_path)
     logging.info("validation: %s", metrics)
+    missing = [name for name in REPORTED_METRICS if name not in metrics]
+    if missing:
+        raise ValueError("the model_fn's EVAL metrics lack %s (it returned %s): the runtime reports, tracks and "
+                         "exports by them; deepfm.models.ctr.prediction_metrics computes both"
+                         % (" and ".join(missing), ", ".join(sorted(metrics))))
     return float(metrics["auc"]), float(metrics["logloss"]), int(metrics["global_step"])
 
 

@@ -6,7 +6,6 @@ before it answers (`jobs.sagemaker_submit.open_session`).
 """
 
 import json
-import os
 
 import tensorflow as tf
 

@@ -50,9 +50,12 @@ class RunConfigTest(tf.test.TestCase):
             run_config.check_resume(model_dir, _record(model_dir, model="dcn"))
         with self.assertRaisesRegex(run_config.ConfigMismatchError, "model.optimizer was 'lazy_adam', now 'sgd'"):
             run_config.check_resume(model_dir, _record(model_dir, optimizer="sgd"))
-        other_fn = dict(_record(model_dir), model_fn="my.model_fn")
-        with self.assertRaisesRegex(run_config.ConfigMismatchError, "model_fn was"):
-            run_config.check_resume(model_dir, other_fn)
+
+    def test_another_model_function_name_is_reported(self):
+        model_dir = self.create_tempdir().full_path
+        run_config.write(model_dir, _record(model_dir))
+        changed = run_config.check_resume(model_dir, dict(_record(model_dir), model_fn="__main__.model_fn"))
+        self.assertEqual([("model_fn", "deepfm.models.deepfm.model_fn", "__main__.model_fn")], changed)
 
     def test_a_damaged_file_is_named(self):
         model_dir = self.create_tempdir().full_path

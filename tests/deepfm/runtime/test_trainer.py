@@ -121,6 +121,25 @@ class BadInputTest(tf.test.TestCase):
                                     r"feature id \d+ is out of range \[0, feature_size=%d\)" % (FEATURE_SIZE // 2)):
             train_once(data_dir, os.path.join(self.get_temp_dir(), "model"), too_small, export=False, max_steps=5)
 
+    def test_a_model_fn_without_the_reported_metrics_is_named(self):
+        import deepfm  # pylint: disable=import-outside-toplevel
+        from deepfm.models import deepfm as deepfm_model  # pylint: disable=import-outside-toplevel
+
+        def auc_only(features, labels, mode, params):
+            spec = deepfm_model.model_fn(features, labels, mode, params)
+            if mode != tf.estimator.ModeKeys.EVAL:
+                return spec
+            return spec._replace(eval_metric_ops={"auc": spec.eval_metric_ops["auc"]})
+
+        data_dir = os.path.join(self.get_temp_dir(), "metrics_data")
+        synthetic.generate(1_000, data_dir, feature_size=FEATURE_SIZE, seed=4, shards=1)
+        data = deepfm.Dataset.open(data_dir)
+        with self.assertRaisesRegex(ValueError, "the model_fn's EVAL metrics lack logloss .*prediction_metrics"):
+            deepfm.train_and_evaluate(
+                deepfm.TrainConfig(model_dir=os.path.join(self.get_temp_dir(), "auc_only"),
+                                   train_files=data.train_files, val_files=data.val_files, max_steps=2),
+                small_model(FEATURE_SIZE), model_fn=auc_only)
+
     def _run_cli(self, *args):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         return subprocess.run([sys.executable, "-m", "deepfm.train"] + list(args), capture_output=True,
