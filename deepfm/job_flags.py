@@ -41,6 +41,11 @@ def define_job_flags() -> None:
                       "S3 distribution of the training channels (train, train_<k>); others are replicated.")
     flags.DEFINE_bool("checkpoints", True, "Configure a checkpoint location that a restarted job resumes from.")
     flags.DEFINE_string("region", sagemaker_job.DEFAULT_REGION, "AWS region.")
+    flags.DEFINE_string("source_dir", None, "A directory of your own files (an entry-point script, a model "
+                        "module) shipped at the root of the job's source, beside this project's packages.")
+    flags.DEFINE_string("entry_point", sagemaker_job.ENTRY_POINT, "The script the container runs: this "
+                        "project's entry point, or a file of --source_dir (e.g. one that calls "
+                        "sagemaker_entry_point.main(model_fn=...)).")
 
 
 def _name_value_pairs(flag: str, values: Sequence[str], what: str) -> dict:
@@ -108,7 +113,8 @@ def parse_spec(flag_values, hyperparameter_args: Sequence[str], instance_type: s
         instance_type=instance_type, distribution=distribution, processes_per_host=processes_per_host,
         custom_mpi_options=f.custom_mpi_options, input_mode=f.input_mode,
         channels=parse_channels(f.channel, f.distribution_type, f.channel_input_mode),
-        hyperparameters=hyperparameters, checkpoints=f.checkpoints, region=f.region)
+        hyperparameters=hyperparameters, checkpoints=f.checkpoints, region=f.region, source_dir=f.source_dir,
+        entry_point=f.entry_point)
 
 
 def auto_choice(flag_values, cores_per_host: int, link_gbps: float,

@@ -243,6 +243,9 @@ class KubernetesJob:
             if os.path.isabs(channel.uri) or channel.uri.split("/")[0] == "..":
                 raise ValueError("--channel %s=%s: give a path inside the volume, relative to --mount_path %s"
                                  % (channel.name, channel.uri, self.mount_path))
+        if self.spec.source_dir or self.spec.entry_point != sagemaker_job.ENTRY_POINT:
+            raise ValueError("--source_dir/--entry_point: a Kubernetes job runs the code of its image; add your "
+                             "files to the image (the rendered Dockerfile) and pass their flags as hyperparameters")
         strategy = self.spec.hyperparameters.get(STRATEGY_HYPERPARAMETER)
         allowed = STRATEGY_CHOICES.get(self.spec.distribution, ())
         if strategy is not None and strategy not in allowed:

@@ -97,6 +97,12 @@ class JobSpec:
       checkpoints: whether a checkpoint location is configured (its local
         path is `/opt/ml/checkpoints`).
       region: the AWS region.
+      source_dir: a directory of the user's own files (an entry-point script,
+        a model module), shipped at the root of the source beside this
+        project's packages; None: none.
+      entry_point: the script the toolkit runs, relative to the source's
+        root: this project's `sagemaker_entry_point.py`, or a file of
+        `source_dir`.
     """
 
     job_name: str
@@ -110,6 +116,8 @@ class JobSpec:
     hyperparameters: Mapping[str, object] = dataclasses.field(default_factory=dict)
     checkpoints: bool = True
     region: str = DEFAULT_REGION
+    source_dir: Optional[str] = None
+    entry_point: str = ENTRY_POINT
 
     def __post_init__(self):
         if not JOB_NAME.match(self.job_name):
@@ -137,6 +145,12 @@ class JobSpec:
         if reserved:
             raise ValueError("hyperparameter(s) %s: names starting with sagemaker_ are the toolkit's own"
                              % ", ".join(reserved))
+        if self.source_dir is not None and not os.path.isdir(self.source_dir):
+            raise ValueError("--source_dir %r is not a directory" % self.source_dir)
+        if self.entry_point != ENTRY_POINT and not (
+                self.source_dir and os.path.isfile(os.path.join(self.source_dir, self.entry_point))):
+            raise ValueError("--entry_point %r is no file of --source_dir %r: the toolkit runs a script of the "
+                             "shipped source" % (self.entry_point, self.source_dir))
 
     def channel_mode(self, channel: Channel) -> str:
         """The input mode of `channel`: its own, else the job's."""
@@ -237,7 +251,7 @@ def encoded_hyperparameters(spec: JobSpec, submit_directory: str, model_dir: Opt
     values: Dict[str, object] = dict(spec.hyperparameters)
     values.update(spec.distribution_hyperparameters())
     values.update({
-        "sagemaker_program": ENTRY_POINT,
+        "sagemaker_program": spec.entry_point,
         "sagemaker_submit_directory": submit_directory,
         "sagemaker_container_log_level": CONTAINER_LOG_LEVEL,
         "sagemaker_job_name": spec.job_name,
@@ -287,40 +301,56 @@ def project_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def source_files(root: Optional[str] = None) -> List[Tuple[str, str]]:
-    """The files shipped to the container: (name in the archive, path relative to `root`).
+def source_files(root: Optional[str] = None, source_dir: Optional[str] = None) -> List[Tuple[str, str]]:
+    """The files shipped to the container: (name in the archive, path).
 
-    The entry point goes to the archive's root, where the toolkit runs it;
-    the packages' modules keep their paths.
+    This project's entry point goes to the archive's root, where the toolkit
+    runs it, and the packages' modules keep their paths (relative to
+    `root`); the files of the user's `source_dir` (absolute paths) go to the
+    root beside them.
+
+    Raises:
+      ValueError: a file of `source_dir` has the name of one of the
+        project's (it would replace it).
     """
     root = root or project_root()
-    found = [(ENTRY_POINT, ENTRY_POINT_SOURCE)]
+    found = [(ENTRY_POINT, os.path.join(root, ENTRY_POINT_SOURCE))]
     for package in SOURCE_PACKAGES:
         for directory, subdirs, names in os.walk(os.path.join(root, package)):
             subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
-            found += sorted((path, path) for path in (os.path.relpath(os.path.join(directory, name), root)
-                                                      for name in names if name.endswith(".py")))
+            found += sorted((os.path.relpath(path, root), path) for path in (
+                os.path.join(directory, name) for name in names if name.endswith(".py")))
+    if source_dir:
+        taken = {name for name, _ in found} | {name.split("/", 1)[0] for name, _ in found}
+        for directory, subdirs, names in os.walk(source_dir):
+            subdirs[:] = sorted(d for d in subdirs if d != "__pycache__" and not d.startswith("."))
+            for name in sorted(n for n in names if not n.startswith(".") and not n.endswith(".pyc")):
+                path = os.path.join(directory, name)
+                archived = os.path.relpath(path, source_dir)
+                if archived in taken or archived.split(os.sep, 1)[0] in taken:
+                    raise ValueError("--source_dir %r: %s has the name of one of this project's files or packages; "
+                                     "rename it" % (source_dir, archived))
+                found.append((archived, path))
     return found
 
 
-def _source_contents(root: Optional[str]) -> List[Tuple[str, bytes]]:
-    root = root or project_root()
+def _source_contents(root: Optional[str], source_dir: Optional[str] = None) -> List[Tuple[str, bytes]]:
     contents = []
-    for name, path in source_files(root):
-        with open(os.path.join(root, path), "rb") as f:
+    for name, path in source_files(root, source_dir):
+        with open(path, "rb") as f:
             contents.append((name, f.read()))
     return contents
 
 
-def write_source_tarball(path: str, root: Optional[str] = None) -> str:
-    """Packs `source_files` into a gzipped tarball at `path` (byte-identical for the same files).
+def write_source_tarball(path: str, root: Optional[str] = None, source_dir: Optional[str] = None) -> str:
+    """Packs `source_files` (with `source_dir`'s) into a gzipped tarball at `path` (byte-identical for the same files).
 
     Returns:
       `path`.
     """
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in _source_contents(root):
+        for name, data in _source_contents(root, source_dir):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mtime = TARBALL_MTIME

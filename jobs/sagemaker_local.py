@@ -302,7 +302,7 @@ class LocalJob:
             # Where S3 would hold the source tarball: a path each host can read.
             tarball = os.path.join(root, SOURCE, sagemaker_job.SOURCE_TARBALL)
             os.makedirs(os.path.dirname(tarball))
-            sagemaker_job.write_source_tarball(tarball)
+            sagemaker_job.write_source_tarball(tarball, source_dir=self.spec.source_dir)
             seen_as = tarball if not self.use_namespaces else os.path.join(
                 BASE_DIR, SOURCE, sagemaker_job.SOURCE_TARBALL)
             hyperparameters = sagemaker_job.encoded_hyperparameters(

@@ -296,7 +296,7 @@ def build_estimator(config: SubmitConfig, session):
     spec = config.spec
     tuned = set(config.tuning.names) if config.tuning else set()
     kwargs = dict(
-        entry_point=sagemaker_job.ENTRY_POINT,
+        entry_point=spec.entry_point,
         source_dir=os.path.dirname(config.source_uri) + "/" + sagemaker_job.SOURCE_TARBALL,
         role=config.role,
         instance_count=spec.instance_count,
@@ -442,7 +442,8 @@ def submit(config: SubmitConfig, region: Optional[str] = None) -> dict:
             "HyperParameterTuningJobArn": dry_run_arn(region, "hyper-parameter-tuning-job", name)}
     sdk = open_session(region, split_s3(config.output_path)[0], operation, config.dry_run, [response])
     with tempfile.TemporaryDirectory() as tmp:
-        tarball = sagemaker_job.write_source_tarball(os.path.join(tmp, sagemaker_job.SOURCE_TARBALL))
+        tarball = sagemaker_job.write_source_tarball(os.path.join(tmp, sagemaker_job.SOURCE_TARBALL),
+                                                     source_dir=config.spec.source_dir)
         sdk.upload(tarball, config.source_uri)
     estimator = build_estimator(config, sdk.session)
     if config.tuning is None:

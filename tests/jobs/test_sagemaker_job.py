@@ -107,6 +107,37 @@ class SourceTarballTest(tf.test.TestCase):
             self.assertIn(module, names)
         self.assertFalse([name for name in names if "__pycache__" in name or name.startswith("tests/")])
 
+    def test_a_source_dir_goes_to_the_root_beside_the_packages(self):
+        source_dir = self.create_tempdir().full_path
+        os.makedirs(os.path.join(source_dir, "mymodels", "__pycache__"))
+        for name, text in (("train_mine.py", "import sagemaker_entry_point\n"), ("mymodels/fm.py", "X = 1\n"),
+                           ("mymodels/__pycache__/fm.cpython-310.pyc", "")):
+            with open(os.path.join(source_dir, name), "w") as f:
+                f.write(text)
+        path = sagemaker_job.write_source_tarball(os.path.join(self.get_temp_dir(), "user.tar.gz"),
+                                                  source_dir=source_dir)
+        with open(path, "rb") as f:
+            archive = tarfile.open(fileobj=io.BytesIO(gzip.decompress(f.read())))
+            names = archive.getnames()
+            self.assertEqual(b"X = 1\n", archive.extractfile("mymodels/fm.py").read())
+        self.assertContainsSubset(["train_mine.py", "mymodels/fm.py", "sagemaker_entry_point.py", "deepfm/train.py"],
+                                  names)
+        self.assertFalse([name for name in names if "__pycache__" in name])
+
+    def test_a_source_dir_file_may_not_replace_the_projects(self):
+        source_dir = self.create_tempdir().full_path
+        os.makedirs(os.path.join(source_dir, "deepfm"))
+        open(os.path.join(source_dir, "deepfm", "x.py"), "w").close()
+        with self.assertRaisesRegex(ValueError, "deepfm/x.py has the name of one of this project's files"):
+            sagemaker_job.source_files(source_dir=source_dir)
+
+    def test_the_entry_point_must_be_a_file_of_the_source_dir(self):
+        source_dir = self.create_tempdir().full_path
+        with self.assertRaisesRegex(ValueError, "--entry_point 'train_mine.py' is no file of --source_dir"):
+            sagemaker_job.JobSpec(job_name="j", source_dir=source_dir, entry_point="train_mine.py")
+        with self.assertRaisesRegex(ValueError, "--source_dir '/nonexistent' is not a directory"):
+            sagemaker_job.JobSpec(job_name="j", source_dir="/nonexistent")
+
 
 if __name__ == "__main__":
     tf.test.main()

@@ -249,6 +249,22 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIn("already holds a run of a job (algo-1): pass --restart", again.stderr)
         self.assertLen(self.exports(output_dir, "algo-1"), 1)
 
+    def test_a_users_entry_point_and_model_module_from_a_source_dir(self):
+        source_dir = self.create_tempdir().full_path
+        for example in ("custom_model.py", "train_from_python.py"):  # the first imports the second
+            shutil.copy(os.path.join(REPO_ROOT, "examples", example), source_dir)
+        with open(os.path.join(source_dir, "train_mine.py"), "w") as f:
+            f.write("import custom_model\nimport sagemaker_entry_point\n"
+                    "sagemaker_entry_point.main(model_fn=custom_model.model_fn)\n")
+        output_dir, _ = self.run_job("--channel", "train=%s" % self.data, "--cpus_per_host", "1",
+                                     "--source_dir", source_dir, "--entry_point", "train_mine.py")
+        metrics = self.metrics(output_dir)
+        self.assertGreater(metrics["auc"], MIN_AUC)
+        with open(os.path.join(output_dir, "algo-1", "input", "config", "hyperparameters.json")) as f:
+            self.assertEqual('"train_mine.py"', json.load(f)["sagemaker_program"])
+        with open(os.path.join(output_dir, "checkpoints", "config.json")) as f:
+            self.assertEqual("custom_model.model_fn", json.load(f)["model_fn"])
+
     def test_a_dead_host_process_fails_the_job_naming_the_host(self):
         output_dir = self.create_tempdir().full_path
         process = self.start(output_dir, "--instance_count", "2", "--distribution", "parameter_server",
