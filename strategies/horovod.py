@@ -82,6 +82,8 @@ PRIVATE_KEEP_CHECKPOINT_MAX = 1
 NO_SUMMARIES = 0
 NO_RESUME_STEP = 0
 COMPRESSION_FP16 = "fp16"
+# `hvd_groups` of no explicit groups.
+NO_GROUPS = 0
 # Set from --hvd_fusion_threshold_bytes and --hvd_cycle_time_ms before `hvd.init()`.
 FUSION_THRESHOLD_ENV = "HOROVOD_FUSION_THRESHOLD"
 CYCLE_TIME_ENV = "HOROVOD_CYCLE_TIME"
@@ -216,6 +218,10 @@ class RankOptions:
         default, 128 MiB).
       hvd_cycle_time_ms: `HOROVOD_CYCLE_TIME` in ms (-1: Horovod's default,
         1 ms).
+      hvd_groups: reduce the gradients in this many explicit groups, each
+        submitted as one collective when all of its gradients are ready
+        (`hvd.DistributedOptimizer(groups=...)`); 0: no groups (each
+        gradient on its own, fused by Horovod within a cycle).
     """
 
     lr_scaling: str = base.option(DEFAULT_LR_SCALING, "Horovod learning-rate scaling with the ranks: none, linear "
@@ -226,11 +232,14 @@ class RankOptions:
     hvd_fusion_threshold_bytes: int = base.option(-1, "Horovod: HOROVOD_FUSION_THRESHOLD (-1: Horovod's "
                                                   "default, 128 MiB).")
     hvd_cycle_time_ms: float = base.option(-1.0, "Horovod: HOROVOD_CYCLE_TIME in ms (-1: Horovod's default, 1 ms).")
+    hvd_groups: int = base.option(NO_GROUPS, "Horovod: reduce the gradients in this many explicit groups, one "
+                                  "collective each (DistributedOptimizer(groups=N)); 0: none.")
 
     def __post_init__(self):
         base.check_choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
         base.check_at_least("lr_scale_cap", self.lr_scale_cap, MIN_LR_SCALE_CAP)
         base.check_choice("hvd_compression", self.hvd_compression, HVD_COMPRESSIONS)
+        base.check_at_least("hvd_groups", self.hvd_groups, NO_GROUPS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +252,14 @@ class HorovodOptions(RankOptions):
     """
 
     sparse_as_dense: bool = base.option(False, "Horovod: allreduce embedding gradients densely.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.hvd_groups != NO_GROUPS and not self.sparse_as_dense:
+            raise ValueError(
+                "--hvd_groups %d with --strategy horovod needs --sparse_as_dense: Horovod 0.28.1's grouped allreduce "
+                "fails on a group of sparse (embedding) and dense gradients. Add --sparse_as_dense, or use "
+                "--strategy hybrid, whose groups hold the dense gradients only" % self.hvd_groups)
 
 
 @base.register(names.HOROVOD)
@@ -464,11 +481,12 @@ class HorovodStrategy(base.Strategy):
 
     def distributed_optimizer(self, optimizer: tf.compat.v1.train.Optimizer, **kwargs
                               ) -> tf.compat.v1.train.Optimizer:
-        """`optimizer` in `hvd.DistributedOptimizer` with the configured compression; `kwargs` go to it."""
+        """`optimizer` in `hvd.DistributedOptimizer` with the configured compression and groups; `kwargs` go to it."""
         hvd = self.hvd
         compression = (hvd.Compression.fp16 if self.options.hvd_compression == COMPRESSION_FP16
                        else hvd.Compression.none)
-        return hvd.DistributedOptimizer(optimizer, compression=compression, **kwargs)
+        groups = self.options.hvd_groups if self.options.hvd_groups != NO_GROUPS else None
+        return hvd.DistributedOptimizer(optimizer, compression=compression, groups=groups, **kwargs)
 
     def finite_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """Marks each batch with whether another one follows (`MORE_KEY` in the features).

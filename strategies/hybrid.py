@@ -54,14 +54,16 @@ class HybridOptions(horovod.RankOptions):
 
     Attributes:
       exchange_fp16: send the looked-up rows and their gradients as float16.
-      id_capacity: pad each rank's distinct ids sent to each owner to this
-        many places, a fixed shape for Horovod's response cache (a batch
-        with more fails, naming it); 0: no padding.
+      id_capacity: pad each rank's distinct ids sent to each owner in a
+        training step to this many places, a fixed shape for Horovod's
+        response cache (a training batch with more fails, naming it); 0: no
+        padding. Evaluation, whose batches are larger, exchanges its ids
+        unpadded.
     """
 
     exchange_fp16: bool = base.option(False, "hybrid: send embedding rows and their gradients as float16.")
-    id_capacity: int = base.option(NO_ID_CAPACITY, "hybrid: pad the ids each rank sends each owner per step to "
-                                                   "this many (a fixed shape); 0: no padding.")
+    id_capacity: int = base.option(NO_ID_CAPACITY, "hybrid: pad the ids each rank sends each owner per training "
+                                                   "step to this many (a fixed shape); 0: no padding.")
 
     def __post_init__(self):
         super().__post_init__()
@@ -84,11 +86,12 @@ class _Tables:
     """The sharded tables of one model_fn call, and the id exchanges they share.
 
     Tables looked up with the same ids tensor (DeepFM's weights and factors)
-    share one id exchange.
+    share one id exchange. The id capacity applies in TRAIN only.
     """
 
-    def __init__(self, strategy: "HybridStrategy"):
+    def __init__(self, strategy: "HybridStrategy", mode: str):
         self._strategy = strategy
+        self._padded = mode == tf.estimator.ModeKeys.TRAIN
         self.sharded: List[sharded_embedding.ShardedEmbedding] = []
         self._routes: Dict = {}
 
@@ -101,7 +104,8 @@ class _Tables:
                              % (name, list(shape[1:])))
         table = sharded_embedding.ShardedEmbedding(
             name, shape[0], width, hvd.rank(), hvd.size(), hvd, initializer=initializer,
-            exchange_fp16=options.exchange_fp16, id_capacity=options.id_capacity or None)
+            exchange_fp16=options.exchange_fp16,
+            id_capacity=options.id_capacity if self._padded and options.id_capacity else None)
         self.sharded.append(table)
         return ShardedTable(table, self)
 
@@ -169,7 +173,7 @@ class HybridStrategy(horovod.HorovodStrategy):
         """Sharded tables in TRAIN and EVAL; plain ones in PREDICT, so the export needs no Horovod."""
         if mode == tf.estimator.ModeKeys.PREDICT:
             return super().embedding_factory(mode)
-        return _Tables(self)
+        return _Tables(self, mode)
 
     def model_context(self, mode: str) -> base.ModelContext:
         context = super().model_context(mode)

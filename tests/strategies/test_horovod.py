@@ -115,6 +115,10 @@ class ValidateTest(tf.test.TestCase, parameterized.TestCase):
         ("cap_below_one", {"lr_scale_cap": 0.5}, "--lr_scale_cap must be >= 1, got 0.5"),
         ("several_devices", {"num_devices": 4}, "--num_devices applies to --strategy mirrored or tower, not horovod"),
         ("unknown_policy", {"lr_scaling": "cube"}, "--lr_scaling must be one of .* got 'cube'"),
+        ("negative_groups", {"hvd_groups": -1, "sparse_as_dense": True}, "--hvd_groups must be >= 0, got -1"),
+        # Horovod 0.28.1's grouped allreduce fails on a group of sparse and dense gradients.
+        ("groups_of_sparse_gradients", {"hvd_groups": 2},
+         "--hvd_groups 2 with --strategy horovod needs --sparse_as_dense"),
     )
     def test_bad_option_is_named(self, overrides, message):
         with self.assertRaisesRegex(ValueError, message):
@@ -177,6 +181,24 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
             with tf.compat.v1.Session() as session:
                 session.run(tf.compat.v1.global_variables_initializer())
                 return gradient, session.run(gradient)
+
+    def _horovod_ops(self, **options):
+        """The Horovod op types of a wrapped optimizer's gradients of two dense variables."""
+        strategy = strategies.get(_config(**options))
+        (wrap,) = strategy.model_context(tf.estimator.ModeKeys.TRAIN).optimizer_wrappers
+        with tf.Graph().as_default() as graph:
+            weights = [tf.compat.v1.get_variable(name, [3]) for name in ("a", "b")]
+            wrap(tf.compat.v1.train.GradientDescentOptimizer(0.1)).compute_gradients(
+                tf.add_n([tf.reduce_sum(w) for w in weights]))
+            graph_def = graph.as_graph_def()
+        # The collectives sit in the branch of a cond taken with more than one rank: a library function.
+        types = [node.op for node in graph_def.node]
+        types += [node.op for function in graph_def.library.function for node in function.node_def]
+        return sorted({op for op in types if op.startswith("Horovod")})
+
+    def test_groups_submit_the_gradients_as_one_grouped_collective(self):
+        self.assertEqual(["HorovodAllreduce"], self._horovod_ops(sparse_as_dense=True))
+        self.assertEqual(["HorovodGroupedAllreduce"], self._horovod_ops(sparse_as_dense=True, hvd_groups=1))
 
     def test_embedding_gradients_stay_sparse_by_default(self):
         gradient, value = self._embedding_gradient(sparse_as_dense=False)

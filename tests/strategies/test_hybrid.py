@@ -57,6 +57,12 @@ class OptionsTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "--id_capacity must be >= 0, got -1"):
             hybrid.HybridOptions(id_capacity=-1)
 
+    def test_groups_hold_the_dense_gradients(self):
+        # Unlike horovod's, hybrid's groups need no --sparse_as_dense: the shards' gradients stay local.
+        self.assertEqual(2, strategies.make_config(names.HYBRID, hvd_groups=2).options.hvd_groups)
+        with self.assertRaisesRegex(ValueError, "--hvd_groups must be >= 0, got -1"):
+            hybrid.HybridOptions(hvd_groups=-1)
+
 
 class OneRankTest(tf.test.TestCase):
     """The adapter in this process: Horovod with a single rank."""
@@ -68,15 +74,28 @@ class OneRankTest(tf.test.TestCase):
         self.strategy.setup()
         self.model = ModelConfig(feature_size=50, field_size=4, embedding_size=4, deep_layers=(8,), dropout=(0.0,))
 
-    def _spec(self, mode, model_fn=model_lib.model_fn):
-        self.strategy.run_config(model_dir=self.get_temp_dir(), save_checkpoints_steps=10)
-        with tf.Graph().as_default():
+    def _spec(self, mode, model_fn=model_lib.model_fn, strategy=None):
+        strategy = strategy or self.strategy
+        strategy.run_config(model_dir=self.get_temp_dir(), save_checkpoints_steps=10)
+        with tf.Graph().as_default() as graph:
             tf.compat.v1.train.get_or_create_global_step()
             features = {schema.FEAT_IDS: tf.zeros([8, 4], tf.int64), schema.FEAT_VALS: tf.ones([8, 4])}
             labels = None if mode == tf.estimator.ModeKeys.PREDICT else tf.zeros([8])
-            spec = self.strategy.wrap_model_fn(model_fn)(features, labels, mode, ctr.model_params(self.model))
+            spec = strategy.wrap_model_fn(model_fn)(features, labels, mode, ctr.model_params(self.model))
             names_ = sorted(v.op.name for v in tf.compat.v1.global_variables())
+            self.graph_ops = [op.name for op in graph.get_operations()]
         return spec, names_
+
+    def test_id_capacity_pads_training_exchanges_only(self):
+        padded = strategies.get(strategies.make_config(names.HYBRID, id_capacity=16))
+        padded.setup()
+        # A padded exchange checks that a batch's distinct ids fit the capacity.
+        self._spec(tf.estimator.ModeKeys.TRAIN, strategy=padded)
+        self.assertTrue([name for name in self.graph_ops if "_route/assert_less_equal" in name])
+        # Evaluation's batches are larger than training's: its exchange is not padded.
+        self._spec(tf.estimator.ModeKeys.EVAL, strategy=padded)
+        self.assertTrue([name for name in self.graph_ops if "ids_to_owners" in name])
+        self.assertFalse([name for name in self.graph_ops if "_route/assert_less_equal" in name])
 
     def test_training_shards_the_tables_and_saves_them_by_steps(self):
         spec, variables = self._spec(tf.estimator.ModeKeys.TRAIN)
