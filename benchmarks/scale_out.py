@@ -1,12 +1,13 @@
-"""Scale-out on emulated hosts: `ps` and `horovod` at 2 hosts x 1 core against `single` on 1 core.
+"""Scale-out on emulated hosts: `ps`, `horovod` and `hybrid` at 2 hosts x 1 core against `single` on 1 core.
 
     python -m benchmarks.scale_out [--runs 3] [--steps 120] [--warmup_steps 30] [--link_gbps 25]
+                                   [--batch_size 1024] [--train_flag=--large_batch_rule=cowclip]
                                    [--variants a,b] [--data_dir data/synthetic_300k]
 
 Hosts are emulated with `jobs.hosts` (network namespaces with their own
-addresses and names, `algo-1` and `algo-2`, each pinned to its own core, an
-optional token-bucket bandwidth limit per host; this kernel has no `netem`,
-so latency is not modelled). Needs root.
+addresses and names, `algo-1`, `algo-2`, ..., each pinned to its own core,
+an optional token-bucket bandwidth limit per host; this kernel has no
+`netem`, so latency is not modelled). Needs root.
 
 Every process of a run is started directly inside its host (no SageMaker
 toolkit, no ssh): a small supervisor (`--child_host`, this module) runs as
@@ -21,27 +22,39 @@ namespace) every `SAMPLE_SECONDS`, and writes what it saw as JSON.
   on `algo-2:2222`), asynchronous, embeddings partitioned over the 2 ps.
   The parameter servers are plain `tf.distribute.Server`s, as the toolkit
   starts them (`--child_ps`), stopped when their host's training task ends.
-* `horovod`: one rank per host, Gloo, started without `horovodrun`: the
-  supervisor of `algo-1` runs Horovod's own `RendezvousServer` with the
-  slot plan `algo-1:1,algo-2:1` (what `horovodrun --gloo` does), and each
-  rank gets the environment `horovodrun` would give it.
+* `horovod` and `hybrid`: one rank per host, Gloo, started without
+  `horovodrun`: the supervisor of `algo-1` runs Horovod's own
+  `RendezvousServer` with the slot plan `algo-1:1,algo-2:1` (what
+  `horovodrun --gloo` does), and each rank gets the environment `horovodrun`
+  would give it. A variant may instead start all its ranks on `algo-1`
+  with `horovodrun --gloo` or `--mpi` (`Variant.launcher`); its bytes are
+  then that host's loopback counters.
 
-Same data and per-replica batch in every variant; a single process runs
-2 x (warm-up + steps) steps, each of the two distributed processes warm-up
-+ steps, so every variant trains the same number of examples before its
-AUC is measured on the validation split.
+Same data and per-replica batch (`--batch_size`) in every variant; a single
+process runs 2 x (warm-up + steps) steps, each of the two distributed
+processes warm-up + steps, so every variant trains the same number of
+examples before its AUC is measured on the validation split.
+`--train_flag` adds a flag to every variant's training (e.g. a large-batch
+rule). `hybrid+capacity` pads each rank's id exchange to a fixed capacity
+(`--id_capacity`), sized before the runs from the distinct ids the training
+data's batches send to each owner (`id_capacity`).
+
+`benchmarks.rank_growth` runs the same machinery with more ranks on shared
+cores (`BenchmarkConfig.shared_cores`, `same_steps`).
 
 Per run, in the window where every training process is past warm-up
 (`benchmarks.strategy_speed.job_window`, from the processes' `--progress_file`):
 
-* examples/sec of the job, and its efficiency = examples/sec / (hosts x
-  `single`'s median examples/sec);
+* examples/sec of the job, and its efficiency = examples/sec / (cores x
+  `single`'s examples/sec in the same round; cores: its hosts, one core
+  each, or the shared cores);
 * CPU-seconds per 1,000 examples: every process of the job (parameter
   servers included);
-* bytes sent per step: each host's interface tx bytes in the window / the
-  steps of the host's training process in it (one training process per
-  host, so per host = per training process; a host's ps traffic counts
-  with its host);
+* bytes sent per step: the hosts' interface tx bytes in the window / the
+  steps of their training processes in it (one training process per host,
+  so per host = per training process; a host's ps traffic counts with its
+  host; ranks started together on one host: its loopback bytes / their
+  steps);
 * the step time split: step = window / steps of a training process;
   compute = `single`'s CPU time per step (the same model and batch on one
   core); communication CPU = the host's CPU time per step minus compute
@@ -83,11 +96,14 @@ import numpy
 from benchmarks import common
 from benchmarks import strategy_speed as strategies_bench
 from jobs import hosts as hosts_lib
+from jobs import local
 
 NAME = "scale_out"
 DEFAULT_DATA_DIR = os.path.join("data", "synthetic_300k")
 DEFAULT_ROWS = 300_000
 BATCH = 1024
+# The per-replica batch from which the larger efficiency target applies (with a large-batch rule).
+LARGE_BATCH = 8192
 DEFAULT_RUNS = 3
 DEFAULT_STEPS = 120
 DEFAULT_WARMUP_STEPS = 30
@@ -96,7 +112,8 @@ LOG_EVERY_STEPS = 10
 SAMPLE_SECONDS = 0.2
 RUN_TIMEOUT_S = 600
 NO_CHECKPOINT_STEPS = 10 ** 9
-HOST_NAMES = ("algo-1", "algo-2")
+REFERENCE_HOSTS = 2
+HOST_NAME = "algo-%d"
 CORES_PER_HOST = 1
 WORKER_PORT = 2222
 PS_PORT = 2223
@@ -104,14 +121,31 @@ RENDEZVOUS_WAIT_S = 120
 # After the first host of a run exits successfully, the others get this long, then are stopped
 # (a ps worker can wait for a parameter server of the chief's host that has already exited).
 STRAGGLER_GRACE_S = 30
+# The issue's targets: efficiency at 2 hosts x 1 core by per-replica batch, AUC after the same examples.
 TARGET_EFFICIENCY = 0.90
-TARGET_AUC_DELTA = 0.005
+TARGET_EFFICIENCY_SMALL_BATCH = 0.75
+TARGET_AUC_DELTA = 0.002
+TARGET_HYBRID_AUC_DELTA = 0.003
 MB = 1e6
 PROC_STAT = "/proc/stat"
 IDLE_FIELD, IOWAIT_FIELD = 3, 4
 TRACES = "traces"
 
-STRATEGY_SINGLE, STRATEGY_PS, STRATEGY_HOROVOD = "single", "ps", "horovod"
+STRATEGY_SINGLE, STRATEGY_PS, STRATEGY_HOROVOD, STRATEGY_HYBRID = "single", "ps", "horovod", "hybrid"
+# Strategies whose processes are Horovod ranks.
+RANK_STRATEGIES = (STRATEGY_HOROVOD, STRATEGY_HYBRID)
+# How a variant's ranks start: each directly in its own host (`run_host` serves the rendezvous), or
+# all of them on the first host by `horovodrun` with Gloo, MPI (Open MPI's choice of transport: shared
+# memory between local ranks), or MPI over TCP only.
+LAUNCH_DIRECT, LAUNCH_GLOO, LAUNCH_MPI, LAUNCH_MPI_TCP = "direct", "gloo", "mpi", "mpi_tcp"
+HOROVODRUN_ARGS = {LAUNCH_GLOO: ("--gloo",), LAUNCH_MPI: ("--mpi",),
+                   LAUNCH_MPI_TCP: ("--mpi", "--mpi-args=-mca btl tcp,self")}
+LOOPBACK = "lo"
+# In a variant's training flags: replaced by `BenchmarkConfig.id_capacity`.
+ID_CAPACITY = "{id_capacity}"
+# The fixed id capacity: the most distinct ids a batch of the data sends one owner, times this.
+ID_CAPACITY_MARGIN = 1.1
+ID_CAPACITY_MULTIPLE = 64
 BASELINE = "single"
 # Two independent singles at once: what two busy cores of this machine do without any exchange.
 INDEPENDENT = "single_x2"
@@ -127,13 +161,17 @@ class Variant:
 
     Attributes:
       name: its label in the report and in `--variants`.
-      strategy: `single`, `ps` or `horovod`.
+      strategy: `single`, `ps`, `horovod` or `hybrid`.
       note: what it is, for the report.
-      train_flags: further `deepfm.train` flags.
+      train_flags: further `deepfm.train` flags (`ID_CAPACITY` stands for
+        the measured id capacity).
       env: extra environment variables of its processes.
       baseline: the variant whose examples/sec its efficiency divides by.
       copies: `single` only: independent copies, one per host, run at the
         same time (what sharing the machine alone costs).
+      ranks: the training processes of a distributed variant (`ps`: 2).
+      launcher: how its Horovod ranks start (`LAUNCH_DIRECT`: one per host;
+        the others: all on the first host, by `horovodrun`).
     """
 
     name: str
@@ -143,10 +181,36 @@ class Variant:
     env: Tuple[Tuple[str, str], ...] = ()
     baseline: str = BASELINE
     copies: int = 1
+    ranks: int = REFERENCE_HOSTS
+    launcher: str = LAUNCH_DIRECT
+
+    def __post_init__(self):
+        if self.launcher != LAUNCH_DIRECT and (self.launcher not in HOROVODRUN_ARGS
+                                               or self.strategy not in RANK_STRATEGIES):
+            raise ValueError("variant %s: launcher %r needs a strategy of Horovod ranks and one of %s"
+                             % (self.name, self.launcher, ", ".join(HOROVODRUN_ARGS)))
+
+    @property
+    def processes(self) -> int:
+        """Its training processes."""
+        return self.copies if self.strategy == STRATEGY_SINGLE else self.ranks
 
     @property
     def num_hosts(self) -> int:
-        return self.copies if self.strategy == STRATEGY_SINGLE else len(HOST_NAMES)
+        """The hosts it runs on."""
+        return 1 if self.launcher != LAUNCH_DIRECT else self.processes
+
+    @property
+    def uses_id_capacity(self) -> bool:
+        return any(ID_CAPACITY in flag for flag in self.train_flags)
+
+
+def host_names(count: int) -> Tuple[str, ...]:
+    """`algo-1`, ..., `algo-<count>`: SageMaker's host names."""
+    return tuple(HOST_NAME % (index + 1) for index in range(count))
+
+
+HOST_NAMES = host_names(REFERENCE_HOSTS)
 
 
 def all_variants() -> Tuple[Variant, ...]:
@@ -157,6 +221,7 @@ def all_variants() -> Tuple[Variant, ...]:
                 copies=len(HOST_NAMES)),
         Variant("ps", STRATEGY_PS, "ps + worker per host, async (defaults)"),
         Variant("horovod", STRATEGY_HOROVOD, "1 rank per host, Gloo (defaults: learning rate x1.5)"),
+        Variant("hybrid", STRATEGY_HYBRID, "1 rank per host, Gloo, tables sharded, all-to-all lookups (defaults)"),
         Variant("single+dedup", STRATEGY_SINGLE, "--dedup_lookups", ("--dedup_lookups",)),
         Variant("single+no_check_ids", STRATEGY_SINGLE, "--nocheck_ids", ("--nocheck_ids",)),
         Variant("ps+dedup", STRATEGY_PS, "--dedup_lookups", ("--dedup_lookups",),
@@ -178,6 +243,18 @@ def all_variants() -> Tuple[Variant, ...]:
                 ("--lr_scaling", "none")),
         Variant("horovod+lr_sqrt", STRATEGY_HOROVOD, "--lr_scaling sqrt", ("--lr_scaling", "sqrt")),
         Variant("horovod+lr_linear", STRATEGY_HOROVOD, "--lr_scaling linear", ("--lr_scaling", "linear")),
+        Variant("horovod+cycle0.2ms", STRATEGY_HOROVOD, "--hvd_cycle_time_ms 0.2", ("--hvd_cycle_time_ms", "0.2")),
+        Variant("hybrid+fp16", STRATEGY_HYBRID, "--exchange_fp16 (rows and their gradients as float16)",
+                ("--exchange_fp16",)),
+        Variant("hybrid+capacity", STRATEGY_HYBRID, "--id_capacity (measured distinct ids per owner x%g)"
+                % ID_CAPACITY_MARGIN, ("--id_capacity", ID_CAPACITY)),
+        Variant("hybrid+cycle0.2ms", STRATEGY_HYBRID, "--hvd_cycle_time_ms 0.2", ("--hvd_cycle_time_ms", "0.2")),
+        Variant("hybrid+cycle5ms", STRATEGY_HYBRID, "--hvd_cycle_time_ms 5", ("--hvd_cycle_time_ms", "5")),
+        Variant("hybrid+groups1", STRATEGY_HYBRID, "--hvd_groups 1 (the dense gradients in one collective)",
+                ("--hvd_groups", "1")),
+        Variant("hybrid+fusion0", STRATEGY_HYBRID, "--hvd_fusion_threshold_bytes 0 (no fusion)",
+                ("--hvd_fusion_threshold_bytes", "0")),
+        Variant("hybrid+lr_none", STRATEGY_HYBRID, "--lr_scaling none (learning rate x1)", ("--lr_scaling", "none")),
     )
 
 
@@ -196,6 +273,15 @@ LEVER_COMPARISONS = (
     ("learning rate x1 instead of x1.5, horovod", "horovod+lr_none", "horovod"),
     ("learning rate x sqrt(2), horovod", "horovod+lr_sqrt", "horovod"),
     ("learning rate x 2, horovod", "horovod+lr_linear", "horovod"),
+    ("cycle time 0.2 ms, horovod", "horovod+cycle0.2ms", "horovod"),
+    ("hybrid instead of horovod", "hybrid", "horovod"),
+    ("fp16 exchange, hybrid", "hybrid+fp16", "hybrid"),
+    ("fixed id capacity, hybrid", "hybrid+capacity", "hybrid"),
+    ("cycle time 0.2 ms, hybrid", "hybrid+cycle0.2ms", "hybrid"),
+    ("cycle time 5 ms, hybrid", "hybrid+cycle5ms", "hybrid"),
+    ("one group of dense collectives, hybrid", "hybrid+groups1", "hybrid"),
+    ("no tensor fusion, hybrid", "hybrid+fusion0", "hybrid"),
+    ("learning rate x1 instead of x1.5, hybrid", "hybrid+lr_none", "hybrid"),
 )
 
 
@@ -217,6 +303,15 @@ class BenchmarkConfig:
       shared_note: what else ran on the machine, for the report.
       trace_steps: steps each training process traces in one extra run of
         every variant after the timed rounds (0: no traced run).
+      batch: the per-replica batch of every variant.
+      train_flags: flags added to every variant's `deepfm.train`.
+      id_capacity: what `ID_CAPACITY` in a variant's flags stands for (0:
+        not measured).
+      shared_cores: 0: each host on a core of its own. N > 0: every host of
+        a distributed variant on the same N cores (a `single` on one), the
+        efficiency counted against N cores.
+      same_steps: every training process runs warm-up + steps (a rate
+        measurement), instead of every variant training the same examples.
     """
 
     data_dir: str
@@ -231,17 +326,35 @@ class BenchmarkConfig:
     timeout_s: float = RUN_TIMEOUT_S
     shared_note: str = ""
     trace_steps: int = 0
+    batch: int = BATCH
+    train_flags: Tuple[str, ...] = ()
+    id_capacity: int = 0
+    shared_cores: int = 0
+    same_steps: bool = False
 
     def max_steps(self, variant: Variant) -> int:
-        """`--max_steps` of each training process: the same examples in every variant."""
+        """`--max_steps` of each training process: the same examples in every variant (or `same_steps`)."""
+        if self.same_steps:
+            return self.warmup_steps + self.steps
         if variant.strategy == STRATEGY_SINGLE:
-            return (self.warmup_steps + self.steps) * len(HOST_NAMES)
-        return (self.warmup_steps + self.steps) * len(HOST_NAMES) // variant.num_hosts
+            return (self.warmup_steps + self.steps) * REFERENCE_HOSTS
+        return (self.warmup_steps + self.steps) * REFERENCE_HOSTS // variant.processes
 
     @property
     def examples(self) -> int:
         """Training examples of every variant (of each copy of `single_x2`): N of "AUC after N"."""
-        return (self.warmup_steps + self.steps) * len(HOST_NAMES) * BATCH
+        return (self.warmup_steps + self.steps) * REFERENCE_HOSTS * self.batch
+
+    def cores(self, variant: Variant) -> int:
+        """The cores `variant` runs on, which its efficiency is counted against."""
+        if self.shared_cores and variant.strategy != STRATEGY_SINGLE:
+            return self.shared_cores
+        return variant.num_hosts
+
+    @property
+    def num_hosts(self) -> int:
+        """The hosts the largest variant needs."""
+        return max([REFERENCE_HOSTS] + [variant.num_hosts for variant in self.variants])
 
 
 @dataclasses.dataclass
@@ -297,8 +410,12 @@ class RunResult:
 
     @property
     def tx_bytes_per_step(self) -> float:
-        """Mean over hosts of bytes sent per step of the host's training process."""
-        return float(numpy.mean([tx / steps for tx, steps in zip(self.tx_bytes, self.steps)]))
+        """Bytes a training process sent per step: every host's tx bytes / every training process's steps.
+
+        With one training process per host, the mean over hosts of the
+        bytes per step of the host's process.
+        """
+        return float(sum(self.tx_bytes) / sum(self.steps))
 
     @property
     def step_ms(self) -> float:
@@ -307,8 +424,12 @@ class RunResult:
 
     @property
     def cpu_ms_per_step(self) -> float:
-        """Mean over hosts of the host's CPU milliseconds per step of its training process."""
-        return float(numpy.mean([1000.0 * cpu / steps for cpu, steps in zip(self.host_cpu_seconds, self.steps)]))
+        """CPU milliseconds per step of a training process: every host's CPU / every training process's steps.
+
+        With one training process per host, the mean over hosts of the
+        host's CPU per step of its process.
+        """
+        return float(1000.0 * sum(self.host_cpu_seconds) / sum(self.steps))
 
 
 def step_split(step_ms: float, cpu_ms_per_step: float, compute_ms: float) -> Tuple[float, float, float]:
@@ -463,16 +584,28 @@ def _base_env(variant: Variant) -> Dict[str, str]:
     return env
 
 
+def variant_flags(variant: Variant, config: BenchmarkConfig) -> List[str]:
+    """The flags `variant` adds to `deepfm.train`: the run's (`--train_flag`), then its own.
+
+    Raises:
+      ValueError: the variant needs the id capacity and none was measured.
+    """
+    if variant.uses_id_capacity and config.id_capacity < 1:
+        raise ValueError("variant %s needs the measured id capacity (BenchmarkConfig.id_capacity)" % variant.name)
+    return list(config.train_flags) + [flag.replace(ID_CAPACITY, str(config.id_capacity))
+                                       for flag in variant.train_flags]
+
+
 def _train_argv(variant: Variant, config: BenchmarkConfig, work: str, index: int, traced: bool) -> List[str]:
     # Independent copies keep their own files (the first copy's metrics are the run's).
     suffix = "-%d" % index if variant.strategy == STRATEGY_SINGLE and index else ""
     progress = "{task}-%d.jsonl" % index if variant.copies > 1 else "{task}.jsonl"
     return [sys.executable, "-m", "deepfm.train", "--strategy", variant.strategy,
             "--train_data", config.data_dir, "--model_dir", os.path.join(work, "model" + suffix),
-            "--metrics_file", os.path.join(work, "metrics%s.json" % suffix), "--batch_size", str(BATCH),
+            "--metrics_file", os.path.join(work, "metrics%s.json" % suffix), "--batch_size", str(config.batch),
             "--max_steps", str(config.max_steps(variant)), "--log_every_n_steps", str(LOG_EVERY_STEPS),
             "--progress_file", os.path.join(work, PROGRESS_DIR, progress),
-            "--save_checkpoints_steps", str(NO_CHECKPOINT_STEPS)] + list(variant.train_flags) + (
+            "--save_checkpoints_steps", str(NO_CHECKPOINT_STEPS)] + variant_flags(variant, config) + (
                 ["--trace_steps", str(config.trace_steps), "--trace_dir", os.path.join(work, TRACES)]
                 if traced else [])
 
@@ -489,7 +622,8 @@ def host_processes(variant: Variant, config: BenchmarkConfig, work: str, index: 
     """The processes of host `index` for one run of `variant`: name, argv, env, log."""
     argv = _train_argv(variant, config, work, index, traced)
     env = _base_env(variant)
-    host = HOST_NAMES[index]
+    names = host_names(variant.num_hosts)
+    host = names[index]
 
     def process(name, process_env, process_argv=argv, service=False):
         return {"name": name, "argv": process_argv, "env": process_env, "service": service,
@@ -505,9 +639,13 @@ def host_processes(variant: Variant, config: BenchmarkConfig, work: str, index: 
                     {"cluster": cluster, "task": {"type": "ps", "index": index}})), ps_argv, service=True),
                 process("%s_%s_%d" % (host, trainer[0], trainer[1]), dict(env, TF_CONFIG=json.dumps(
                     {"cluster": cluster, "task": {"type": trainer[0], "index": trainer[1]}})))]
-    size = len(HOST_NAMES)
+    size = variant.ranks
+    if variant.launcher != LAUNCH_DIRECT:
+        horovodrun = [local.find_horovodrun()] + list(HOROVODRUN_ARGS[variant.launcher]) + [
+            "-np", str(size), "-H", "localhost:%d" % size]
+        return [process("%s_horovodrun" % host, env, horovodrun + argv)]
     return [process("%s_rank_%d" % (host, index), dict(
-        env, HOROVOD_GLOO_RENDEZVOUS_ADDR=HOST_NAMES[0], HOROVOD_CONTROLLER="gloo",
+        env, HOROVOD_GLOO_RENDEZVOUS_ADDR=names[0], HOROVOD_CONTROLLER="gloo",
         HOROVOD_CPU_OPERATIONS="gloo", HOROVOD_GLOO_IFACE=hosts_lib.DEFAULT_INTERFACE, HOROVOD_HOSTNAME=host,
         HOROVOD_RANK=str(index), HOROVOD_SIZE=str(size), HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="1",
         HOROVOD_CROSS_RANK=str(index), HOROVOD_CROSS_SIZE=str(size)))]
@@ -536,16 +674,17 @@ def measure_run(variant: Variant, config: BenchmarkConfig, work: str,
     progress = []
     start = end = None
     outputs = []
-    for index in range(variant.num_hosts):
-        with open(os.path.join(work, HOST_OUTPUT % HOST_NAMES[index])) as f:
+    names = host_names(variant.num_hosts)
+    for name in names:
+        with open(os.path.join(work, HOST_OUTPUT % name)) as f:
             outputs.append(json.load(f))
     paths = sorted(glob.glob(os.path.join(work, PROGRESS_DIR, "*.jsonl")))
-    if len(paths) != variant.num_hosts:
+    if len(paths) != variant.processes:
         raise ValueError("%s: %d progress file(s) in %s, expected %d"
-                         % (variant.name, len(paths), os.path.join(work, PROGRESS_DIR), variant.num_hosts))
-    # One training process per host; its progress file is named by its task (chief first).
+                         % (variant.name, len(paths), os.path.join(work, PROGRESS_DIR), variant.processes))
+    # One progress file per training process, named by its task.
     progress = [strategies_bench.read_progress(path) for path in paths]
-    start, end, rate = strategies_bench.job_window(progress, [BATCH] * len(progress), config.warmup_steps)
+    start, end, rate = strategies_bench.job_window(progress, [config.batch] * len(progress), config.warmup_steps)
     for points in progress:
         times, steps = zip(*points)
         trainers.append(float(numpy.interp(end, times, steps) - numpy.interp(start, times, steps)))
@@ -557,7 +696,7 @@ def measure_run(variant: Variant, config: BenchmarkConfig, work: str,
         for name, samples in output["processes"].items():
             used = _interp(samples, 1, end) - _interp(samples, 1, start)
             # Independent copies run under the same name on every host.
-            cpu[name if variant.copies == 1 else "%s_%s" % (HOST_NAMES[index], name)] = used
+            cpu[name if variant.copies == 1 else "%s_%s" % (names[index], name)] = used
             total += used
         host_cpu.append(total)
     auc = None
@@ -574,10 +713,28 @@ def measure_run(variant: Variant, config: BenchmarkConfig, work: str,
     for path in sorted(glob.glob(os.path.join(work, TRACES, "*" + step_trace.SUMMARY_SUFFIX))):
         summary = step_trace.read_summary(path)
         traces[summary["task"]] = summary["median"]
-    # Hosts and progress files are both in host order (chief / rank 0 on algo-1 sorts first).
     return RunResult(examples_per_sec=rate, window_s=end - start, steps=trainers, cpu_seconds=cpu,
                      tx_bytes=tx, rx_bytes=rx, host_cpu_seconds=host_cpu, auc=auc, machine_busy_s=busy,
                      traces=traces)
+
+
+def network_cpus(config: BenchmarkConfig) -> List[tuple]:
+    """Each host's cores: one of its own, or with `shared_cores` the same first N cores for every host.
+
+    Raises:
+      ValueError: more cores asked for than this process may use.
+    """
+    if config.shared_cores:
+        (cores,) = hosts_lib.assign_cpus(1, config.shared_cores)
+        return [cores] * config.num_hosts
+    return hosts_lib.assign_cpus(config.num_hosts, CORES_PER_HOST)
+
+
+def host_cpus(config: BenchmarkConfig, variant: Variant, host: hosts_lib.Host) -> tuple:
+    """The cores `variant` runs on in `host`: the host's, or a `single`'s one core among shared ones."""
+    if config.shared_cores and variant.strategy == STRATEGY_SINGLE:
+        return host.cpus[:1]
+    return host.cpus
 
 
 def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.HostNetwork,
@@ -595,20 +752,22 @@ def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.Ho
         os.makedirs(os.path.join(work, PROGRESS_DIR))
         launched = []
         try:
+            names = host_names(variant.num_hosts)
             for index in range(variant.num_hosts):
                 host = network.hosts[index]
+                # Ranks that horovodrun starts on one host talk over its loopback interface.
                 spec = {"processes": host_processes(variant, config, work, index, traced),
-                        "interface": network.interface,
+                        "interface": network.interface if variant.launcher == LAUNCH_DIRECT else LOOPBACK,
                         "output": os.path.join(work, HOST_OUTPUT % host.name), "cwd": _package_root()}
-                if variant.strategy == STRATEGY_HOROVOD:
+                if variant.strategy in RANK_STRATEGIES and variant.launcher == LAUNCH_DIRECT:
                     spec["rendezvous"] = {"serve": index == 0, "port_file": os.path.join(work, PORT_FILE),
-                                          "plan": ",".join("%s:%d" % (name, 1) for name in HOST_NAMES)}
+                                          "plan": ",".join("%s:%d" % (name, 1) for name in names)}
                 spec_path = os.path.join(work, "host-%s.spec.json" % host.name)
                 with open(spec_path, "w") as f:
                     json.dump(spec, f)
                 init = hosts_lib.InitSpec(
                     hostname=host.name, argv=(sys.executable, "-m", "benchmarks.scale_out", "--child_host", spec_path),
-                    env=_base_env(variant), cpus=host.cpus, cwd=_package_root())
+                    env=_base_env(variant), cpus=host_cpus(config, variant, host), cwd=_package_root())
                 init_path = init.write(os.path.join(work, "init-%s.json" % host.name))
                 log = open(os.path.join(work, "init-%s.log" % host.name), "w")
                 launched.append(subprocess.Popen(network.command(host, init_path), stdout=log,
@@ -619,11 +778,11 @@ def run_variant(variant: Variant, config: BenchmarkConfig, network: hosts_lib.Ho
                 raise TimeoutError("%s ran longer than %.0f s" % (variant.name, config.timeout_s))
             codes = [0 if index in stopped else proc.returncode for index, proc in enumerate(launched)]
             for index in stopped:
-                _wait_for_file(os.path.join(work, HOST_OUTPUT % HOST_NAMES[index]), STRAGGLER_GRACE_S)
+                _wait_for_file(os.path.join(work, HOST_OUTPUT % names[index]), STRAGGLER_GRACE_S)
             if any(codes):
                 raise RuntimeError("%s: host exit codes %s\n%s" % (variant.name, codes, _log_tails(work)))
             result = measure_run(variant, config, work, machine.samples)
-            result.stopped_hosts = [HOST_NAMES[index] for index in stopped]
+            result.stopped_hosts = [names[index] for index in stopped]
             return result
         finally:
             for proc in launched:
@@ -685,13 +844,21 @@ def _auc(runs: Sequence[RunResult]) -> Optional[float]:
 
 
 def round_efficiencies(variant: Variant, runs: Sequence[RunResult],
-                       baseline: Sequence[RunResult]) -> Optional[common.Stats]:
-    """Each round's efficiency: the variant's examples/sec / (hosts x its reference's in the same round).
+                       baseline: Sequence[RunResult], cores: Optional[int] = None) -> Optional[common.Stats]:
+    """Each round's efficiency: the variant's examples/sec / (cores x its reference's in the same round).
 
-    None when no round has both.
+    Args:
+      variant: the variant.
+      runs: its runs.
+      baseline: its reference's runs (one process on one core).
+      cores: the cores it ran on (default: its hosts, one core each).
+
+    Returns:
+      The efficiencies; None when no round has both.
     """
+    cores = variant.num_hosts if cores is None else cores
     reference = {r.round: r.examples_per_sec for r in baseline}
-    values = [r.examples_per_sec / (variant.num_hosts * reference[r.round]) for r in runs if r.round in reference]
+    values = [r.examples_per_sec / (cores * reference[r.round]) for r in runs if r.round in reference]
     return common.Stats(values) if values else None
 
 
@@ -708,7 +875,7 @@ def summary_rows(config: BenchmarkConfig, results: Dict[str, List[RunResult]]) -
         # A lever's own single-process reference where it was measured, else `single`.
         baseline = results.get(variant.baseline) or results.get(BASELINE)
         compute_ms = _stats(baseline, "cpu_ms_per_step").median if baseline else None
-        efficiency = round_efficiencies(variant, runs, baseline or [])
+        efficiency = round_efficiencies(variant, runs, baseline or [], config.cores(variant))
         others = [r.other_cores for r in runs if r.other_cores is not None]
         row = {"examples_per_sec": rate, "stats": _stats(runs, "examples_per_sec"),
                "efficiency": efficiency.median if efficiency else None, "efficiency_stats": efficiency,
@@ -717,9 +884,11 @@ def summary_rows(config: BenchmarkConfig, results: Dict[str, List[RunResult]]) -
                "tx_mb_per_step": _stats(runs, "tx_bytes_per_step").median / MB,
                "step_ms": _stats(runs, "step_ms").median, "cpu_ms_per_step": _stats(runs, "cpu_ms_per_step").median,
                "auc": _auc(runs), "runs": len(runs),
-               "vs_independent": rate / independent_rate if independent_rate and variant.num_hosts > 1 else None}
+               "vs_independent": rate / independent_rate if independent_rate and variant.processes > 1 else None}
+        # A step's split needs a core of its own per training process.
         row["split"] = (step_split(row["step_ms"], row["cpu_ms_per_step"], compute_ms)
-                        if compute_ms is not None and variant.num_hosts > 1 else None)
+                        if compute_ms is not None and variant.processes > 1 and not config.shared_cores
+                        and variant.launcher == LAUNCH_DIRECT else None)
         base_auc = _auc(baseline) if baseline else None
         row["auc_delta"] = row["auc"] - base_auc if row["auc"] is not None and base_auc is not None else None
         rows[variant.name] = row
@@ -747,7 +916,7 @@ def report_body(config: BenchmarkConfig, results: Dict[str, List[RunResult]], fa
             "n/a" if row["efficiency"] is None else row["efficiency_stats"].fmt(".2f"),
             "-" if row["vs_independent"] is None else "%.2f" % row["vs_independent"],
             "%.3f" % row["cpu_s_per_1k"],
-            "%.2f" % row["tx_mb_per_step"] if variant.num_hosts > 1 else "-",
+            "%.2f" % row["tx_mb_per_step"] if variant.processes > 1 else "-",
             "%.1f" % row["step_ms"],
             "%.1f / %.1f / %.1f" % split if split else "-",
             "n/a" if row["auc"] is None else "%.4f" % row["auc"],
@@ -756,7 +925,7 @@ def report_body(config: BenchmarkConfig, results: Dict[str, List[RunResult]], fa
     header = ["variant", "what", "examples/sec median (min-max)", "efficiency median (min-max)",
               "vs 2 independent singles",
               "CPU-s per 1k examples",
-              "MB sent per step per host", "step ms", "compute / comm. CPU / waiting ms",
+              "MB sent per step per process", "step ms", "compute / comm. CPU / waiting ms",
               "AUC after %s examples" % format(config.examples, ","), "AUC vs its single", "other load (cores)"]
     stragglers = ("A host stopped %d s after the others had finished: its training process had not exited "
                   "(the run's measurements were complete)." % STRAGGLER_GRACE_S
@@ -772,20 +941,25 @@ def _setup_text(config: BenchmarkConfig, load: Optional[Tuple[float, float]]) ->
     return (
         "Emulated hosts (`jobs.hosts`: a network namespace per host, veth pairs on a bridge, %s; **no latency "
         "model**: this kernel has no `netem`), each host pinned to its own core: `single` on `algo-1` (1 core); "
-        "`ps` and `horovod` on `algo-1` + `algo-2` (1 core each). DeepFM at the defaults (embedding 32, layers "
-        "128-64-32, lazy_adam) on `%s`, per-replica batch %d; %d run(s) per variant, interleaved, each a fresh "
+        "`ps`, `horovod` and `hybrid` on `algo-1` + `algo-2` (1 core each). DeepFM at the defaults (embedding 32, "
+        "layers 128-64-32, lazy_adam) on `%s`, per-replica batch %s%s%s; %d run(s) per variant, interleaved, each a "
+        "fresh "
         "set of processes; every distributed process runs %d warm-up + %d timed steps, `single` twice as many, "
         "so every variant trains %s examples. Efficiency = examples/sec / (hosts x examples/sec of the variant's "
         "single-process reference in the same round: `single`, or `single+dedup` for the `+dedup` variants "
         "where it was measured), median over rounds; vs 2 independent singles = examples/sec / that of "
         "`single_x2` (two unrelated single processes, one per host, at once: what sharing the machine alone "
-        "costs). MB sent per step per host: the host's interface tx bytes in the timed window / steps of "
+        "costs). MB sent per step per process: the host's interface tx bytes in the timed window / steps of "
         "its training process (ps traffic of a host counts with it). Step split (medians): compute = the "
         "reference `single`'s CPU ms per step; comm. CPU = the host's CPU ms per step beyond that; waiting = "
         "the step beyond the host's CPU (its core idle). Other load: the machine's CPU in the window not used by "
         "the job (`/proc/stat`), in cores, median over rounds.%s %s"
-        % (link, os.path.basename(config.data_dir),
-           BATCH, config.runs, config.warmup_steps, config.steps, format(config.examples, ","),
+        % (link, os.path.basename(config.data_dir), format(config.batch, ","),
+           ", every variant with `%s`" % " ".join(config.train_flags) if config.train_flags else "",
+           "; `--id_capacity %d` for `+capacity` (the most distinct ids a batch of the training data sends one "
+           "owner, x%g, rounded up to a multiple of %d)" % (config.id_capacity, ID_CAPACITY_MARGIN,
+                                                          ID_CAPACITY_MULTIPLE) if config.id_capacity else "",
+           config.runs, config.warmup_steps, config.steps, format(config.examples, ","),
            " 1-minute load average before / after: %.2f / %.2f." % tuple(load) if load else "",
            config.shared_note))
 
@@ -835,12 +1009,24 @@ def _target_text(config: BenchmarkConfig, rows: Dict[str, Dict]) -> str:
     best = max(defaults, key=lambda v: rows[v.name]["efficiency"])
     row = rows[best.name]
     delta = row["auc_delta"]
-    return ("Target, best multi-host strategy at the defaults `%s`: efficiency %.2f (target >= %.2f: %s); AUC %s "
-            "`single`'s (target within %.3f: %s)." % (
-                best.name, row["efficiency"], TARGET_EFFICIENCY,
-                "met" if row["efficiency"] >= TARGET_EFFICIENCY else "not met",
+    target = target_efficiency(config.batch)
+    text = ("Target, best multi-host strategy at the defaults `%s` (per-replica batch %s%s): efficiency %.2f "
+            "(target >= %.2f: %s); AUC %s `single`'s (target within %.3f: %s)." % (
+                best.name, format(config.batch, ","), ", " + " ".join(config.train_flags) if config.train_flags else "",
+                row["efficiency"], target, "met" if row["efficiency"] >= target else "not met",
                 "n/a vs" if delta is None else "%+.4f vs" % delta, TARGET_AUC_DELTA,
                 "n/a" if delta is None else "met" if abs(delta) <= TARGET_AUC_DELTA else "not met"))
+    hybrid, horovod = rows.get(STRATEGY_HYBRID, {}).get("auc"), rows.get(STRATEGY_HOROVOD, {}).get("auc")
+    if hybrid is not None and horovod is not None:
+        text += " `hybrid`'s AUC %+.4f vs `horovod`'s (target within %.3f: %s)." % (
+            hybrid - horovod, TARGET_HYBRID_AUC_DELTA,
+            "met" if abs(hybrid - horovod) <= TARGET_HYBRID_AUC_DELTA else "not met")
+    return text
+
+
+def target_efficiency(batch: int) -> float:
+    """The issue's efficiency target at 2 hosts x 1 core for a per-replica batch."""
+    return TARGET_EFFICIENCY if batch >= LARGE_BATCH else TARGET_EFFICIENCY_SMALL_BATCH
 
 
 def raw_results(config: BenchmarkConfig, results: Dict[str, List[RunResult]],
@@ -848,7 +1034,9 @@ def raw_results(config: BenchmarkConfig, results: Dict[str, List[RunResult]],
                 load: Optional[Tuple[float, float]] = None) -> dict:
     """The JSON of the report: the set-up, every run and the traced runs' breakdowns."""
     return {
-        "setup": {"batch": BATCH, "steps": config.steps, "warmup_steps": config.warmup_steps, "runs": config.runs,
+        "setup": {"batch": config.batch, "train_flags": list(config.train_flags), "id_capacity": config.id_capacity,
+                  "shared_cores": config.shared_cores, "same_steps": config.same_steps, "steps": config.steps,
+                  "warmup_steps": config.warmup_steps, "runs": config.runs,
                   "examples": config.examples, "link_gbps": config.link_gbps,
                   "data": os.path.basename(config.data_dir), "shared_note": config.shared_note,
                   "trace_steps": config.trace_steps, "load_average": list(load) if load else None},
@@ -865,17 +1053,18 @@ def raw_results(config: BenchmarkConfig, results: Dict[str, List[RunResult]],
 
 
 def write_chart(config: BenchmarkConfig, results: Dict[str, List[RunResult]]) -> Optional[str]:
-    """Bars of examples/sec; the dashed line is 0.9 x 2 x `single` (the efficiency target)."""
+    """Bars of examples/sec; the dashed line is the efficiency target x 2 x `single`."""
     shown = [v.name for v in config.variants if results.get(v.name)]
     if not shown:
         return None
     reference = None
+    target = target_efficiency(config.batch)
     if results.get(BASELINE):
-        reference = TARGET_EFFICIENCY * len(HOST_NAMES) * _stats(results[BASELINE], "examples_per_sec").median
-    title = "DeepFM on emulated hosts, 1 core each, link %s" % (
-        "%g Gbit/s" % config.link_gbps if config.link_gbps else "unlimited")
+        reference = target * REFERENCE_HOSTS * _stats(results[BASELINE], "examples_per_sec").median
+    title = "DeepFM on emulated hosts, 1 core each, batch %s, link %s" % (
+        format(config.batch, ","), "%g Gbit/s" % config.link_gbps if config.link_gbps else "unlimited")
     return common.bar_chart(config.name, title, shown, [_stats(results[n], "examples_per_sec") for n in shown],
-                            "examples/sec", reference, "0.90 x 2 x single", results_dir=config.results_dir)
+                            "examples/sec", reference, "%.2f x 2 x single" % target, results_dir=config.results_dir)
 
 
 # --- the entry point -----------------------------------------------------------------------------
@@ -896,8 +1085,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--shared_note", default="", help="what else ran on the machine, for the report")
     parser.add_argument("--trace_steps", type=int, default=0,
                         help="steps to trace in one extra run of every variant (0: no traced run)")
+    parser.add_argument("--batch_size", type=int, default=BATCH, help="per-replica batch of every variant")
+    parser.add_argument("--train_flag", action="append", default=[],
+                        help="a flag added to every variant's deepfm.train, e.g. --train_flag=--large_batch_rule=cowclip "
+                        "(repeat for more)")
     parser.add_argument("--report_only", help="write the report again from this results JSON (no runs; "
-                        "--variants, --runs, --steps, --warmup_steps, --link_gbps, --trace_steps as it was run)")
+                        "--variants, --runs, --steps, --warmup_steps, --link_gbps, --trace_steps, --batch_size, "
+                        "--train_flag as it was run)")
     parser.add_argument("--child_host", help=argparse.SUPPRESS)
     parser.add_argument("--child_ps", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -912,14 +1106,62 @@ def make_config(args: argparse.Namespace) -> BenchmarkConfig:
     variants = tuple(common.select_variants(args.variants, all_variants()))
     for flag, value, least in (("runs", args.runs, 1), ("steps", args.steps, 2 * LOG_EVERY_STEPS),
                                ("warmup_steps", args.warmup_steps, 0), ("link_gbps", args.link_gbps, 0),
-                               ("timeout_s", args.timeout_s, 1), ("trace_steps", args.trace_steps, 0)):
+                               ("timeout_s", args.timeout_s, 1), ("trace_steps", args.trace_steps, 0),
+                               ("batch_size", args.batch_size, 1)):
         if value < least:
             raise ValueError("--%s must be >= %g, got %r" % (flag, least, value))
+    for flag in args.train_flag:
+        if not flag.startswith("--"):
+            raise ValueError("--train_flag %r: give a whole deepfm.train flag, e.g. --train_flag=--exchange_fp16"
+                             % flag)
     return BenchmarkConfig(
         data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.runs, steps=args.steps,
         warmup_steps=args.warmup_steps, link_gbps=args.link_gbps, variants=variants,
         results_dir=args.results_dir, name=args.name, timeout_s=args.timeout_s, shared_note=args.shared_note,
-        trace_steps=args.trace_steps)
+        trace_steps=args.trace_steps, batch=args.batch_size, train_flags=tuple(args.train_flag))
+
+
+def distinct_ids_per_owner(data_dir: str, batch: int, ranks: int) -> Tuple[int, float]:
+    """`(most, mean)` distinct ids a rank's batch sends one owner (id % ranks), over every batch of every rank.
+
+    Reads one epoch of each rank's shard of the training split of `data_dir`
+    (a dataset root), as the ranks' input pipelines read them.
+    """
+    import tensorflow as tf  # only where the capacity is measured, before any host starts
+    from input_pipeline import files, formats, pipeline, schema
+    metadata = schema.load_metadata(os.path.join(data_dir, schema.METADATA_FILE))
+    builder = pipeline.DatasetBuilder(
+        files.resolve([data_dir], formats.TFRECORD, split=schema.TRAIN_SPLIT),
+        pipeline.PipelineConfig(data_format=formats.TFRECORD, field_size=metadata.field_size), batch_size=batch)
+    counts = []
+    for rank in range(ranks):
+        shard = tf.distribute.InputContext(num_input_pipelines=ranks, input_pipeline_id=rank,
+                                           num_replicas_in_sync=ranks)
+        for features, _ in builder(shard):
+            distinct = numpy.unique(features[schema.FEAT_IDS].numpy())
+            counts.extend(numpy.bincount(distinct % ranks, minlength=ranks).tolist())
+    return int(max(counts)), float(numpy.mean(counts))
+
+
+def id_capacity(most_distinct: int) -> int:
+    """The fixed id capacity for the most distinct ids per owner measured: x the margin, up to a multiple."""
+    wanted = most_distinct * ID_CAPACITY_MARGIN
+    return int(-(-wanted // ID_CAPACITY_MULTIPLE) * ID_CAPACITY_MULTIPLE)
+
+
+def with_id_capacity(config: BenchmarkConfig) -> BenchmarkConfig:
+    """`config` with `id_capacity` measured when a variant needs it (at 2 ranks: the `+capacity` variants')."""
+    if not any(variant.uses_id_capacity for variant in config.variants):
+        return config
+    ranks = {variant.ranks for variant in config.variants if variant.uses_id_capacity}
+    if len(ranks) > 1:
+        raise ValueError("the +capacity variants run at different numbers of ranks %s; one capacity fits one"
+                         % sorted(ranks))
+    most, mean = distinct_ids_per_owner(config.data_dir, config.batch, ranks.pop())
+    capacity = id_capacity(most)
+    print("id capacity %d: at most %d distinct ids per owner per batch (mean %.0f)" % (capacity, most, mean),
+          file=sys.stderr)
+    return dataclasses.replace(config, id_capacity=capacity)
 
 
 def measure(config: BenchmarkConfig) -> Tuple[Dict[str, List[RunResult]], Dict[str, List[str]], Dict[str, Dict]]:
@@ -932,8 +1174,8 @@ def measure(config: BenchmarkConfig) -> Tuple[Dict[str, List[RunResult]], Dict[s
     results = {v.name: [] for v in config.variants}
     failures = {v.name: [] for v in config.variants}
     traced: Dict[str, Dict] = {}
-    cpus = hosts_lib.assign_cpus(len(HOST_NAMES), CORES_PER_HOST)
-    with hosts_lib.HostNetwork(HOST_NAMES, cpus=cpus, link=hosts_lib.LinkModel(gbps=config.link_gbps)) as network:
+    with hosts_lib.HostNetwork(host_names(config.num_hosts), cpus=network_cpus(config),
+                               link=hosts_lib.LinkModel(gbps=config.link_gbps)) as network:
         for run in range(config.runs):
             for variant in config.variants:
                 started = time.time()
@@ -980,6 +1222,16 @@ def load_results(path: str) -> Tuple[Dict[str, List[RunResult]], Dict[str, List[
     return results, failures, traced
 
 
+def load_setup(path: str) -> Dict:
+    """The set-up part of a results JSON this benchmark wrote (batch, id capacity, load average, ...).
+
+    Raises:
+      OSError, KeyError, ValueError: not such a file.
+    """
+    with open(path) as f:
+        return json.load(f)["results"]["setup"]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.child_host:
@@ -992,8 +1244,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("error: %s" % e, file=sys.stderr)
         return 2
     if args.report_only:
-        with open(args.report_only) as f:
-            load = json.load(f)["results"]["setup"].get("load_average")
+        setup = load_setup(args.report_only)
+        load = setup.get("load_average")
+        config = dataclasses.replace(config, id_capacity=setup.get("id_capacity", 0))
         results, failures, traced = load_results(args.report_only)
     else:
         reason = hosts_lib.check_privileges()
@@ -1001,12 +1254,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("error: %s" % reason, file=sys.stderr)
             return 2
         common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
+        config = with_id_capacity(config)
         load_before = os.getloadavg()[0]
         results, failures, traced = measure(config)
         load = (load_before, os.getloadavg()[0])
     body = report_body(config, results, failures, load, traced)
     info = common.machine_info()
-    info["cores used"] = "%d hosts x %d core (pinned)" % (len(HOST_NAMES), CORES_PER_HOST)
+    info["cores used"] = "%d hosts x %d core (pinned)" % (REFERENCE_HOSTS, CORES_PER_HOST)
     common.write_report(config.name, "Scale-out on emulated hosts", body, info,
                         raw_results(config, results, failures, traced, load), results_dir=config.results_dir)
     write_chart(config, results)

@@ -1,5 +1,6 @@
 """Tests of the scale-out benchmark: its measurement arithmetic, the host layouts, and a tiny real run."""
 
+import dataclasses
 import json
 import os
 
@@ -20,7 +21,7 @@ WARMUP = 10
 def _config(variants="single,ps,horovod", **overrides):
     args = ["--variants", variants, "--runs", "1", "--steps", str(STEPS), "--warmup_steps", str(WARMUP)]
     for key, value in overrides.items():
-        args += ["--" + key, str(value)]
+        args.append("--%s=%s" % (key, value))
     return bench.make_config(bench.parse_args(args))
 
 
@@ -46,18 +47,56 @@ class StepSplitTest(tf.test.TestCase):
 class ConfigTest(tf.test.TestCase):
 
     def test_every_variant_trains_the_same_examples(self):
-        config = _config(variants="single,single_x2,ps,horovod")
+        config = _config(variants="single,single_x2,ps,horovod,hybrid", batch_size=4096)
+        self.assertEqual(4096, config.batch)
         for variant in config.variants:
             # Independent copies of single each train what single does.
-            processes = 1 if variant.strategy == bench.STRATEGY_SINGLE else variant.num_hosts
-            self.assertEqual(config.examples, config.max_steps(variant) * processes * bench.BATCH,
-                             variant.name)
+            processes = 1 if variant.strategy == bench.STRATEGY_SINGLE else variant.processes
+            self.assertEqual(config.examples, config.max_steps(variant) * processes * 4096, variant.name)
+
+    def test_batch_and_run_flags_reach_every_training(self):
+        config = _config(variants="single,hybrid+fp16", batch_size=8192, train_flag="--large_batch_rule=cowclip")
+        for variant in config.variants:
+            (process,) = bench.host_processes(variant, config, self.get_temp_dir(), 0)
+            argv = process["argv"]
+            self.assertEqual("8192", argv[argv.index("--batch_size") + 1])
+            self.assertIn("--large_batch_rule=cowclip", argv)
+        self.assertIn("--exchange_fp16", argv)
+        with self.assertRaisesRegex(ValueError, "--train_flag 'exchange_fp16': give a whole deepfm.train flag"):
+            _config(train_flag="exchange_fp16")
+
+    def test_efficiency_counts_the_cores_a_variant_ran_on(self):
+        config = _config(variants="single,hybrid")
+        single, hybrid = config.variants
+        self.assertEqual((1, 2), (config.cores(single), config.cores(hybrid)))
+        shared = dataclasses.replace(config, shared_cores=2, variants=(single, dataclasses.replace(hybrid, ranks=8)))
+        self.assertEqual((1, 2), (shared.cores(single), shared.cores(shared.variants[1])))
+        self.assertEqual(8, shared.num_hosts)
+        # Every host on the same first two cores this process may use.
+        first_two = tuple(sorted(os.sched_getaffinity(0))[:2])
+        if len(first_two) == 2:
+            self.assertEqual([first_two] * 8, bench.network_cpus(shared))
+        else:
+            with self.assertRaisesRegex(ValueError, "need 2 cores"):
+                bench.network_cpus(shared)
+        host = hosts_lib.Host("algo-1", "ns", "198.18.0.2", cpus=(0, 1))
+        # A single among shared cores runs on one of them.
+        self.assertEqual((0,), bench.host_cpus(shared, single, host))
+        self.assertEqual((0, 1), bench.host_cpus(shared, shared.variants[1], host))
+
+    def test_targets_by_batch(self):
+        self.assertEqual(0.75, bench.target_efficiency(1024))
+        self.assertEqual(0.90, bench.target_efficiency(8192))
 
     def test_bad_arguments_are_named(self):
         with self.assertRaisesRegex(ValueError, "unknown 'mirrored'"):
             _config(variants="mirrored")
         with self.assertRaisesRegex(ValueError, "--link_gbps must be >= 0, got -1"):
             _config(link_gbps=-1)
+
+    def test_a_launcher_needs_horovod_ranks(self):
+        with self.assertRaisesRegex(ValueError, "variant x: launcher 'mpi' needs a strategy of Horovod ranks"):
+            bench.Variant("x", bench.STRATEGY_PS, "", launcher=bench.LAUNCH_MPI)
 
     def test_lever_references_are_variants(self):
         names = {v.name for v in bench.all_variants()}
@@ -101,6 +140,50 @@ class HostProcessesTest(tf.test.TestCase):
             self.assertEqual("algo-1", env["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
             self.assertEqual("gloo", env["HOROVOD_CONTROLLER"])
             self.assertIn("--max_steps", process["argv"])
+
+    def test_hybrid_ranks_rendezvous_like_horovods(self):
+        config = _config(variants="hybrid")
+        (hybrid,) = config.variants
+        (process,) = bench.host_processes(hybrid, config, self.get_temp_dir(), 1)
+        self.assertEqual("1", process["env"]["HOROVOD_RANK"])
+        argv = process["argv"]
+        self.assertEqual("hybrid", argv[argv.index("--strategy") + 1])
+
+    def test_ranks_in_one_host_are_started_by_horovodrun(self):
+        config = _config(variants="hybrid")
+        variant = bench.Variant("hybrid/mpi", bench.STRATEGY_HYBRID, "", ranks=2, launcher=bench.LAUNCH_MPI_TCP)
+        self.assertEqual(1, variant.num_hosts)
+        (process,) = bench.host_processes(variant, config, self.get_temp_dir(), 0)
+        argv = process["argv"]
+        self.assertTrue(argv[0].endswith("horovodrun"))
+        self.assertEqual(["--mpi", "--mpi-args=-mca btl tcp,self", "-np", "2", "-H", "localhost:2"], argv[1:7])
+        self.assertIn("deepfm.train", argv)
+        self.assertNotIn("HOROVOD_RANK", process["env"])
+
+
+class IdCapacityTest(tf.test.TestCase):
+
+    def test_capacity_is_the_most_distinct_ids_with_a_margin_rounded_up(self):
+        self.assertEqual(3136, bench.id_capacity(2813))
+        self.assertEqual(bench.ID_CAPACITY_MULTIPLE, bench.id_capacity(1))
+
+    def test_distinct_ids_per_owner_of_real_batches(self):
+        data = self.create_tempdir().full_path
+        synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
+        most, mean = bench.distinct_ids_per_owner(data, 64, 2)
+        # A batch of 64 rows x 39 ids, split over 2 owners: each gets some, at most all of them.
+        self.assertGreater(mean, 1)
+        self.assertLessEqual(mean, most)
+        self.assertLessEqual(most, 64 * 39)
+
+    def test_the_capacity_variant_gets_the_measured_capacity(self):
+        config = _config(variants="hybrid+capacity")
+        (variant,) = config.variants
+        with self.assertRaisesRegex(ValueError, "hybrid\\+capacity needs the measured id capacity"):
+            bench.host_processes(variant, config, self.get_temp_dir(), 0)
+        (process,) = bench.host_processes(variant, dataclasses.replace(config, id_capacity=320),
+                                          self.get_temp_dir(), 0)
+        self.assertEqual("320", process["argv"][process["argv"].index("--id_capacity") + 1])
 
 
 class MeasureRunTest(tf.test.TestCase):
@@ -191,9 +274,9 @@ class RealRunTest(tf.test.TestCase):
             self.skipTest(reason)
         data = self.create_tempdir().full_path
         synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
-        config = _config(variants="single,horovod", data_dir=data, link_gbps=10, trace_steps=2)
+        config = _config(variants="single,horovod,hybrid", data_dir=data, link_gbps=10, trace_steps=2)
         results, failures, traced = bench.measure(config)
-        self.assertEqual({"single": [], "horovod": []}, failures)
+        self.assertEqual({"single": [], "horovod": [], "hybrid": []}, failures)
         horovod = results["horovod"][0]
         self.assertGreater(horovod.examples_per_sec, 0)
         # Horovod's exchange crossed each host's link in the window; single has no second host.
@@ -207,6 +290,11 @@ class RealRunTest(tf.test.TestCase):
         self.assertGreater(traced["horovod"]["rank0"]["exchange_only_ms"], 0.0)
         self.assertEqual(0.0, traced["single"]["main"]["exchange_only_ms"])
         self.assertIn("Where a step goes", bench.report_body(config, results, failures, (0.0, 0.0), traced))
+        # The hybrid's ranks exchanged rows and gradients over their hosts' links, and evaluated.
+        hybrid = results["hybrid"][0]
+        self.assertGreater(min(hybrid.tx_bytes), 0)
+        self.assertIsNotNone(hybrid.auc)
+        self.assertGreater(traced["hybrid"]["rank1"]["exchange_only_ms"], 0.0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,253 @@
+"""Growth with ranks: `horovod` and `hybrid` at 2, 4 and 8 ranks sharing two cores, against `single` on one.
+
+    python -m benchmarks.rank_growth [--runs 3] [--steps 40] [--warmup_steps 10] [--variants a,b]
+                                     [--data_dir data/synthetic_300k]
+
+What a rank costs as the job grows, with the hardware held fixed: N Horovod
+ranks (one TensorFlow thread each) share the machine's first two cores, and
+`single` (one TensorFlow thread) runs on one of them. Each rank runs in an
+emulated host of its own (`jobs.hosts`, the machinery of
+`benchmarks.scale_out`: `algo-1` ... `algo-8`, every one pinned to the same
+two cores, a 25 Gbit/s token bucket each), so each rank's bytes are its own
+host's interface counters. Needs root.
+
+Per variant, in the window where every rank is past warm-up (medians over
+interleaved rounds, min-max):
+
+* MB each rank sends per step: every host's `eth0` tx bytes in the window /
+  every rank's steps in it;
+* CPU-seconds per 1,000 examples: every process of the job (the ranks,
+  with Horovod's and Gloo's threads);
+* efficiency: examples/sec / (2 cores x `single`'s examples/sec in the
+  same round).
+
+The growth of a strategy is its figure at 8 ranks over its figure at 2. The
+goals: `hybrid`'s bytes per rank grow at most `TARGET_BYTES_GROWTH` from 2 to
+8 ranks, and its CPU per example at 8 ranks is at most `TARGET_CPU_VS_SINGLE`
+times `single`'s.
+
+The variants `*@2/gloo`, `*@2/mpi` and `*@2/mpi_tcp` compare the
+controllers: both ranks in one host (`algo-1`, both cores), started by
+`horovodrun --gloo`, `horovodrun --mpi` (Open MPI's choice: shared memory
+between the two local ranks) or `--mpi` with TCP only; their bytes are
+the host's loopback counters (zero where MPI uses shared memory). The
+variants `*@2/threads2` give each of 2 ranks two TensorFlow threads.
+
+Every process runs warm-up + steps steps (a rate measurement: the variants
+train different numbers of examples, and no evaluation runs). Results go to
+`benchmarks/results/rank_growth.{md,json,png}`.
+"""
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from benchmarks import common
+from benchmarks import scale_out
+from jobs import hosts as hosts_lib
+
+NAME = "rank_growth"
+DEFAULT_RUNS = 3
+DEFAULT_STEPS = 40
+DEFAULT_WARMUP_STEPS = 10
+SHARED_CORES = 2
+RANK_COUNTS = (2, 4, 8)
+ONE_THREAD = ("--intra_op_threads", "1", "--inter_op_threads", "1")
+TWO_THREADS = ("--intra_op_threads", "2", "--inter_op_threads", "2")
+# Every variant: no evaluation (a rate measurement), one TensorFlow thread unless the variant says otherwise.
+RUN_FLAGS = ("--val_data=",)
+TARGET_BYTES_GROWTH = 1.3
+TARGET_CPU_VS_SINGLE = 1.25
+SMALLEST, LARGEST = RANK_COUNTS[0], RANK_COUNTS[-1]
+STRATEGIES = (scale_out.STRATEGY_HOROVOD, scale_out.STRATEGY_HYBRID)
+
+
+def variant_name(strategy: str, ranks: int, lever: str = "") -> str:
+    """`hybrid@8`, `hybrid@2/mpi`: a strategy at a number of ranks, with a lever."""
+    return "%s@%d%s" % (strategy, ranks, "/" + lever if lever else "")
+
+
+def all_variants() -> Tuple[scale_out.Variant, ...]:
+    """`single`, each strategy at 2, 4 and 8 ranks, then the controller and thread levers at 2 ranks."""
+    variants = [scale_out.Variant(scale_out.BASELINE, scale_out.STRATEGY_SINGLE, "1 process, 1 core, 1 thread",
+                                  ONE_THREAD)]
+    for strategy in STRATEGIES:
+        for ranks in RANK_COUNTS:
+            variants.append(scale_out.Variant(
+                variant_name(strategy, ranks), strategy, "%d ranks, 1 host each, Gloo, 1 thread each" % ranks,
+                ONE_THREAD, ranks=ranks))
+    for strategy in STRATEGIES:
+        for launcher, what in ((scale_out.LAUNCH_GLOO, "horovodrun --gloo"),
+                               (scale_out.LAUNCH_MPI, "horovodrun --mpi (shared memory)"),
+                               (scale_out.LAUNCH_MPI_TCP, "horovodrun --mpi, TCP only")):
+            variants.append(scale_out.Variant(
+                variant_name(strategy, SMALLEST, launcher), strategy,
+                "%d ranks in 1 host, %s, 1 thread each" % (SMALLEST, what), ONE_THREAD, ranks=SMALLEST,
+                launcher=launcher))
+        variants.append(scale_out.Variant(
+            variant_name(strategy, SMALLEST, "threads2"), strategy,
+            "%d ranks, 1 host each, Gloo, 2 threads each" % SMALLEST, TWO_THREADS, ranks=SMALLEST))
+    return tuple(variants)
+
+
+def make_config(args: argparse.Namespace) -> scale_out.BenchmarkConfig:
+    """The `scale_out.BenchmarkConfig` of the parsed arguments: shared cores, the same steps everywhere.
+
+    Raises:
+      ValueError: a bad argument; the message names it and its value.
+    """
+    variants = tuple(common.select_variants(args.variants, all_variants()))
+    for flag, value, least in (("runs", args.runs, 1), ("steps", args.steps, 2 * scale_out.LOG_EVERY_STEPS),
+                               ("warmup_steps", args.warmup_steps, 0), ("timeout_s", args.timeout_s, 1),
+                               ("batch_size", args.batch_size, 1)):
+        if value < least:
+            raise ValueError("--%s must be >= %g, got %r" % (flag, least, value))
+    return scale_out.BenchmarkConfig(
+        data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.runs, steps=args.steps,
+        warmup_steps=args.warmup_steps, link_gbps=scale_out.DEFAULT_LINK_GBPS, variants=variants,
+        results_dir=args.results_dir, name=args.name, timeout_s=args.timeout_s, shared_note=args.shared_note,
+        batch=args.batch_size, train_flags=RUN_FLAGS, shared_cores=SHARED_CORES, same_steps=True)
+
+
+def growth(rows: Dict[str, Dict], strategy: str, field: str) -> Optional[float]:
+    """`strategy`'s `field` at the most ranks over its `field` at the fewest; None if either is missing."""
+    small, large = rows.get(variant_name(strategy, SMALLEST)), rows.get(variant_name(strategy, LARGEST))
+    if not small or not large or not small[field]:
+        return None
+    return large[field] / small[field]
+
+
+def report_body(config: scale_out.BenchmarkConfig, results: Dict[str, List[scale_out.RunResult]],
+                failures: Dict[str, List[str]], load: Optional[Tuple[float, float]]) -> str:
+    """The markdown of the report: set-up, table, growth and the goals."""
+    rows = scale_out.summary_rows(config, results)
+    table = []
+    for variant in config.variants:
+        failed = len(failures.get(variant.name, []))
+        note = " (%d of %d runs failed)" % (failed, config.runs) if failed else ""
+        row = rows.get(variant.name)
+        if row is None:
+            table.append([variant.name, variant.note, "failed" + note] + ["n/a"] * 5)
+            continue
+        runs = results[variant.name]
+        table.append([
+            variant.name, variant.note, row["stats"].fmt() + note,
+            row["efficiency_stats"].fmt(".2f") if row["efficiency"] is not None else "n/a",
+            _stats(runs, "cpu_seconds_per_1k").fmt(".3f"),
+            _stats(runs, "tx_bytes_per_step", scale_out.MB).fmt(".2f") if variant.processes > 1 else "-",
+            "%.1f" % row["step_ms"],
+            "n/a" if row["other_cores"] is None else "%.2f" % row["other_cores"]])
+    header = ["variant", "what", "examples/sec median (min-max)", "efficiency vs 2 x single (min-max)",
+              "CPU-s per 1k examples (min-max)", "MB sent per step per rank (min-max)", "step ms of a rank",
+              "other load (cores)"]
+    sections = [_setup_text(config, load), common.markdown_table(header, table), _goal_text(config, rows)]
+    return "\n\n".join(s for s in sections if s)
+
+
+def _stats(runs: Sequence[scale_out.RunResult], field: str, unit: float = 1.0) -> common.Stats:
+    return common.Stats([getattr(r, field) / unit for r in runs])
+
+
+def _setup_text(config: scale_out.BenchmarkConfig, load: Optional[Tuple[float, float]]) -> str:
+    return (
+        "N Horovod ranks, each in an emulated host of its own (`jobs.hosts`, a 25 Gbit/s token bucket per host, "
+        "no latency model), every host pinned to the same %d cores; `single` on one of them. One TensorFlow "
+        "thread per process (`--intra_op_threads 1 --inter_op_threads 1`) unless the variant says otherwise. "
+        "DeepFM at the defaults on `%s`, per-replica batch %s, no evaluation; %d run(s) per variant, "
+        "interleaved, each a fresh set of processes; every process runs %d warm-up + %d timed steps. MB sent per "
+        "step per rank: the hosts' `eth0` tx bytes in the window / the ranks' steps (`/x` variants in one host: "
+        "its loopback bytes). CPU-s per 1k examples: every process of the job. Efficiency: examples/sec / (%d x "
+        "`single`'s in the same round), median over rounds. Other load: the machine's CPU in the window not used "
+        "by the job, in cores.%s %s" % (
+            config.shared_cores, os.path.basename(config.data_dir), format(config.batch, ","), config.runs,
+            config.warmup_steps, config.steps, config.shared_cores,
+            " 1-minute load average before / after: %.2f / %.2f." % tuple(load) if load else "",
+            config.shared_note))
+
+
+def _goal_text(config: scale_out.BenchmarkConfig, rows: Dict[str, Dict]) -> str:
+    lines = []
+    for strategy in STRATEGIES:
+        tx, cpu = growth(rows, strategy, "tx_mb_per_step"), growth(rows, strategy, "cpu_s_per_1k")
+        if tx is None or cpu is None:
+            continue
+        lines.append("- `%s` from %d to %d ranks: bytes per rank x%.2f, CPU per example x%.2f" % (
+            strategy, SMALLEST, LARGEST, tx, cpu))
+    hybrid_tx = growth(rows, scale_out.STRATEGY_HYBRID, "tx_mb_per_step")
+    if hybrid_tx is not None:
+        lines.append("- goal: `hybrid`'s bytes per rank within x%.2f from %d to %d ranks: %s (x%.2f)" % (
+            TARGET_BYTES_GROWTH, SMALLEST, LARGEST, "met" if hybrid_tx <= TARGET_BYTES_GROWTH else "not met",
+            hybrid_tx))
+    largest, single = rows.get(variant_name(scale_out.STRATEGY_HYBRID, LARGEST)), rows.get(scale_out.BASELINE)
+    if largest and single:
+        ratio = largest["cpu_s_per_1k"] / single["cpu_s_per_1k"]
+        lines.append("- goal: `hybrid`'s CPU per example at %d ranks within x%.2f of `single`'s: %s (x%.2f)" % (
+            LARGEST, TARGET_CPU_VS_SINGLE, "met" if ratio <= TARGET_CPU_VS_SINGLE else "not met", ratio))
+    return "Growth (ratios of medians):\n" + "\n".join(lines) if lines else ""
+
+
+def write_chart(config: scale_out.BenchmarkConfig, results: Dict[str, List[scale_out.RunResult]]) -> Optional[str]:
+    """Bars of CPU-seconds per 1,000 examples; the dashed line is the goal, x1.25 `single`'s."""
+    shown = [v.name for v in config.variants if results.get(v.name)]
+    if not shown:
+        return None
+    reference = None
+    if results.get(scale_out.BASELINE):
+        reference = TARGET_CPU_VS_SINGLE * _stats(results[scale_out.BASELINE], "cpu_seconds_per_1k").median
+    return common.bar_chart(config.name, "DeepFM, N ranks sharing %d cores, batch %s per rank" % (
+        config.shared_cores, format(config.batch, ",")), shown,
+        [_stats(results[name], "cpu_seconds_per_1k") for name in shown], "CPU-seconds per 1,000 examples",
+        reference, "%.2f x single" % TARGET_CPU_VS_SINGLE, results_dir=config.results_dir)
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data_dir", default=scale_out.DEFAULT_DATA_DIR)
+    parser.add_argument("--rows", type=int, default=scale_out.DEFAULT_ROWS, help="rows of a generated dataset")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="timed steps of every process")
+    parser.add_argument("--warmup_steps", type=int, default=DEFAULT_WARMUP_STEPS)
+    parser.add_argument("--batch_size", type=int, default=scale_out.BATCH, help="per-replica batch")
+    parser.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
+    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
+    parser.add_argument("--name", default=NAME, help="the report's file name")
+    parser.add_argument("--timeout_s", type=float, default=scale_out.RUN_TIMEOUT_S)
+    parser.add_argument("--shared_note", default="", help="what else ran on the machine, for the report")
+    parser.add_argument("--report_only", help="write the report again from this results JSON (no runs; "
+                        "--variants, --runs, --steps, --warmup_steps, --batch_size as it was run)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = make_config(args)
+    except ValueError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    if args.report_only:
+        results, failures, _ = scale_out.load_results(args.report_only)
+        load = scale_out.load_setup(args.report_only).get("load_average")
+    else:
+        reason = hosts_lib.check_privileges()
+        if reason:
+            print("error: %s" % reason, file=sys.stderr)
+            return 2
+        common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
+        load_before = os.getloadavg()[0]
+        results, failures, _ = scale_out.measure(config)
+        load = (load_before, os.getloadavg()[0])
+    body = report_body(config, results, failures, load)
+    info = common.machine_info()
+    info["cores used"] = "%d, shared by every rank (pinned)" % config.shared_cores
+    common.write_report(config.name, "Growth with ranks on shared cores", body, info,
+                        scale_out.raw_results(config, results, failures, None, load), results_dir=config.results_dir)
+    write_chart(config, results)
+    print(body)
+    return 1 if any(failures.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Tests of the rank-growth benchmark: its variants and configuration, the growth arithmetic, a tiny real run."""
+
+import pytest
+import tensorflow as tf
+
+from benchmarks import rank_growth as bench
+from benchmarks import scale_out
+from dataprep import synthetic
+from jobs import hosts as hosts_lib
+
+ROWS = 3000
+FEATURE_SIZE = 2000
+STEPS = 20
+WARMUP = 5
+
+
+def _config(variants, **overrides):
+    args = ["--variants", variants, "--runs", "1", "--steps", str(STEPS), "--warmup_steps", str(WARMUP)]
+    args += ["--%s=%s" % (key, value) for key, value in overrides.items()]
+    return bench.make_config(bench.parse_args(args))
+
+
+def _run(rate, tx_per_step, cpu_s, steps=(10.0, 10.0)):
+    """A run of `len(steps)` ranks: `tx_per_step` bytes per rank and step, `cpu_s` CPU-seconds in a 1 s window."""
+    return scale_out.RunResult(examples_per_sec=rate, window_s=1.0, steps=list(steps), cpu_seconds={},
+                               tx_bytes=[tx_per_step * s for s in steps], rx_bytes=[0.0] * len(steps),
+                               host_cpu_seconds=[cpu_s / len(steps)] * len(steps))
+
+
+class ConfigTest(tf.test.TestCase):
+
+    def test_ranks_share_two_cores_and_run_the_same_steps_with_one_thread(self):
+        config = _config("single,horovod@2,hybrid@8,hybrid@2/mpi,hybrid@2/threads2")
+        single, horovod, hybrid, mpi, threads = config.variants
+        self.assertEqual((1, 2, 8, 2, 2), tuple(v.processes for v in config.variants))
+        self.assertEqual((1, 2, 8, 1, 2), tuple(v.num_hosts for v in config.variants))
+        self.assertEqual(8, config.num_hosts)
+        # Efficiency: single against its one core, every job against the two.
+        self.assertEqual((1, 2, 2, 2, 2), tuple(config.cores(v) for v in config.variants))
+        for variant in config.variants:
+            self.assertEqual(STEPS + WARMUP, config.max_steps(variant))
+            argv = scale_out.host_processes(variant, config, self.get_temp_dir(), 0)[0]["argv"]
+            threads_flag = argv[argv.index("--intra_op_threads") + 1]
+            self.assertEqual("2" if variant is threads else "1", threads_flag, variant.name)
+            self.assertIn("--val_data=", argv)
+        self.assertEqual(scale_out.LAUNCH_MPI, mpi.launcher)
+        self.assertEqual(scale_out.STRATEGY_HYBRID, hybrid.strategy)
+        self.assertEqual(scale_out.STRATEGY_HOROVOD, horovod.strategy)
+        self.assertEqual(scale_out.STRATEGY_SINGLE, single.strategy)
+
+    def test_unknown_variant_is_named(self):
+        with self.assertRaisesRegex(ValueError, "unknown 'hybrid@16'"):
+            _config("hybrid@16")
+
+
+class GrowthTest(tf.test.TestCase):
+
+    def test_growth_and_the_goals(self):
+        config = _config("single,hybrid@2,hybrid@8")
+        # Per rank: 1.0 MB per step at 2 ranks, 1.2 at 8 (x1.2); CPU per 1k examples 0.04, 0.06, 0.08.
+        results = {"single": [_run(25_000.0, 0.0, 1.0, steps=(10.0,))],
+                   "hybrid@2": [_run(25_000.0, 1e6, 1.5)],
+                   "hybrid@8": [_run(25_000.0, 1.2e6, 2.0, steps=(10.0,) * 8)]}
+        rows = scale_out.summary_rows(config, results)
+        self.assertAllClose(1.2, bench.growth(rows, scale_out.STRATEGY_HYBRID, "tx_mb_per_step"))
+        self.assertAllClose(2.0 / 1.5, bench.growth(rows, scale_out.STRATEGY_HYBRID, "cpu_s_per_1k"))
+        self.assertIsNone(bench.growth(rows, scale_out.STRATEGY_HOROVOD, "tx_mb_per_step"))
+        self.assertAllClose(0.5, rows["hybrid@8"]["efficiency"])
+        body = bench.report_body(config, results, {}, (0.1, 0.2))
+        self.assertIn("bytes per rank within x1.30 from 2 to 8 ranks: met (x1.20)", body)
+        self.assertIn("CPU per example at 8 ranks within x1.25 of `single`'s: not met (x2.00)", body)
+        self.assertIn("| hybrid@8 |", body)
+
+
+@pytest.mark.slow
+class RealRunTest(tf.test.TestCase):
+    """`single` and `hybrid` at 2 and 4 ranks on real emulated hosts sharing two cores, a few steps (needs root)."""
+
+    def test_bytes_and_cpu_of_each_rank_are_measured(self):
+        reason = hosts_lib.check_privileges()
+        if reason:
+            self.skipTest(reason)
+        data = self.create_tempdir().full_path
+        synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
+        config = _config("single,hybrid@2,hybrid@4", data_dir=data, batch_size=64)
+        results, failures, _ = scale_out.measure(config)
+        self.assertEqual({"single": [], "hybrid@2": [], "hybrid@4": []}, failures)
+        for name, ranks in (("hybrid@2", 2), ("hybrid@4", 4)):
+            (run,) = results[name]
+            # Every rank's host sent its share of the exchange, and every rank trained in the window.
+            self.assertLen(run.tx_bytes, ranks)
+            self.assertGreater(min(run.tx_bytes), 0)
+            self.assertLen(run.steps, ranks)
+            self.assertGreater(run.cpu_seconds_per_1k, 0)
+        rows = scale_out.summary_rows(config, results)
+        # Efficiency against two cores of single's rate in the same round.
+        self.assertGreater(rows["hybrid@4"]["efficiency"], 0)
+        self.assertIn("| hybrid@4 |", bench.report_body(config, results, failures, None))
+
+
+if __name__ == "__main__":
+    tf.test.main()
