@@ -11,12 +11,13 @@ it would pick with the reason. `--compute_ms` replaces the measured step
 (e.g. a GPU's step time measured elsewhere).
 
 The CPU cost of moving bytes and the fixed cost of a distributed step (one
-pair for Horovod, one for parameter servers) are not measured by a step
-alone: they default to the values fitted to the 2-host scale-out benchmark
+pair for Horovod's allgathers, one for parameter servers, one for the
+hybrid strategy's all-to-alls) are not measured by a step alone: they default to the values fitted to the 2-host scale-out benchmark
 (`benchmarks/results/scale_out.json`); `--fit_to RESULTS_JSON` fits
 them to another run of `benchmarks.scale_out`, and `--check_against
 RESULTS_JSON` prints, for each 2-host variant measured there, the
-prediction next to the measurement and the error.
+prediction next to the measurement and the error (the results must be of
+the same per-replica batch as `--batch_size`).
 """
 
 import dataclasses
@@ -38,12 +39,16 @@ CALIBRATED_CPU_NS_PER_BYTE = 0.50
 CALIBRATED_OVERHEAD_MS = 20.04
 CALIBRATED_PS_CPU_NS_PER_BYTE = 0.28
 CALIBRATED_PS_OVERHEAD_MS = 36.03
+CALIBRATED_HYBRID_CPU_NS_PER_BYTE = 0.50
+CALIBRATED_HYBRID_OVERHEAD_MS = 20.04
 DEDUP_FLAG = "--dedup_lookups"
+FP16_EXCHANGE_FLAG = "--exchange_fp16"
 SINGLE_VARIANT = "single"
 SPARSE_AS_DENSE_FLAG = "--sparse_as_dense"
 # The benchmark variants each strategy's CPU costs are fitted to (two byte counts each).
 HOROVOD_FIT = ("horovod", "horovod+dedup")
 PS_FIT = ("ps", "ps+dedup")
+HYBRID_FIT = ("hybrid", "hybrid+fp16")
 EMBEDDING_VARIABLES = ("fm_w", "fm_v")
 DEFAULT_STEPS = 30
 DEFAULT_WARMUP_STEPS = 10
@@ -151,7 +156,8 @@ def main(argv):
         embedding_size=model.embedding_size, feature_size=model.feature_size, dense_params=dense,
         cpu_s_per_byte=CALIBRATED_CPU_NS_PER_BYTE * 1e-9, overhead_s=CALIBRATED_OVERHEAD_MS / 1000.0,
         ps_cpu_s_per_byte=CALIBRATED_PS_CPU_NS_PER_BYTE * 1e-9, ps_overhead_s=CALIBRATED_PS_OVERHEAD_MS / 1000.0,
-        dedup=FLAGS.dedup_lookups)
+        hybrid_cpu_s_per_byte=CALIBRATED_HYBRID_CPU_NS_PER_BYTE * 1e-9,
+        hybrid_overhead_s=CALIBRATED_HYBRID_OVERHEAD_MS / 1000.0, dedup=FLAGS.dedup_lookups)
     try:
         if FLAGS.fit_to:
             profile = fit(FLAGS.fit_to, profile)
@@ -167,7 +173,7 @@ def main(argv):
         return
     print("measured on core %d: step %.2f ms%s, %d ids and %.0f distinct per batch, %d dense parameters"
           % (core, 1000 * seconds, " (given)" if FLAGS.compute_ms is not None else "", ids, distinct, dense))
-    for name in (cost_model.HOROVOD, cost_model.PS):
+    for name in (cost_model.HOROVOD, cost_model.PS, cost_model.HYBRID):
         overhead, per_byte = profile.costs(name)
         print("%s costs%s: %.2f ns CPU per byte moved, %.2f ms fixed per step" % (
             name, " fitted to " + os.path.basename(FLAGS.fit_to) if FLAGS.fit_to else "",
@@ -184,6 +190,8 @@ def main(argv):
 def _strategy_of(variant: dict) -> str:
     if variant["strategy"] == "ps":
         return cost_model.PS
+    if variant["strategy"] == cost_model.HYBRID:
+        return cost_model.HYBRID
     return cost_model.HOROVOD_DENSE if SPARSE_AS_DENSE_FLAG in variant["train_flags"] else cost_model.HOROVOD
 
 
@@ -198,13 +206,21 @@ def _measured_variants(path: str, profile: cost_model.StepProfile):
 
     Each 2-host variant with runs: compute = its reference single variant's
     (else `single`'s) median wall ms per step; rows follow its
-    `--dedup_lookups`; extra CPU = its median CPU ms per step (per host)
-    minus the reference's.
+    `--dedup_lookups` and `--exchange_fp16`; extra CPU = its median CPU ms
+    per step (per host) minus the reference's.
+
+    Raises:
+      ValueError: the results are of another per-replica batch than `profile`'s.
     """
     with open(path) as f:
         data = json.load(f)
     variants = data["results"]["variants"]
-    link_gbps = data["results"]["setup"]["link_gbps"] or cost_model.DEFAULT_UNLIMITED_GBPS
+    setup = data["results"]["setup"]
+    batch = setup.get("batch", config_lib.DEFAULT_BATCH_SIZE)
+    if batch != profile.batch_size:
+        raise ValueError("%s was measured at a per-replica batch of %d, and this step at %d: pass --batch_size %d"
+                         % (path, batch, profile.batch_size, batch))
+    link_gbps = setup["link_gbps"] or cost_model.DEFAULT_UNLIMITED_GBPS
     cluster = cost_model.Cluster(hosts=2, cores_per_host=1, link_gbps=link_gbps, latency_s=0.0)
     measured = {}
     for name, variant in variants.items():
@@ -214,7 +230,7 @@ def _measured_variants(path: str, profile: cost_model.StepProfile):
             continue
         step = dataclasses.replace(
             profile, compute_s=_median([r["step_ms"] for r in reference]) / 1000.0,
-            dedup=DEDUP_FLAG in variant["train_flags"])
+            dedup=DEDUP_FLAG in variant["train_flags"], exchange_fp16=FP16_EXCHANGE_FLAG in variant["train_flags"])
         extra = (_median([r["cpu_ms_per_step"] for r in variant["runs"]])
                  - _median([r["cpu_ms_per_step"] for r in reference])) / 1000.0
         measured[name] = (variant, step, extra)
@@ -225,14 +241,16 @@ def fit(path: str, profile: cost_model.StepProfile) -> cost_model.StepProfile:
     """`profile` with its CPU costs fitted to a scale-out benchmark's results.
 
     Horovod's costs are fitted to `HOROVOD_FIT` (with and without deduplicated
-    lookups: two byte counts), the parameter servers' to `PS_FIT`.
+    lookups: two byte counts), the parameter servers' to `PS_FIT`, the
+    hybrid strategy's to `HYBRID_FIT` (float32 and float16 rows).
 
     Raises:
       ValueError: the file lacks the runs of a variant the fit needs.
     """
     cluster, measured = _measured_variants(path, profile)
     costs = {}
-    for strategy, names in ((cost_model.HOROVOD, HOROVOD_FIT), (cost_model.PS, PS_FIT)):
+    for strategy, names in ((cost_model.HOROVOD, HOROVOD_FIT), (cost_model.PS, PS_FIT),
+                            (cost_model.HYBRID, HYBRID_FIT)):
         missing = [name for name in names if name not in measured]
         if missing:
             raise ValueError("%s has no runs of %s, which the fit needs" % (path, ", ".join(missing)))
@@ -240,7 +258,8 @@ def fit(path: str, profile: cost_model.StepProfile) -> cost_model.StepProfile:
         costs[strategy] = cost_model.calibrate(handled, [measured[n][2] for n in names])
     return dataclasses.replace(
         profile, overhead_s=costs[cost_model.HOROVOD][0], cpu_s_per_byte=costs[cost_model.HOROVOD][1],
-        ps_overhead_s=costs[cost_model.PS][0], ps_cpu_s_per_byte=costs[cost_model.PS][1])
+        ps_overhead_s=costs[cost_model.PS][0], ps_cpu_s_per_byte=costs[cost_model.PS][1],
+        hybrid_overhead_s=costs[cost_model.HYBRID][0], hybrid_cpu_s_per_byte=costs[cost_model.HYBRID][1])
 
 
 def check(path: str, profile: cost_model.StepProfile) -> str:
@@ -249,7 +268,8 @@ def check(path: str, profile: cost_model.StepProfile) -> str:
     lines = ["| variant | predicted examples/sec | measured | error | predicted MB/step on the link "
              "| measured tx MB/step |", "|---|---|---|---|---|---|"]
     for name, (variant, step, _) in measured.items():
-        step = dataclasses.replace(profile, compute_s=step.compute_s, dedup=step.dedup)
+        step = dataclasses.replace(profile, compute_s=step.compute_s, dedup=step.dedup,
+                                   exchange_fp16=step.exchange_fp16)
         prediction = cost_model.predict(_strategy_of(variant), step, cluster)
         rate = _median([r["examples_per_sec"] for r in variant["runs"]])
         tx = _median([r["tx_bytes_per_step"] for r in variant["runs"]])

@@ -31,6 +31,7 @@ fitted by `calibrate` to measured steps (`benchmarks/scale_out.py`).
   process, whatever the number of processes; the owners' side of every
   exchange is the same size; dense gradients are ring-allreduced. The bytes
   a process handles per step do not grow with the number of processes.
+  With `--exchange_fp16` the rows and their gradients move as float16.
 * `single`: one process on one core: `batch_size / compute`.
 
 Rows per step are the distinct ids of a batch with `--dedup_lookups`,
@@ -44,6 +45,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from strategies import strategy_names as names
 
 FLOAT_BYTES = 4
+HALF_BYTES = 2
 INDEX_BYTES = 8
 BITS_PER_BYTE = 8
 GIGA = 1e9
@@ -112,6 +114,7 @@ class StepProfile:
         (None: the same).
       hybrid_overhead_s: `overhead_s` of a hybrid step (None: the same).
       dedup: whether lookups are deduplicated (`distinct_ids_per_step` rows move).
+      exchange_fp16: `hybrid` moves its rows and their gradients as float16.
     """
 
     compute_s: float
@@ -128,6 +131,7 @@ class StepProfile:
     hybrid_cpu_s_per_byte: Optional[float] = None
     hybrid_overhead_s: Optional[float] = None
     dedup: bool = True
+    exchange_fp16: bool = False
 
     def __post_init__(self):
         if self.compute_s <= 0:
@@ -170,7 +174,8 @@ class StepProfile:
         gradients out (backward); the owner side of the exchange adds the
         same again, which `traffic` counts.
         """
-        return self.distinct_ids_per_step * (ID_BYTES + 2 * self.row_bytes)
+        row_bytes = self.row_bytes * HALF_BYTES // FLOAT_BYTES if self.exchange_fp16 else self.row_bytes
+        return self.distinct_ids_per_step * (ID_BYTES + 2 * row_bytes)
 
     @property
     def dense_bytes(self) -> int:

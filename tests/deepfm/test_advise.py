@@ -32,8 +32,10 @@ class FitTest(tf.test.TestCase):
             json.dump({"results": {"setup": {"link_gbps": 25.0}, "variants": variants}}, f)
         return path
 
-    def _results(self, horovod_cpu_ms, horovod_dedup_cpu_ms):
+    def _results(self, horovod_cpu_ms, horovod_dedup_cpu_ms, hybrid_cpu_ms=(60.0, 55.0)):
         return self._write({
+            "hybrid": _variant("hybrid", [], _runs(70.0, hybrid_cpu_ms[0])),
+            "hybrid+fp16": _variant("hybrid", [advise.FP16_EXCHANGE_FLAG], _runs(65.0, hybrid_cpu_ms[1])),
             "single": _variant("single", [], _runs(40.0, 40.0)),
             "single+dedup": _variant("single", [advise.DEDUP_FLAG], _runs(40.0, 40.0)),
             "horovod": _variant("horovod", [], _runs(100.0, horovod_cpu_ms)),
@@ -52,9 +54,28 @@ class FitTest(tf.test.TestCase):
             profile = dataclasses.replace(PROFILE, dedup=dedup)
             handled = cost_model.traffic(cost_model.HOROVOD, profile, cluster)[1]
             extra[dedup] = 1000 * (overhead_s + per_byte * handled)
-        fitted = advise.fit(self._results(40.0 + extra[False], 40.0 + extra[True]), PROFILE)
+        # The hybrid's own costs, from float32 and float16 rows.
+        hybrid_overhead_s, hybrid_per_byte = 0.01, 2e-9
+        hybrid = []
+        for fp16 in (False, True):
+            profile = dataclasses.replace(PROFILE, exchange_fp16=fp16)
+            handled = cost_model.traffic(cost_model.HYBRID, profile, cluster)[1]
+            hybrid.append(40.0 + 1000 * (hybrid_overhead_s + hybrid_per_byte * handled))
+        fitted = advise.fit(self._results(40.0 + extra[False], 40.0 + extra[True], hybrid), PROFILE)
         self.assertAllClose((overhead_s, per_byte), fitted.costs(cost_model.HOROVOD), rtol=1e-6)
         self.assertAllClose(fitted.costs(cost_model.HOROVOD), fitted.costs(cost_model.PS), rtol=1e-6)
+        self.assertAllClose((hybrid_overhead_s, hybrid_per_byte), fitted.costs(cost_model.HYBRID), rtol=1e-6)
+
+    def test_results_of_another_batch_are_refused(self):
+        path = self._write({"single": _variant("single", [], _runs(40.0, 40.0))})
+        with open(path) as f:
+            data = json.load(f)
+        data["results"]["setup"]["batch"] = 8192
+        with open(path, "w") as f:
+            json.dump(data, f)
+        with self.assertRaisesRegex(ValueError, "per-replica batch of 8192, and this step at 1024: pass "
+                                                "--batch_size 8192"):
+            advise.check(path, PROFILE)
 
     def test_a_missing_variant_is_named(self):
         path = self._write({"single": _variant("single", [], _runs(40.0, 40.0)),
@@ -64,7 +85,7 @@ class FitTest(tf.test.TestCase):
 
     def test_check_lists_every_two_host_variant_with_its_error(self):
         table = advise.check(self._results(90.0, 70.0), PROFILE)
-        for name in ("horovod", "horovod+dedup", "ps", "ps+dedup"):
+        for name in ("horovod", "horovod+dedup", "ps", "ps+dedup", "hybrid", "hybrid+fp16"):
             self.assertRegex(table, r"\| %s \| [\d,]+ \| 10,000 \| [+-]\d+%% \|" % name.replace("+", "\\+"))
         self.assertNotIn("| single", table)
 
