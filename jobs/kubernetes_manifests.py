@@ -314,16 +314,6 @@ def pod_name(job: str, replica_type: str, index: int) -> str:
     return "%s-%s-%d" % (job, replica_type.lower(), index)
 
 
-def tfjob_address(job: KubernetesJob, replica_type: str, index: int) -> str:
-    """A TFJob task's address in `TF_CONFIG`: its Service's name in the namespace, port 2222."""
-    return "%s.%s.svc:%d" % (pod_name(job.name, replica_type, index), job.namespace, TF_PORT)
-
-
-def mpijob_worker_host(job: KubernetesJob, index: int) -> str:
-    """An MPIJob worker's host name in the operator's hostfile."""
-    return "%s.%s.%s.svc" % (pod_name(job.name, WORKER, index), job.name, job.namespace)
-
-
 def jobset_host(job: KubernetesJob, replicated_job: str, index: int) -> str:
     """The stable host name of pod `index` of a JobSet's replicated job (its one Job, index 0)."""
     return "%s-%s-0-%d.%s" % (job.name, replicated_job, index, job.name)

@@ -50,11 +50,6 @@ def _prometheus():
     return prometheus_client
 
 
-def check_available() -> None:
-    """Raises ValueError with the install instruction when `prometheus_client` is missing."""
-    _prometheus()
-
-
 class LastEvaluation:
     """The latest validation AUC and log loss in an Estimator's evaluation event files (re-read when they grow)."""
 
