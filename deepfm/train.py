@@ -42,6 +42,7 @@ def define_flags() -> None:
     import strategies  # registers the adapters, whose names the flag lists
     from input_pipeline import pipeline
     from strategies import base as strategies_base
+    from strategies import large_batch
     flags.DEFINE_enum("strategy", "single", strategies.names(), "Distribution strategy.")
     flags.DEFINE_enum("model", config_lib.DEEPFM, list(config_lib.MODELS), "The model to train.")
     flags.DEFINE_list("train_data", None, "Training files, globs or directories (a dataset root: its train/ files).")
@@ -103,6 +104,14 @@ def define_flags() -> None:
     flags.DEFINE_string("kmp_affinity", "", "KMP_AFFINITY for oneDNN ('' : unset).")
     flags.DEFINE_bool("amp", False, "Mixed-precision graph rewrite (GPUs).")
     flags.DEFINE_bool("xla", False, "XLA JIT compilation.")
+    flags.DEFINE_enum("large_batch_rule", large_batch.NONE, list(large_batch.RULES),
+                      "Rescale training for the global batch: none, or cowclip (dense learning rate x sqrt(k), "
+                      "embedding L2 x k, per-id embedding gradient clipping, dense warm-up; k = global batch / "
+                      "--large_batch_base). See docs/large_batch.md.")
+    flags.DEFINE_integer("large_batch_base", large_batch.DEFAULT_BASE_BATCH,
+                         "The batch the hyperparameters are tuned at (--large_batch_rule).")
+    flags.DEFINE_integer("large_batch_warmup_steps", large_batch.DEFAULT_WARMUP_STEPS,
+                         "Global steps of --large_batch_rule's dense learning-rate warm-up (0: none).")
     define_option_flags()
     flags.mark_flag_as_required("model_dir")
 
@@ -144,7 +153,8 @@ def strategy_config(flag_values):
         f.strategy, device_type=f.device_type, intra_op_threads=f.intra_op_threads,
         inter_op_threads=f.inter_op_threads, omp_num_threads=f.omp_num_threads, kmp_affinity=f.kmp_affinity,
         amp=f.amp, xla=f.xla, dedup_lookups=f.dedup_lookups, train_channels=tuple(f.train_channels),
-        s3_sharded=f.s3_sharded, **given)
+        s3_sharded=f.s3_sharded, large_batch_rule=f.large_batch_rule, large_batch_base=f.large_batch_base,
+        large_batch_warmup_steps=f.large_batch_warmup_steps, **given)
 
 
 def _parse_ints(flag: str, values) -> tuple:

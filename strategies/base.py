@@ -44,7 +44,9 @@ import os
 from typing import Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import tensorflow as tf
+from absl import logging
 
+from strategies import large_batch as large_batch_lib
 from strategies import strategy_names as names_lib
 
 DEVICE_TYPES = ("auto", "cpu", "gpu")
@@ -119,6 +121,12 @@ class StrategyConfig:
         tells Pipe mode by its channels (`pipe_mode`).
       s3_sharded: the input was split across hosts by S3 (ShardedByS3Key):
         do not shard it again by host.
+      large_batch_rule: how training is rescaled for the global batch
+        (`strategies.large_batch.RULES`): `none`, or `cowclip`.
+      large_batch_base: the batch the hyperparameters are tuned at; the
+        rule's ratio is the global batch over it.
+      large_batch_warmup_steps: global steps of the rule's warm-up of the
+        dense learning rate (0: none).
     """
 
     name: str = names_lib.SINGLE
@@ -133,9 +141,13 @@ class StrategyConfig:
     dedup_lookups: bool = False
     train_channels: Tuple[str, ...] = ()
     s3_sharded: bool = False
+    large_batch_rule: str = large_batch_lib.NONE
+    large_batch_base: int = large_batch_lib.DEFAULT_BASE_BATCH
+    large_batch_warmup_steps: int = large_batch_lib.DEFAULT_WARMUP_STEPS
 
     def __post_init__(self):
         check_choice("device_type", self.device_type, DEVICE_TYPES)
+        large_batch_lib.check_options(self.large_batch_rule, self.large_batch_base, self.large_batch_warmup_steps)
         for flag in ("intra_op_threads", "inter_op_threads", "omp_num_threads"):
             check_at_least(flag, getattr(self, flag), 0)
         object.__setattr__(self, "train_channels", tuple(self.train_channels))
@@ -166,6 +178,10 @@ class EmbeddingTable(abc.ABC):
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
         """The rows of `ids` (any integer shape): `ids.shape + row_shape`, differentiable."""
 
+    @abc.abstractmethod
+    def variables(self) -> List[tf.Variable]:
+        """The trainable variables holding this process's rows (partitions, or this rank's shard)."""
+
 
 class VariableTable(EmbeddingTable):
     """A table in one variable of this process, or partitioned across parameter servers.
@@ -181,9 +197,14 @@ class VariableTable(EmbeddingTable):
     def __init__(self, name: str, shape: Sequence[int], initializer=None, partitioner=None, dedup: bool = False):
         super().__init__(name, shape)
         self._dedup = dedup
+        self._partitioned = partitioner is not None
         self.variable = tf.compat.v1.get_variable(
             name, list(shape), initializer=initializer or tf.compat.v1.glorot_normal_initializer(),
             partitioner=partitioner)
+
+    def variables(self) -> List[tf.Variable]:
+        """The variable, or its partitions."""
+        return list(self.variable) if self._partitioned else [self.variable]
 
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
         if not self._dedup:
@@ -193,6 +214,21 @@ class VariableTable(EmbeddingTable):
         looked_up = tf.reshape(rows, tf.concat([tf.shape(ids), tf.shape(rows)[1:]], axis=0))
         looked_up.set_shape(ids.shape.concatenate(rows.shape[1:]))
         return looked_up
+
+
+class LargeBatchTable(EmbeddingTable):
+    """A table whose looked-up rows pass through a large-batch rule (`LargeBatchRule.lookup_rows`)."""
+
+    def __init__(self, table: EmbeddingTable, rule: large_batch_lib.LargeBatchRule):
+        super().__init__(table.name, table.shape)
+        self.table = table
+        self._rule = rule
+
+    def lookup(self, ids: tf.Tensor) -> tf.Tensor:
+        return self._rule.lookup_rows(self.table.lookup(ids), ids)
+
+    def variables(self) -> List[tf.Variable]:
+        return self.table.variables()
 
 
 def _gather(table, ids: tf.Tensor) -> tf.Tensor:
@@ -240,12 +276,17 @@ class ModelContext:
       metric_sink: where the tower method records the metric function of
         `eval_metric_ops`, to compute it once over the whole batch; None
         elsewhere.
+      large_batch: the rule rescaling training for the global batch
+        (`--large_batch_rule`); None changes nothing.
+      tables: the tables `embedding` created, in order.
     """
 
     learning_rate_factor: float = 1.0
     optimizer_wrappers: Tuple[OptimizerWrapper, ...] = ()
     embedding_factory: EmbeddingFactory = dataclasses.field(default_factory=variable_tables)
     metric_sink: Optional[Callable[[MetricFn], None]] = None
+    large_batch: Optional[large_batch_lib.LargeBatchRule] = None
+    tables: List[EmbeddingTable] = dataclasses.field(default_factory=list)
 
     @classmethod
     def of(cls, params: Optional[Mapping]) -> "ModelContext":
@@ -276,14 +317,32 @@ class ModelContext:
             `[k]` for a k-dimensional embedding.
           initializer: the rows' initializer; None: Glorot normal.
         """
-        return self.embedding_factory(name, [num_rows] + list(row_shape), initializer)
+        table = self.embedding_factory(name, [num_rows] + list(row_shape), initializer)
+        if self.large_batch is not None:
+            table = LargeBatchTable(table, self.large_batch)
+        self.tables.append(table)
+        return table
+
+    def embedding_variables(self) -> List[tf.Variable]:
+        """The variables of the tables `embedding` created, each once."""
+        variables = {}
+        for table in self.tables:
+            variables.update((variable.ref(), variable) for variable in table.variables())
+        return list(variables.values())
+
+    def l2_weight(self, l2_reg: float) -> float:
+        """The weight to train with of an L2 penalty on the embedding rows configured as `l2_reg`."""
+        return l2_reg if self.large_batch is None else self.large_batch.l2_weight(l2_reg)
 
     def minimize(self, loss: tf.Tensor, optimizer_fn: OptimizerFn, learning_rate: float) -> tf.Operation:
         """The train op: `loss` minimized by `optimizer_fn(lr)` as the strategy trains.
 
-        The learning rate is `learning_rate(learning_rate)`; the optimizer is
-        wrapped by `optimizer_wrappers`; the op runs after the graph's
-        `UPDATE_OPS` (batch normalization) and advances the global step.
+        The learning rate is `learning_rate(learning_rate)`; under a
+        large-batch rule, the rule's optimizer trains the tables and the
+        dense variables at their own rates (`LargeBatchRule.optimizer`). The
+        optimizer is wrapped by `optimizer_wrappers`; the op runs after the
+        graph's `UPDATE_OPS` (batch normalization) and advances the global
+        step.
 
         Args:
           loss: the scalar training loss.
@@ -292,7 +351,11 @@ class ModelContext:
           learning_rate: the configured learning rate, before the strategy's
             factor.
         """
-        optimizer = optimizer_fn(self.learning_rate(learning_rate))
+        rate = self.learning_rate(learning_rate)
+        if self.large_batch is None:
+            optimizer = optimizer_fn(rate)
+        else:
+            optimizer = self.large_batch.optimizer(optimizer_fn, rate, self.embedding_variables())
         for wrap in self.optimizer_wrappers:
             optimizer = wrap(optimizer)
         update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
@@ -489,29 +552,66 @@ class Strategy(abc.ABC):
         del mode
         return variable_tables(dedup=self.config.dedup_lookups)
 
-    def model_context(self, mode: str) -> ModelContext:
-        """The `ModelContext` of a model_fn call in `mode` (a `tf.estimator.ModeKeys` value)."""
+    def gradient_share(self) -> float:
+        """The factor that turns the gradient of one replica's loss into its share of a step's mean gradient.
+
+        1 / replicas in sync by default: each replica's loss is its own
+        batch's mean, and the replicas' gradients are averaged.
+        """
+        return 1.0 / self.num_replicas_in_sync
+
+    def model_context(self, mode: str, per_replica_batch: Optional[int] = None) -> ModelContext:
+        """The `ModelContext` of a model_fn call in `mode` (a `tf.estimator.ModeKeys` value).
+
+        Args:
+          mode: the mode.
+          per_replica_batch: examples per replica and step; a large-batch
+            rule needs it in TRAIN and EVAL.
+
+        Raises:
+          ValueError: a large-batch rule without `per_replica_batch`.
+        """
         wrappers = self.optimizer_wrappers()
         if self.config.amp:
             wrappers = wrappers + (tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite,)
         return ModelContext(learning_rate_factor=self.learning_rate_factor(), optimizer_wrappers=wrappers,
-                            embedding_factory=self.embedding_factory(mode))
+                            embedding_factory=self.embedding_factory(mode),
+                            large_batch=self._large_batch_rule(mode, per_replica_batch))
+
+    def _large_batch_rule(self, mode: str, per_replica_batch: Optional[int]
+                          ) -> Optional[large_batch_lib.LargeBatchRule]:
+        """`--large_batch_rule` at this strategy's global batch; None for `none`, and in PREDICT (the export)."""
+        if self.config.large_batch_rule == large_batch_lib.NONE or mode == tf.estimator.ModeKeys.PREDICT:
+            return None
+        if per_replica_batch is None:
+            raise ValueError(
+                "--large_batch_rule %s needs the per-replica batch: build the model_fn with "
+                "Strategy.wrap_model_fn(model_fn, per_replica_batch) (as deepfm.runtime.trainer does)"
+                % self.config.large_batch_rule)
+        rule = large_batch_lib.make_rule(
+            self.config.large_batch_rule, per_replica_batch * self.num_replicas_in_sync,
+            self.config.large_batch_base, self.config.large_batch_warmup_steps, self.gradient_share())
+        if mode == tf.estimator.ModeKeys.TRAIN:
+            logging.info("%s", rule.describe())
+        return rule
 
     def replicate(self, model_fn: ModelFn) -> ModelFn:
         """How this process's devices run `model_fn`: once, by default; the tower method once per tower."""
         return model_fn
 
-    def wrap_model_fn(self, model_fn: ModelFn) -> ModelFn:
+    def wrap_model_fn(self, model_fn: ModelFn, per_replica_batch: Optional[int] = None) -> ModelFn:
         """Returns the model_fn this strategy trains.
 
         `model_fn(features, labels, mode, params)` finds its `ModelContext`
         in `params`; the returned one runs it as `replicate` says, with this
-        strategy's context for its mode.
+        strategy's context for its mode (`model_context(mode,
+        per_replica_batch)`).
         """
         replicated = self.replicate(model_fn)
 
         def with_context(features, labels, mode, params):
-            return replicated(features, labels, mode, self.model_context(mode).with_params(params))
+            context = self.model_context(mode, per_replica_batch)
+            return replicated(features, labels, mode, context.with_params(params))
         return with_context
 
     def finite_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:

@@ -62,7 +62,7 @@ import tensorflow as tf
 from absl import logging
 
 from input_pipeline import sharding
-from strategies import base, devices
+from strategies import base, devices, large_batch
 from strategies import strategy_names as names
 
 LR_SCALINGS = ("none", "linear", "sqrt", "capped")
@@ -469,6 +469,9 @@ class HorovodStrategy(base.Strategy):
         return steps_per_worker
 
     def learning_rate_factor(self) -> float:
+        """`--lr_scaling`'s factor; 1 under a large-batch rule, whose rates follow the global batch (all ranks)."""
+        if self.config.large_batch_rule != large_batch.NONE:
+            return 1.0
         return learning_rate_factor(self.options.lr_scaling, self.hvd.size(), self.options.lr_scale_cap)
 
     def optimizer_wrappers(self) -> Tuple[base.OptimizerWrapper, ...]:
@@ -500,10 +503,10 @@ class HorovodStrategy(base.Strategy):
         """
         return with_more_marker(dataset)
 
-    def wrap_model_fn(self, model_fn: base.ModelFn) -> base.ModelFn:
+    def wrap_model_fn(self, model_fn: base.ModelFn, per_replica_batch: Optional[int] = None) -> base.ModelFn:
         """Adds, for inputs from `finite_input`, the agreement to stop when any rank runs out."""
         hvd = self.hvd
-        with_context = super().wrap_model_fn(model_fn)
+        with_context = super().wrap_model_fn(model_fn, per_replica_batch)
 
         def wrapped(features, labels, mode, params):
             more = None

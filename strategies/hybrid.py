@@ -81,6 +81,10 @@ class ShardedTable(base.EmbeddingTable):
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
         return self.sharded.lookup(ids, self._tables.routing(self.sharded, ids))
 
+    def variables(self) -> List[tf.Variable]:
+        """This rank's shard."""
+        return [self.sharded.variable]
+
 
 class _Tables:
     """The sharded tables of one model_fn call, and the id exchanges they share.
@@ -175,8 +179,8 @@ class HybridStrategy(horovod.HorovodStrategy):
             return super().embedding_factory(mode)
         return _Tables(self, mode)
 
-    def model_context(self, mode: str) -> base.ModelContext:
-        context = super().model_context(mode)
+    def model_context(self, mode: str, per_replica_batch: Optional[int] = None) -> base.ModelContext:
+        context = super().model_context(mode, per_replica_batch)
         tables = context.embedding_factory
         if not isinstance(tables, _Tables):
             return context

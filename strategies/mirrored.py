@@ -103,6 +103,10 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
         """Dataset batches one global step consumes: one per replica."""
         return len(self.device_list)
 
+    def gradient_share(self) -> float:
+        """1: the V1 optimizers divide each replica's loss by the replicas already, and sum the gradients."""
+        return 1.0
+
     def distribution(self) -> tf.distribute.MirroredStrategy:
         """A new `tf.distribute.MirroredStrategy` over the replica devices.
 

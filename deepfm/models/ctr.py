@@ -149,7 +149,8 @@ def estimator_spec(logits: tf.Tensor, l2: tf.Tensor, labels: Optional[tf.Tensor]
 
     Returns:
       Predictions `prob` float32 [B]; in TRAIN and EVAL the loss (mean
-      sigmoid cross-entropy + l2_reg * l2); in EVAL the metrics `auc` and
+      sigmoid cross-entropy + l2 weighted by `context.l2_weight(l2_reg)`);
+      in EVAL the metrics `auc` and
       `logloss`; in TRAIN the train op of `config.optimizer`.
     """
     prob = tf.sigmoid(logits)
@@ -162,7 +163,7 @@ def estimator_spec(logits: tf.Tensor, l2: tf.Tensor, labels: Optional[tf.Tensor]
                     tf.estimator.export.PredictOutput({SERVING_SIGNATURE_OUTPUT: prob})})
     cross_entropy = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=flat_labels(labels),
                                                                            logits=logits))
-    loss = cross_entropy + config.l2_reg * l2
+    loss = cross_entropy + context.l2_weight(config.l2_reg) * l2
     if mode == tf.estimator.ModeKeys.EVAL:
         return tf.estimator.EstimatorSpec(
             mode, loss=loss, predictions=predictions,

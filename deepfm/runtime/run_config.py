@@ -10,12 +10,13 @@ A run that resumes from a model directory compares its own configuration
 with the one written there:
 
 * refused (`ConfigMismatchError`), because the checkpoint cannot be resumed
-  correctly with it: another built-in model (`ModelConfig.model`), and
-  another optimizer except between `adam` and `lazy_adam` (which keep the
-  same slots). Another model function's name is only logged: the same
-  function is `__main__.model_fn` in the script Python runs and
-  `my_module.model_fn` imported; what its variables hold is checked by the
-  shape check below. A model of another shape (`feature_size`,
+  correctly with it: another built-in model (`ModelConfig.model`), another
+  optimizer except between `adam` and `lazy_adam` (which keep the same
+  slots), and a large-batch rule turned on or off (`--large_batch_rule`: its
+  two optimizers keep their own state). Another model function's name is
+  only logged: the same function is `__main__.model_fn` in the script Python
+  runs and `my_module.model_fn` imported; what its variables hold is checked
+  by the shape check below. A model of another shape (`feature_size`,
   `field_size`, `embedding_size`, `deep_layers`, `cross_layers`) is refused
   by the checkpoint's own shape check (`deepfm.runtime.checkpoints`), which
   names every variable that differs.
@@ -32,11 +33,14 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
 
+from strategies import large_batch
+
 CONFIG_FILE = "config.json"
 FORMAT_VERSION = 1
 # Optimizers whose slot variables are the same, so a checkpoint of one resumes with the other.
 SAME_SLOTS = (frozenset(("adam", "lazy_adam")),)
 MODEL_FN_KEY = "model_fn"
+LARGE_BATCH_RULE_KEY = "strategy.large_batch_rule"
 
 
 class ConfigMismatchError(ValueError):
@@ -130,11 +134,13 @@ def check_resume(model_dir: str, record: Mapping) -> List[Tuple[str, object, obj
     changed = differences(old, dict(record))
     refused = [(name, before, after) for name, before, after in changed
                if name == "model.model"
-               or (name == "model.optimizer" and not _same_slots(before, after))]
+               or (name == "model.optimizer" and not _same_slots(before, after))
+               # A record written before the option existed had no rule.
+               or (name == LARGE_BATCH_RULE_KEY and (before or large_batch.NONE) != after)]
     if refused:
         raise ConfigMismatchError(
-            "--model_dir %r holds checkpoints of another model or optimizer (%s); they cannot be resumed "
-            "by this run. Use the settings in %s, or a new --model_dir" % (
+            "--model_dir %r holds checkpoints of another model, optimizer or large-batch rule (%s); they cannot "
+            "be resumed by this run. Use the settings in %s, or a new --model_dir" % (
                 model_dir, "; ".join("%s was %r, now %r" % item for item in refused), path(model_dir)))
     for name, before, after in changed:
         logging.warning("resuming %s with %s changed: %r -> %r", model_dir, name, before, after)

@@ -158,7 +158,8 @@ def build_estimator(train: TrainConfig, model: ModelConfig, strategy: strategies
         save_summary_steps=train.log_every_n_steps,
         log_step_count_steps=train.log_every_n_steps)
     return tf.estimator.Estimator(
-        model_fn=strategy.wrap_model_fn(hooks_lib.recording_loss(model_fn or models.get(model.model))),
+        model_fn=strategy.wrap_model_fn(hooks_lib.recording_loss(model_fn or models.get(model.model)),
+                                        per_replica_batch=train.batch_size),
         config=estimator_config,
         params=ctr.model_params(model))
 

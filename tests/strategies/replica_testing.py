@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from deepfm.models import deepfm as model_lib
 from deepfm.runtime import trainer
-from deepfm.config import ModelConfig, TrainConfig
+from deepfm.config import DEFAULT_BATCH_SIZE, ModelConfig, TrainConfig
 from input_pipeline import schema
 from strategies import base
 
@@ -58,9 +58,10 @@ def model_config(**overrides) -> ModelConfig:
 
 
 def build_estimator(strategy: base.Strategy, model_dir: str, model: Optional[ModelConfig] = None,
-                    seed: int = 1) -> tf.estimator.Estimator:
-    """The Estimator `deepfm.runtime.trainer` builds for `strategy`."""
-    train = TrainConfig(model_dir=model_dir, train_files=(), seed=seed, log_every_n_steps=100)
+                    seed: int = 1, per_replica_batch: int = DEFAULT_BATCH_SIZE) -> tf.estimator.Estimator:
+    """The Estimator `deepfm.runtime.trainer` builds for `strategy` at `per_replica_batch`."""
+    train = TrainConfig(model_dir=model_dir, train_files=(), seed=seed, log_every_n_steps=100,
+                        batch_size=per_replica_batch)
     return trainer.build_estimator(train, model or model_config(), strategy)
 
 
@@ -94,7 +95,7 @@ def train_one_step_from(start_dir: str, model_dir: str, strategy: base.Strategy,
 def assert_learns(test_case: tf.test.TestCase, strategy: base.Strategy, model_dir: str, per_replica_batch: int,
                   train_steps: int, eval_rows: int, eval_batch: int, min_auc: float) -> None:
     """Trains `strategy` for real and checks the loss halves and the AUC passes `min_auc`."""
-    estimator = build_estimator(strategy, model_dir)
+    estimator = build_estimator(strategy, model_dir, per_replica_batch=per_replica_batch)
     train = input_fn(planted_rows(4096), strategy.batch_per_input_pipeline(per_replica_batch),
                      repeat=True, drop_remainder=True)
     evaluate = input_fn(planted_rows(eval_rows, seed=1), eval_batch)
