@@ -96,7 +96,7 @@ class EntryPointTest(tf.test.TestCase):
         self.assertIn("validation AUC:", first.stdout)
         again = self._train("--model_dir", model_dir, "--model", "deepfm", "--max_steps", "10")
         self.assertEqual(1, again.returncode)
-        self.assertRegex(again.stderr, "holds checkpoints of another model or optimizer "
+        self.assertRegex(again.stderr, "holds checkpoints of another model, optimizer or large-batch rule "
                                        r"\(model.model was 'dcn', now 'deepfm'")
 
 
