@@ -255,6 +255,8 @@ def all_variants() -> Tuple[Variant, ...]:
         Variant("hybrid+fusion0", STRATEGY_HYBRID, "--hvd_fusion_threshold_bytes 0 (no fusion)",
                 ("--hvd_fusion_threshold_bytes", "0")),
         Variant("hybrid+lr_none", STRATEGY_HYBRID, "--lr_scaling none (learning rate x1)", ("--lr_scaling", "none")),
+        Variant("hybrid+levers", STRATEGY_HYBRID, "--id_capacity (as +capacity) --hvd_cycle_time_ms 0.2 "
+                "--exchange_fp16", ("--id_capacity", ID_CAPACITY, "--hvd_cycle_time_ms", "0.2", "--exchange_fp16")),
     )
 
 
@@ -282,6 +284,8 @@ LEVER_COMPARISONS = (
     ("one group of dense collectives, hybrid", "hybrid+groups1", "hybrid"),
     ("no tensor fusion, hybrid", "hybrid+fusion0", "hybrid"),
     ("learning rate x1 instead of x1.5, hybrid", "hybrid+lr_none", "hybrid"),
+    ("capacity + cycle time 0.2 ms + fp16 exchange, hybrid", "hybrid+levers", "hybrid"),
+    ("hybrid with its levers instead of horovod", "hybrid+levers", "horovod"),
 )
 
 
