@@ -39,7 +39,6 @@ train different numbers of examples, and no evaluation runs). Results go to
 """
 
 import argparse
-import dataclasses
 import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple

@@ -182,6 +182,15 @@ class EmbeddingTable(abc.ABC):
     def variables(self) -> List[tf.Variable]:
         """The trainable variables holding this process's rows (partitions, or this rank's shard)."""
 
+    def lookup_with(self, others: Sequence["EmbeddingTable"], ids: tf.Tensor) -> List[tf.Tensor]:
+        """The rows of `ids` in this table and in each of `others`, in that order.
+
+        A strategy that moves rows between processes moves them in one
+        exchange where it can (`hybrid`); this default looks each table up
+        on its own.
+        """
+        return [table.lookup(ids) for table in (self,) + tuple(others)]
+
 
 class VariableTable(EmbeddingTable):
     """A table in one variable of this process, or partitioned across parameter servers.
@@ -226,6 +235,11 @@ class LargeBatchTable(EmbeddingTable):
 
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
         return self._rule.lookup_rows(self.table.lookup(ids), ids)
+
+    def lookup_with(self, others: Sequence[EmbeddingTable], ids: tf.Tensor) -> List[tf.Tensor]:
+        """The inner tables looked up together, then the rule applied to each table's rows."""
+        inner = [other.table if isinstance(other, LargeBatchTable) else other for other in others]
+        return [self._rule.lookup_rows(rows, ids) for rows in self.table.lookup_with(inner, ids)]
 
     def variables(self) -> List[tf.Variable]:
         return self.table.variables()
@@ -322,6 +336,20 @@ class ModelContext:
             table = LargeBatchTable(table, self.large_batch)
         self.tables.append(table)
         return table
+
+    def lookup(self, tables: Sequence[EmbeddingTable], ids: tf.Tensor) -> List[tf.Tensor]:
+        """The rows of the same `ids` in each of `tables` (from `embedding`), in one exchange where the strategy can.
+
+        `context.lookup([weights, factors], ids)` equals
+        `[weights.lookup(ids), factors.lookup(ids)]`; under `hybrid` the
+        tables' rows travel in one all-to-all instead of one per table.
+
+        Raises:
+          ValueError: no tables.
+        """
+        if not tables:
+            raise ValueError("ModelContext.lookup needs at least one table")
+        return tables[0].lookup_with(tables[1:], ids)
 
     def embedding_variables(self) -> List[tf.Variable]:
         """The variables of the tables `embedding` created, each once."""

@@ -81,6 +81,15 @@ class ShardedTable(base.EmbeddingTable):
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
         return self.sharded.lookup(ids, self._tables.routing(self.sharded, ids))
 
+    def lookup_with(self, others: Sequence[base.EmbeddingTable], ids: tf.Tensor) -> List[tf.Tensor]:
+        """One exchange of rows for this table and `others` when they are sharded alike; else one each."""
+        tables = [self] + list(others)
+        if not all(isinstance(table, ShardedTable) and table._tables is self._tables
+                   and sharded_embedding.can_share_exchange(self.sharded, table.sharded) for table in tables):
+            return super().lookup_with(others, ids)
+        return sharded_embedding.lookup_together([table.sharded for table in tables], ids,
+                                                 self._tables.routing(self.sharded, ids))
+
     def variables(self) -> List[tf.Variable]:
         """This rank's shard."""
         return [self.sharded.variable]

@@ -17,6 +17,9 @@ A lookup (`ShardedEmbedding.lookup`) runs, on every rank at once:
    alltoall returns them to the ranks that asked;
 4. the rows are scattered back to the batch's shape.
 
+Tables looked up with the same ids share steps 1-2 (one `IdRouting`), and
+`lookup_together` moves their rows side by side in one exchange of step 3.
+
 Horovod registers the reverse all-to-all as the gradient of an alltoall, so
 the backward pass brings every rank's gradient for a row to the row's owner,
 where the gradient of the shard is an `IndexedSlices` over the owner's local
@@ -418,26 +421,7 @@ class ShardedEmbedding:
         Raises:
           ValueError: a routing made for other settings.
         """
-        if routing is None:
-            routing = self.route(ids)
-        elif (routing.size, routing.capacity, routing.row_dtype) != (self.size, self.id_capacity, self.row_dtype):
-            raise ValueError(
-                "sharded embedding %r: the routing was made for size=%d, id_capacity=%r, rows %s; this table "
-                "has size=%d, id_capacity=%r, rows %s: route the ids with this table's route()"
-                % (self.name, routing.size, routing.capacity, routing.row_dtype.name, self.size,
-                   self.id_capacity, self.row_dtype.name))
-        with tf.name_scope(self.name + "_lookup"):
-            with tf.device(devices.HOST_DEVICE):
-                rows = self._serve(routing.received_rows)
-                if self.exchange_fp16:
-                    rows = tf.cast(rows, tf.float16)
-                returned, _ = self._hvd.alltoall(rows, splits=routing.received_splits, name="rows_to_askers")
-                returned = tf.cast(returned, self.dtype)
-            looked_up = tf.reshape(_rows_of_batch(returned, routing.batch_positions),
-                                   tf.concat([routing.ids_shape, list(self.row_shape)], axis=0))
-            looked_up.set_shape(routing.static_ids_shape.concatenate(self.row_shape))
-        self._last_stats = LookupStats(distinct_ids=routing.distinct_ids, rows_served=routing.rows_served)
-        return looked_up
+        return lookup_together([self], ids, routing)[0]
 
     def _serve(self, local_rows: tf.Tensor) -> tf.Tensor:
         """The shard's rows asked for; zeros in the unused places of a padded exchange."""
@@ -484,6 +468,76 @@ class ShardedEmbedding:
     def checkpoint_name(self, variable: tf.Variable) -> str:
         """The unsharded name of the shard or one of its slots: `<full_name>[/<slot>]`."""
         return self.full_name + variable.op.name[len(self.variable.op.name):]
+
+
+def _exchange_settings(table: ShardedEmbedding) -> Tuple:
+    return table.size, table.id_capacity, table.row_dtype, table.dtype, table.exchange_fp16
+
+
+def can_share_exchange(table: ShardedEmbedding, other: ShardedEmbedding) -> bool:
+    """Whether `lookup_together` can move the rows of both tables in one exchange."""
+    return _exchange_settings(table) == _exchange_settings(other)
+
+
+def lookup_together(tables: Sequence[ShardedEmbedding], ids: tf.Tensor,
+                    routing: Optional[IdRouting] = None) -> List[tf.Tensor]:
+    """The rows of `ids` in each of `tables`, in one exchange of rows (a collective).
+
+    The tables' rows travel side by side in one all-to-all (and their
+    gradients in its reverse), instead of one pair of all-to-alls per table:
+    DeepFM's weights and factors of the same ids cost one exchange.
+
+    Args:
+      tables: one or more tables with the same number of ranks, id capacity,
+        row dtype, dtype and `exchange_fp16`.
+      ids: int32 or int64, any shape, each in [0, num_rows) of every table.
+      routing: the id exchange of these same `ids` from `route` of a table
+        with those settings; None: exchange them here.
+
+    Returns:
+      For each table, `ids.shape + row_shape`.
+
+    Raises:
+      ValueError: no tables, tables of different settings, or a routing made
+        for other settings.
+    """
+    if not tables:
+        raise ValueError("lookup_together needs at least one table")
+    first = tables[0]
+    for table in tables[1:]:
+        if not can_share_exchange(first, table):
+            raise ValueError(
+                "sharded embeddings %r and %r cannot share an exchange: (ranks, id_capacity, row dtype, dtype, "
+                "exchange_fp16) differ: %s against %s; look them up separately"
+                % (first.name, table.name, _exchange_settings(first), _exchange_settings(table)))
+    if routing is None:
+        routing = first.route(ids)
+    elif (routing.size, routing.capacity, routing.row_dtype) != (first.size, first.id_capacity, first.row_dtype):
+        raise ValueError(
+            "sharded embedding %r: the routing was made for size=%d, id_capacity=%r, rows %s; this table "
+            "has size=%d, id_capacity=%r, rows %s: route the ids with this table's route()"
+            % (first.name, routing.size, routing.capacity, routing.row_dtype.name, first.size,
+               first.id_capacity, first.row_dtype.name))
+    widths = [table.width or 1 for table in tables]
+    with tf.name_scope("_".join(table.name for table in tables) + "_lookup"):
+        with tf.device(devices.HOST_DEVICE):
+            served = [tf.reshape(table._serve(routing.received_rows), [-1, width])
+                      for table, width in zip(tables, widths)]
+            rows = served[0] if len(served) == 1 else tf.concat(served, axis=1)
+            if first.exchange_fp16:
+                rows = tf.cast(rows, tf.float16)
+            returned, _ = first._hvd.alltoall(rows, splits=routing.received_splits, name="rows_to_askers")
+            returned = tf.cast(returned, first.dtype)
+            parts = [returned] if len(tables) == 1 else tf.split(returned, widths, axis=1)
+        looked_up = []
+        for table, part in zip(tables, parts):
+            part = tf.reshape(part, [-1] + list(table.row_shape))
+            rows_of_batch = tf.reshape(_rows_of_batch(part, routing.batch_positions),
+                                       tf.concat([routing.ids_shape, list(table.row_shape)], axis=0))
+            rows_of_batch.set_shape(routing.static_ids_shape.concatenate(table.row_shape))
+            table._last_stats = LookupStats(distinct_ids=routing.distinct_ids, rows_served=routing.rows_served)
+            looked_up.append(rows_of_batch)
+    return looked_up
 
 
 def _op_name(prefix: str, checkpoint_name: str) -> str:

@@ -58,8 +58,9 @@ def dcn_logits(feat_ids: tf.Tensor, feat_vals: tf.Tensor, config: ModelConfig, t
     k = config.embedding_size
     feat_ids, feat_vals = ctr.checked_inputs(feat_ids, feat_vals, config)
     with tf.compat.v1.variable_scope(SCOPE, reuse=tf.compat.v1.AUTO_REUSE):
-        weights = context.embedding("linear", config.feature_size).lookup(feat_ids)           # [B, F]
-        factors = context.embedding("embeddings", config.feature_size, [k]).lookup(feat_ids)  # [B, F, k]
+        linear_table = context.embedding("linear", config.feature_size)
+        embedding_table = context.embedding("embeddings", config.feature_size, [k])
+        weights, factors = context.lookup([linear_table, embedding_table], feat_ids)  # [B, F], [B, F, k]
         x0 = tf.reshape(factors * tf.expand_dims(feat_vals, -1), [-1, field_size * k])
         with tf.compat.v1.variable_scope("cross"):
             crossed = cross_network(x0, config.cross_layers)

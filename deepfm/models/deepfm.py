@@ -55,12 +55,12 @@ def deepfm_logits(feat_ids: tf.Tensor, feat_vals: tf.Tensor, config: ModelConfig
         fm_w = context.embedding("fm_w", config.feature_size)
         fm_v = context.embedding("fm_v", config.feature_size, [k])
 
+        weights, factors = context.lookup([fm_w, fm_v], feat_ids)              # [B, F], [B, F, k]
+
         with tf.compat.v1.variable_scope("first_order"):
-            weights = fm_w.lookup(feat_ids)                                     # [B, F]
             first_order = tf.reduce_sum(weights * feat_vals, axis=1)            # [B]
 
         with tf.compat.v1.variable_scope("second_order"):
-            factors = fm_v.lookup(feat_ids)                                     # [B, F, k]
             embeddings = factors * tf.expand_dims(feat_vals, -1)                # [B, F, k]
             sum_square = tf.square(tf.reduce_sum(embeddings, axis=1))           # [B, k]
             square_sum = tf.reduce_sum(tf.square(embeddings), axis=1)           # [B, k]

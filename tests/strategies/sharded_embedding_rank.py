@@ -59,11 +59,14 @@ class Case(NamedTuple):
     optimizer: str
     id_capacity: Optional[int] = None
     exchange_fp16: bool = False
+    together: bool = False  # both tables' rows in one exchange (`lookup_together`)
 
 
 CASES = (Case("sgd", SGD), Case("adam", ADAM), Case("lazy_adam", LAZY_ADAM),
          Case("lazy_adam_padded", LAZY_ADAM, id_capacity=ID_CAPACITY),
-         Case("sgd_fp16", SGD, exchange_fp16=True))
+         Case("sgd_fp16", SGD, exchange_fp16=True),
+         Case("lazy_adam_together", LAZY_ADAM, together=True),
+         Case("adam_padded_fp16_together", ADAM, id_capacity=ID_CAPACITY, exchange_fp16=True, together=True))
 CASES_BY_NAME = {case.name: case for case in CASES}
 
 
@@ -146,7 +149,10 @@ def run_lookup_case(case: Case, hvd, result_dir: str) -> None:
         for step in range(STEPS):
             ids = tf.constant(step_ids(step, rank, size))
             routing = tables["v"].route(ids)
-            rows = {name: table.lookup(ids, routing) for name, table in tables.items()}
+            if case.together:
+                rows = dict(zip(tables, sharded_embedding.lookup_together(list(tables.values()), ids, routing)))
+            else:
+                rows = {name: table.lookup(ids, routing) for name, table in tables.items()}
             loss = rank_loss(rows, dense, step, rank)
             train = optimizer.minimize(loss)
             gradient = tf.gradients(loss, tables["v"].variable)[0]

@@ -8,6 +8,7 @@ from absl.testing import parameterized
 
 import strategies
 from strategies import base, horovod, mirrored, ps, tower
+from strategies import large_batch as large_batch_lib
 from strategies import strategy_names as names
 
 
@@ -124,6 +125,26 @@ class ModelContextTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(np.arange(10).reshape(5, 2)[ids], got)
         # Row 3 appears three times, row 4 never.
         self.assertAllEqual([[1, 1], [1, 1], [1, 1], [3, 3], [0, 0]], grad)
+
+    @parameterized.parameters(False, True)
+    def test_context_lookup_equals_each_tables_lookup(self, large_batch):
+        with tf.Graph().as_default():
+            ids = tf.constant([[3, 1, 3], [0, 3, 2]])
+            context = strategies.ModelContext()
+            if large_batch:
+                context = dataclasses.replace(context, large_batch=large_batch_lib.make_rule(
+                    large_batch_lib.COWCLIP, global_batch=8, base_batch=4))
+            table, weights = context.embedding("t", 5, [2]), context.embedding("w", 5)
+            together = context.lookup([table, weights], ids)
+            separate = [table.lookup(ids), weights.lookup(ids)]
+            with self.session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                got, want = session.run([together, separate])
+            with self.assertRaisesRegex(ValueError, "at least one table"):
+                context.lookup([], ids)
+        self.assertEqual([(2, 3, 2), (2, 3)], [rows.shape for rows in got])
+        for got_rows, want_rows in zip(got, want):
+            self.assertAllEqual(want_rows, got_rows)
 
     def test_minimize_scales_the_rate_and_applies_the_wrappers_in_order(self):
         calls = []

@@ -204,6 +204,38 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(before[untouched], after[untouched])
         self.assertNotAllClose(before[[0, 1]], after[[0, 1]])
 
+    @parameterized.named_parameters(("plain", {}), ("padded", {"id_capacity": 12}), ("fp16", {"exchange_fp16": True}))
+    def test_lookup_together_equals_separate_lookups(self, options):
+        with tf.Graph().as_default():
+            ids = tf.constant([[1, 2, 2], [9, 1, 0]])
+            rows_table, scalars_table = self._table(**options), self._table(name="scalars", width=None, **options)
+            together = se.lookup_together([rows_table, scalars_table], ids)
+            separate = [rows_table.lookup(ids), scalars_table.lookup(ids)]
+            self.assertEqual([[2, 3, 3], [2, 3]], [rows.shape.as_list() for rows in together])
+            loss = tf.reduce_sum(tf.square(together[0])) + tf.reduce_sum(3.0 * together[1])
+            gradients = tf.gradients(loss, [rows_table.variable, scalars_table.variable])
+            with self.session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                got, want, (rows_gradient, scalars_gradient), tables = session.run(
+                    [together, separate, [tf.convert_to_tensor(g) for g in gradients],
+                     [rows_table.variable, scalars_table.variable]])
+        for got_rows, want_rows in zip(got, want):
+            self.assertAllEqual(want_rows, got_rows)
+        counts = np.bincount([1, 2, 2, 9, 1, 0], minlength=10)
+        self.assertAllClose(2.0 * counts[:, None] * tables[0] if not options.get("exchange_fp16")
+                            else 2.0 * counts[:, None] * tables[0].astype(np.float16).astype(np.float32),
+                            rows_gradient, rtol=1e-3)
+        self.assertAllClose(3.0 * counts, scalars_gradient)
+
+    def test_tables_of_other_settings_cannot_share_an_exchange(self):
+        with tf.Graph().as_default():
+            plain, fp16 = self._table(), self._table(name="half", exchange_fp16=True)
+            self.assertFalse(se.can_share_exchange(plain, fp16))
+            with self.assertRaisesRegex(ValueError, "'table' and 'half' cannot share an exchange.*separately"):
+                se.lookup_together([plain, fp16], tf.constant([1, 2]))
+            with self.assertRaisesRegex(ValueError, "at least one table"):
+                se.lookup_together([], tf.constant([1, 2]))
+
     def test_a_routing_of_other_settings_is_refused(self):
         with tf.Graph().as_default():
             routing = self._table(id_capacity=4).route(tf.constant([1, 2]))
