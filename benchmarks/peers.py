@@ -43,7 +43,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import common
 
@@ -68,6 +68,7 @@ GOAL_DEEPCTR_RATIO = 1.7
 GOAL_CEILING_SHARE = 0.9
 GOAL_AUC_GAP = 0.002
 DEEPCTR_VERSION = "0.9.4"
+NAME = "peers"
 DEEPCTR_MISSING = "DeepCTR is not installed (pip install --no-deps deepctr==%s)" % DEEPCTR_VERSION
 
 
@@ -80,12 +81,18 @@ class Variant:
       kind: how it runs: `library`, `library_compute`, `bare`, `bare_compute`, `deepctr`.
       optimizer: the library's optimizer name (`library` kinds).
       what: one line for the report.
+      model: `deepfm.ModelConfig` fields set for this variant (`library` kinds), as (name, value) pairs.
+      strategy: `strategies.StrategyConfig` fields set for it.
+      pipeline: `input_pipeline.pipeline.PipelineConfig` fields set for it.
     """
 
     name: str
     kind: str
     optimizer: str
     what: str
+    model: Tuple[Tuple[str, object], ...] = ()
+    strategy: Tuple[Tuple[str, object], ...] = ()
+    pipeline: Tuple[Tuple[str, object], ...] = ()
 
 
 VARIANTS = (
@@ -96,6 +103,16 @@ VARIANTS = (
     Variant("bare+adam", "bare", "adam", "plain Estimator recipe, TFRecordDataset -> batch -> parse -> prefetch"),
     Variant("bare_compute+adam", "bare_compute", "adam", "the plain recipe on one cached batch"),
     Variant("deepctr+adam", "deepctr", "adam", "DeepCTR %s DeepFM, Keras fit on in-memory arrays" % DEEPCTR_VERSION),
+)
+# Levers of the default step, each `library` with one setting changed (`--variants` names them).
+LEVERS = (
+    Variant("library+no_check_ids", "library", "lazy_adam", "--nocheck_ids", model=(("check_ids", False),)),
+    Variant("library+dedup", "library", "lazy_adam", "--dedup_lookups", strategy=(("dedup_lookups", True),)),
+    Variant("library+intra1_inter2", "library", "lazy_adam", "--intra_op_threads 1 --inter_op_threads 2",
+            strategy=(("intra_op_threads", 1), ("inter_op_threads", 2))),
+    Variant("library+intra2_inter1", "library", "lazy_adam", "--intra_op_threads 2 --inter_op_threads 1",
+            strategy=(("intra_op_threads", 2), ("inter_op_threads", 1))),
+    Variant("library+reads1", "library", "lazy_adam", "--num_parallel_reads 1", pipeline=(("num_parallel_reads", 1),)),
 )
 
 
@@ -314,15 +331,20 @@ def _quiet_tensorflow() -> None:
     std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
 
 
-def _library_configs(spec: RunSpec, model_dir: str, optimizer: str, metadata, progress_file: Optional[str] = None):
+def _library_configs(spec: RunSpec, model_dir: str, variant: Variant, metadata, progress_file: Optional[str] = None):
+    """The library's train, model, strategy and pipeline configurations of `variant`."""
     import deepfm
+    import strategies
+    from input_pipeline import pipeline
     return (deepfm.TrainConfig(model_dir=model_dir, train_files=tuple(_split_files(spec.data_dir, "train")),
                                max_steps=spec.total_steps, batch_size=BATCH_SIZE,
                                log_every_n_steps=spec.log_every_n_steps, progress_file=progress_file),
             deepfm.ModelConfig(feature_size=metadata.feature_size, field_size=metadata.field_size,
                                embedding_size=EMBEDDING_SIZE, deep_layers=DEEP_LAYERS,
                                dropout=(DROPOUT,) * len(DEEP_LAYERS), learning_rate=LEARNING_RATE,
-                               l2_reg=L2_REG, optimizer=optimizer))
+                               l2_reg=L2_REG, optimizer=variant.optimizer, **dict(variant.model)),
+            strategies.StrategyConfig(name="single", **dict(variant.strategy)),
+            pipeline.PipelineConfig(field_size=metadata.field_size, **dict(variant.pipeline)))
 
 
 def run_library(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tuple:
@@ -332,16 +354,15 @@ def run_library(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tu
     from deepfm.runtime import hooks, trainer
     from input_pipeline import pipeline
 
-    strategy = strategies.get(strategies.StrategyConfig(name="single"))
+    progress_file = os.path.join(model_dir, "progress.jsonl")
+    train, model, strategy_config, input_config = _library_configs(spec, model_dir, variant, metadata, progress_file)
+    strategy = strategies.get(strategy_config)
     if variant.kind == "library":
-        progress_file = os.path.join(model_dir, "progress.jsonl")
-        train, model = _library_configs(spec, model_dir, variant.optimizer, metadata, progress_file)
-        deepfm.train_and_evaluate(train, model, strategy=strategy)
+        deepfm.train_and_evaluate(train, model, input_config, strategy=strategy)
         times = {record.step: record.time for record in hooks.read_progress_file(progress_file)}
     else:
-        train, model = _library_configs(spec, model_dir, variant.optimizer, metadata)
-        builder = pipeline.DatasetBuilder(list(train.train_files), pipeline.PipelineConfig(
-            field_size=metadata.field_size), batch_size=BATCH_SIZE, num_epochs=None)
+        builder = pipeline.DatasetBuilder(list(train.train_files), input_config, batch_size=BATCH_SIZE,
+                                          num_epochs=None)
         context = strategy.input_context()
         timer = _step_timer((spec.warmup_steps, spec.total_steps))
         strategy.setup()
@@ -454,8 +475,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="timed steps per run, after warm-up")
     parser.add_argument("--eval_rows", type=int, default=DEFAULT_EVAL_ROWS)
     parser.add_argument("--log_every_n_steps", type=int, default=DEFAULT_LOG_EVERY_N_STEPS)
-    parser.add_argument("--variants", default="", help="comma-separated names (default: all): %s"
-                        % ", ".join(v.name for v in VARIANTS))
+    parser.add_argument("--variants", default="", help="comma-separated names (default: %s; levers: %s)"
+                        % (", ".join(v.name for v in VARIANTS), ", ".join(v.name for v in LEVERS)))
+    parser.add_argument("--name", default=NAME, help="the results' file name (a lever run: %s_levers)" % NAME)
     parser.add_argument("--results_dir", default=common.RESULTS_DIR)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -464,9 +486,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     spec = RunSpec(args.data_dir, args.warmup_steps, args.steps, args.eval_rows, args.log_every_n_steps)
-    variants = common.select_variants(args.variants, VARIANTS)
+    variants = common.select_variants(args.variants or ",".join(v.name for v in VARIANTS), VARIANTS + LEVERS)
     if args.one:
-        print(json.dumps(run_one(spec, common.select_variants(args.one, VARIANTS)[0])))
+        print(json.dumps(run_one(spec, common.select_variants(args.one, VARIANTS + LEVERS)[0])))
         return 0
 
     common.ensure_data(args.data_dir, args.rows, common.FEATURE_SIZE)
@@ -511,8 +533,8 @@ def main(argv=None) -> int:
     except importlib.metadata.PackageNotFoundError:
         info["deepctr"] = "not installed"
     raw = dict(results, **{name: {"absent": why} for name, why in absent.items()})
-    common.write_report("peers", "One process against its peers", body, info, raw, results_dir=args.results_dir)
-    common.bar_chart("peers", "DeepFM, one process (%s cores)" % info["cores"], [v.name for v in measured],
+    common.write_report(args.name, "One process against its peers", body, info, raw, results_dir=args.results_dir)
+    common.bar_chart(args.name, "DeepFM, one process (%s cores)" % info["cores"], [v.name for v in measured],
                      [stats[v.name] for v in measured], "examples/sec", results_dir=args.results_dir)
     print(body)
     return 0
