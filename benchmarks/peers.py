@@ -84,6 +84,8 @@ class Variant:
       model: `deepfm.ModelConfig` fields set for this variant (`library` kinds), as (name, value) pairs.
       strategy: `strategies.StrategyConfig` fields set for it.
       pipeline: `input_pipeline.pipeline.PipelineConfig` fields set for it.
+      model_fn: the name of a model_fn of this module trained instead of
+        the built-in DeepFM (`library` kinds); "" for the built-in one.
     """
 
     name: str
@@ -93,6 +95,7 @@ class Variant:
     model: Tuple[Tuple[str, object], ...] = ()
     strategy: Tuple[Tuple[str, object], ...] = ()
     pipeline: Tuple[Tuple[str, object], ...] = ()
+    model_fn: str = ""
 
 
 VARIANTS = (
@@ -113,6 +116,9 @@ LEVERS = (
     Variant("library+intra2_inter1", "library", "lazy_adam", "--intra_op_threads 2 --inter_op_threads 1",
             strategy=(("intra_op_threads", 2), ("inter_op_threads", 1))),
     Variant("library+reads1", "library", "lazy_adam", "--num_parallel_reads 1", pipeline=(("num_parallel_reads", 1),)),
+    Variant("library+one_gather", "library", "lazy_adam",
+            "one table [feature_size, 1 + 32] for the FM weights and factors: one lookup (one_gather_model_fn)",
+            model_fn="one_gather_model_fn"),
 )
 
 
@@ -303,6 +309,41 @@ def bare_model_fn(features, labels, mode, params):
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
+def one_gather_logits(feat_ids, feat_vals, config, training, context):
+    """The library's DeepFM network with its two tables in one: `[feature_size, 1 + k]`, looked up once.
+
+    Column 0 of a row is the id's first-order weight, the other `k` its
+    factors. Written against the library's model contract
+    (`deepfm.models.ctr.network_model_fn`): the table is created and looked
+    up through the strategy's context.
+    """
+    import tensorflow as tf
+    from deepfm.models import ctr
+
+    k = config.embedding_size
+    feat_ids, feat_vals = ctr.checked_inputs(feat_ids, feat_vals, config)
+    with tf.compat.v1.variable_scope("deepfm_model", reuse=tf.compat.v1.AUTO_REUSE):
+        bias = tf.compat.v1.get_variable("fm_bias", [1], initializer=tf.compat.v1.zeros_initializer())
+        rows = context.embedding("fm_wv", config.feature_size, [1 + k]).lookup(feat_ids)    # [B, F, 1 + k]
+        weights, factors = tf.split(rows, [1, k], axis=2)
+        first = tf.reduce_sum(tf.squeeze(weights, 2) * feat_vals, axis=1)
+        embeddings = factors * tf.expand_dims(feat_vals, -1)
+        second = 0.5 * tf.reduce_sum(
+            tf.square(tf.reduce_sum(embeddings, 1)) - tf.reduce_sum(tf.square(embeddings), 1), 1)
+        with tf.compat.v1.variable_scope("deep"):
+            hidden = ctr.mlp(tf.reshape(embeddings, [-1, config.field_size * k]), config, training)
+            deep = tf.squeeze(ctr.dense(hidden, 1, "output"), axis=1)
+        logits = bias + first + second + deep
+        l2 = ctr.l2_of_rows([rows], tf.shape(feat_ids)[0])
+    return logits, l2
+
+
+def one_gather_model_fn(features, labels, mode, params):
+    """The Estimator model_fn of `one_gather_logits`."""
+    from deepfm.models import ctr
+    return ctr.network_model_fn(one_gather_logits, "one_gather_model_fn")(features, labels, mode, params)
+
+
 def bare_input_fn(paths: Sequence[str], field_size: int, compute_only: bool):
     """TFRecordDataset -> repeat -> batch -> parse_example -> prefetch (one batch cached and repeated: `compute_only`)."""
     import tensorflow as tf
@@ -357,8 +398,9 @@ def run_library(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tu
     progress_file = os.path.join(model_dir, "progress.jsonl")
     train, model, strategy_config, input_config = _library_configs(spec, model_dir, variant, metadata, progress_file)
     strategy = strategies.get(strategy_config)
+    model_fn = globals()[variant.model_fn] if variant.model_fn else None
     if variant.kind == "library":
-        deepfm.train_and_evaluate(train, model, input_config, strategy=strategy)
+        deepfm.train_and_evaluate(train, model, input_config, strategy=strategy, model_fn=model_fn)
         times = {record.step: record.time for record in hooks.read_progress_file(progress_file)}
     else:
         builder = pipeline.DatasetBuilder(list(train.train_files), input_config, batch_size=BATCH_SIZE,
@@ -366,10 +408,10 @@ def run_library(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tu
         context = strategy.input_context()
         timer = _step_timer((spec.warmup_steps, spec.total_steps))
         strategy.setup()
-        trainer.build_estimator(train, model, strategy).train(
+        trainer.build_estimator(train, model, strategy, model_fn).train(
             lambda: builder(context).take(1).cache().repeat(), max_steps=spec.total_steps, hooks=[timer])
         times = timer.times
-    return window_rate(times, spec), trainer.build_estimator(train, model, strategy)
+    return window_rate(times, spec), trainer.build_estimator(train, model, strategy, model_fn)
 
 
 def run_bare(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tuple:

@@ -67,6 +67,31 @@ class RunSpecTest(tf.test.TestCase):
                          ["not measured (library or deepctr+adam missing)", "n/a"])
 
 
+class OneGatherTest(tf.test.TestCase):
+
+    def test_same_logits_as_the_library_model_from_the_same_rows(self):
+        import strategies
+        from deepfm.config import ModelConfig
+        from deepfm.models import deepfm as library_model
+
+        config = ModelConfig(feature_size=50, field_size=5, embedding_size=4, deep_layers=(8, 4), dropout=(0.0, 0.0))
+        rng = np.random.default_rng(1)
+        with tf.Graph().as_default(), self.cached_session() as session:
+            ids = tf.constant(rng.integers(0, 50, (6, 5)), tf.int64)
+            values = tf.constant(rng.random((6, 5)), tf.float32)
+            library_logits, library_l2 = library_model.deepfm_logits(ids, values, config, False,
+                                                                     strategies.ModelContext())
+            # The deep layers and the bias are shared (AUTO_REUSE); the combined table gets the two tables' rows.
+            fused_logits, fused_l2 = bench.one_gather_logits(ids, values, config, False, strategies.ModelContext())
+            by_name = {v.op.name: v for v in tf.compat.v1.global_variables()}
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(by_name["deepfm_model/fm_wv"].assign(tf.concat(
+                [tf.expand_dims(by_name["deepfm_model/fm_w"], 1), by_name["deepfm_model/fm_v"]], axis=1)))
+            got = session.run([library_logits, fused_logits, library_l2, fused_l2])
+        self.assertAllClose(got[0], got[1], rtol=1e-5, atol=1e-5)
+        self.assertAllClose(got[2], got[3], rtol=1e-5)
+
+
 @pytest.mark.slow
 class QuickRunTest(tf.test.TestCase):
 
