@@ -18,6 +18,8 @@ RUN_STEPS = 4
 RUN_LOG_EVERY = 2
 RUN_EVAL_ROWS = 1_000
 PNG_MAGIC = b"\x89PNG"
+# The lever of the short run: a model_fn of the benchmark through the library's public path.
+LEVER = "library+one_gather"
 
 
 class ExactAucTest(tf.test.TestCase):
@@ -102,12 +104,12 @@ class QuickRunTest(tf.test.TestCase):
         self.assertEqual(0, bench.main([
             "--data_dir", data_dir, "--results_dir", results_dir, "--runs", "1",
             "--warmup_steps", str(RUN_WARMUP), "--steps", str(RUN_STEPS), "--log_every_n_steps", str(RUN_LOG_EVERY),
-            "--eval_rows", str(RUN_EVAL_ROWS)]))
+            "--eval_rows", str(RUN_EVAL_ROWS), "--variants", ",".join(v.name for v in bench.VARIANTS) + "," + LEVER]))
 
         with open(os.path.join(results_dir, "peers.json")) as f:
             raw = json.load(f)
         deepctr_missing = bench.deepctr_available()
-        self.assertEqual(set(raw["results"]), {v.name for v in bench.VARIANTS})
+        self.assertEqual(set(raw["results"]), {v.name for v in bench.VARIANTS} | {LEVER})
         for name, values in raw["results"].items():
             if name == "deepctr+adam" and deepctr_missing:
                 self.assertEqual(values, {"absent": bench.DEEPCTR_MISSING})
@@ -117,8 +119,9 @@ class QuickRunTest(tf.test.TestCase):
             self.assertBetween(values["auc"][0], 0.0, 1.0)
         with open(os.path.join(results_dir, "peers.md")) as f:
             report = f.read()
-        for variant in bench.VARIANTS:
-            self.assertIn("| %s |" % variant.name, report)
+        for name in raw["results"]:
+            self.assertIn("| %s |" % name, report)
+        self.assertIn("| ratio to bare+adam | ratio to library |", report)
         if deepctr_missing:
             self.assertIn("not measured: " + bench.DEEPCTR_MISSING, report)
         self.assertIn("| library+adam / bare+adam >= 1.00 |", report)
