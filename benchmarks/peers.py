@@ -88,6 +88,7 @@ class Variant:
       pipeline: `input_pipeline.pipeline.PipelineConfig` fields set for it.
       model_fn: the name of a model_fn of this module trained instead of
         the built-in DeepFM (`library` kinds); "" for the built-in one.
+      env: environment variables of its process, as (name, value) pairs.
     """
 
     name: str
@@ -98,6 +99,7 @@ class Variant:
     strategy: Tuple[Tuple[str, object], ...] = ()
     pipeline: Tuple[Tuple[str, object], ...] = ()
     model_fn: str = ""
+    env: Tuple[Tuple[str, str], ...] = ()
 
 
 VARIANTS = (
@@ -119,6 +121,8 @@ LEVERS = (
             strategy=(("intra_op_threads", 2), ("inter_op_threads", 1))),
     Variant("library+reads1", "library", "lazy_adam", "one file read at a time (PipelineConfig.num_parallel_reads=1)",
             pipeline=(("num_parallel_reads", 1),)),
+    Variant("library+onednn_off", "library", "lazy_adam", "TF_ENABLE_ONEDNN_OPTS=0 (Eigen kernels, not oneDNN)",
+            env=(("TF_ENABLE_ONEDNN_OPTS", "0"),)),
     Variant("library+one_gather", "library", "lazy_adam",
             "one table [feature_size, 1 + 32] for the FM weights and factors: one lookup (one_gather_model_fn)",
             model_fn="one_gather_model_fn"),
@@ -545,7 +549,8 @@ def main(argv=None) -> int:
             out = common.run_json_subprocess(
                 ["-m", "benchmarks.peers", "--data_dir", args.data_dir, "--warmup_steps", str(args.warmup_steps),
                  "--steps", str(args.steps), "--eval_rows", str(args.eval_rows),
-                 "--log_every_n_steps", str(args.log_every_n_steps), "--one", variant.name], timeout=RUN_TIMEOUT_S)
+                 "--log_every_n_steps", str(args.log_every_n_steps), "--one", variant.name], timeout=RUN_TIMEOUT_S,
+                env=dict(variant.env))
             for key in results[variant.name]:
                 results[variant.name][key].append(out[key])
             print("run %d %-18s %8.0f examples/sec  AUC %.4f  %6.0f MiB" % (
