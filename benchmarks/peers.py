@@ -32,7 +32,12 @@ Variants:
   sharing one 117,581 x 32 table (DeepCTR multiplies no feature values into
   its embeddings). Without DeepCTR its row says so.
 
-Writes `benchmarks/results/peers.{md,json,png}`.
+Levers (`LEVERS`, named in `--variants`): `library` with one setting
+changed (the id check, deduplicated lookups, thread pools, parallel reads,
+oneDNN, one table for the FM weights and factors), in the same interleaved
+run, with their ratio to `library`.
+
+Writes `benchmarks/results/<--name>.{md,json,png}` (default `peers`).
 """
 
 import argparse
@@ -69,6 +74,8 @@ GOAL_CEILING_SHARE = 0.9
 GOAL_AUC_GAP = 0.002
 DEEPCTR_VERSION = "0.9.4"
 NAME = "peers"
+# The dataset root's splits (`input_pipeline.schema.TRAIN_SPLIT`, `VALIDATION_SPLIT`).
+TRAIN, VALIDATION = "train", "validation"
 # The ratio columns of the report: to the bare recipe, and to the library at its defaults (the levers' effect).
 REFERENCES = ("bare+adam", "library")
 DEEPCTR_MISSING = "DeepCTR is not installed (pip install --no-deps deepctr==%s)" % DEEPCTR_VERSION
@@ -217,8 +224,9 @@ def _step_timer(steps: Sequence[int]):
 
 
 def _split_files(data_dir: str, split: str) -> List[str]:
-    from input_pipeline import files, formats, schema
-    return files.resolve([data_dir], formats.TFRECORD) if split == schema.TRAIN_SPLIT else \
+    """The TFRecord files of the dataset root's `TRAIN` or `VALIDATION` split."""
+    from input_pipeline import files, formats
+    return files.resolve([data_dir], formats.TFRECORD) if split == TRAIN else \
         files.default_validation([data_dir], formats.TFRECORD)
 
 
@@ -384,7 +392,7 @@ def _library_configs(spec: RunSpec, model_dir: str, variant: Variant, metadata, 
     import deepfm
     import strategies
     from input_pipeline import pipeline
-    return (deepfm.TrainConfig(model_dir=model_dir, train_files=tuple(_split_files(spec.data_dir, "train")),
+    return (deepfm.TrainConfig(model_dir=model_dir, train_files=tuple(_split_files(spec.data_dir, TRAIN)),
                                max_steps=spec.total_steps, batch_size=BATCH_SIZE,
                                log_every_n_steps=spec.log_every_n_steps, progress_file=progress_file),
             deepfm.ModelConfig(feature_size=metadata.feature_size, field_size=metadata.field_size,
@@ -428,7 +436,7 @@ def run_bare(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tuple
     timer = _step_timer((spec.warmup_steps, spec.total_steps))
     estimator = tf.estimator.Estimator(bare_model_fn, model_dir=model_dir, params={
         "feature_size": metadata.feature_size, "field_size": metadata.field_size})
-    estimator.train(bare_input_fn(_split_files(spec.data_dir, "train"), metadata.field_size,
+    estimator.train(bare_input_fn(_split_files(spec.data_dir, TRAIN), metadata.field_size,
                                   compute_only=variant.kind == "bare_compute"),
                     max_steps=spec.total_steps, hooks=[timer])
     return window_rate(timer.times, spec), estimator
@@ -441,7 +449,7 @@ def run_deepctr(spec: RunSpec, metadata, val_ids, val_labels) -> Dict:
     from deepctr.feature_column import SparseFeat
     from deepctr.models import DeepFM
 
-    ids, _, labels = read_rows(_split_files(spec.data_dir, "train"), spec.total_steps * BATCH_SIZE,
+    ids, _, labels = read_rows(_split_files(spec.data_dir, TRAIN), spec.total_steps * BATCH_SIZE,
                                metadata.field_size)
     names = ["f%d" % f for f in range(metadata.field_size)]
     columns = [SparseFeat(name, vocabulary_size=metadata.feature_size, embedding_dim=EMBEDDING_SIZE,
@@ -468,7 +476,7 @@ def run_one(spec: RunSpec, variant: Variant) -> Dict:
 
     _quiet_tensorflow()
     metadata = schema.DatasetMetadata.read(spec.data_dir)
-    val_ids, val_values, val_labels = read_rows(_split_files(spec.data_dir, "validation"), spec.eval_rows,
+    val_ids, val_values, val_labels = read_rows(_split_files(spec.data_dir, VALIDATION), spec.eval_rows,
                                                 metadata.field_size)
     if variant.kind == "deepctr":
         out = run_deepctr(spec, metadata, val_ids, val_labels)
