@@ -1,0 +1,604 @@
+"""One process against its peers: the library's `single` strategy, a bare TF 1.x Estimator recipe, DeepCTR.
+
+    python -m benchmarks.peers --data_dir data/synthetic [--runs 3] [--warmup_steps 200] [--steps 500]
+
+Every variant trains DeepFM at the SageMaker sample's sizes (batch 1,024,
+embedding 32, layers 128-64-32, dropout 0.5, learning rate 0.0005) on the
+benchmarks' synthetic TFRecord set, in a fresh process per run, variants
+interleaved round by round. Throughput is the wall time from the end of step
+`warmup_steps` to the end of step `warmup_steps + steps` (everything between
+steps included: hooks, input, summaries); AUC is the exact (rank) AUC of the
+trained model's predictions on the same first `eval_rows` validation rows,
+after the same number of training examples, computed here for every variant
+alike.
+
+Variants:
+
+* `library` and `library+adam`: `deepfm.train_and_evaluate` with the
+  `single` strategy, what the command line runs (its trainer, hooks, input
+  pipeline, summaries), with the default optimizer (`lazy_adam`) and with
+  Adam. Timed from the trainer's progress file.
+* `library_compute`: the library's Estimator as the trainer builds it
+  (`trainer.build_estimator`: its model_fn, strategy wrapping and session
+  settings, default optimizer) fed one batch of its own input pipeline,
+  cached and repeated: the step without input, the ceiling of `library`.
+* `bare+adam`: a plain Estimator recipe written in this module (`bare_model_fn`,
+  the same DeepFM in a few lines: the same loss, L2 on the looked-up rows,
+  Adam), fed TFRecordDataset -> batch -> parse_example -> prefetch.
+* `bare_compute+adam`: the same recipe on one parsed batch, cached and repeated.
+* `deepctr+adam`: DeepCTR's `DeepFM` (Keras `fit` on in-memory arrays of the
+  same training rows, Adam), when the `peers` extra is installed
+  (`pip install --no-deps deepctr==0.9.4`); its 39 fields are sparse inputs
+  sharing one 117,581 x 32 table (DeepCTR multiplies no feature values into
+  its embeddings). Without DeepCTR its row says so.
+
+Levers (`LEVERS`, named in `--variants`): `library` with one setting
+changed (the id check, deduplicated lookups, thread pools, parallel reads,
+oneDNN, one table for the FM weights and factors), in the same interleaved
+run, with their ratio to `library`.
+
+Writes `benchmarks/results/<--name>.{md,json,png}` (default `peers`).
+"""
+
+import argparse
+import dataclasses
+import importlib.metadata
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from benchmarks import common
+
+BATCH_SIZE = 1024
+EMBEDDING_SIZE = 32
+DEEP_LAYERS = (128, 64, 32)
+DROPOUT = 0.5
+LEARNING_RATE = 0.0005
+L2_REG = 0.0001
+DEFAULT_WARMUP_STEPS = 200
+DEFAULT_STEPS = 500
+DEFAULT_RUNS = 3
+DEFAULT_EVAL_ROWS = 100_000
+# The library's progress interval: its default (`--log_every_n_steps`).
+DEFAULT_LOG_EVERY_N_STEPS = 100
+EVAL_BATCH_SIZE = 4096
+RUN_TIMEOUT_S = 1800
+# The goals of the comparison: `library+adam` / `bare+adam`, `library` / `deepctr+adam`,
+# `library` / `library_compute`, and |AUC(library+adam) - AUC(bare+adam)|.
+GOAL_SAME_OPTIMIZER_RATIO = 1.0
+GOAL_DEEPCTR_RATIO = 1.7
+GOAL_CEILING_SHARE = 0.9
+GOAL_AUC_GAP = 0.002
+DEEPCTR_VERSION = "0.9.4"
+NAME = "peers"
+# The dataset root's splits (`input_pipeline.schema.TRAIN_SPLIT`, `VALIDATION_SPLIT`).
+TRAIN, VALIDATION = "train", "validation"
+# The ratio columns of the report: to the bare recipe, and to the library at its defaults (the levers' effect).
+REFERENCES = ("bare+adam", "library")
+DEEPCTR_MISSING = "DeepCTR is not installed (pip install --no-deps deepctr==%s)" % DEEPCTR_VERSION
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One contender.
+
+    Attributes:
+      name: its row's name.
+      kind: how it runs: `library`, `library_compute`, `bare`, `bare_compute`, `deepctr`.
+      optimizer: the library's optimizer name (`library` kinds).
+      what: one line for the report.
+      model: `deepfm.ModelConfig` fields set for this variant (`library` kinds), as (name, value) pairs.
+      strategy: `strategies.StrategyConfig` fields set for it.
+      pipeline: `input_pipeline.pipeline.PipelineConfig` fields set for it.
+      model_fn: the name of a model_fn of this module trained instead of
+        the built-in DeepFM (`library` kinds); "" for the built-in one.
+      env: environment variables of its process, as (name, value) pairs.
+    """
+
+    name: str
+    kind: str
+    optimizer: str
+    what: str
+    model: Tuple[Tuple[str, object], ...] = ()
+    strategy: Tuple[Tuple[str, object], ...] = ()
+    pipeline: Tuple[Tuple[str, object], ...] = ()
+    model_fn: str = ""
+    env: Tuple[Tuple[str, str], ...] = ()
+
+
+VARIANTS = (
+    Variant("library", "library", "lazy_adam", "deepfm.train_and_evaluate, single, defaults (lazy_adam)"),
+    Variant("library+adam", "library", "adam", "deepfm.train_and_evaluate, single, --optimizer adam"),
+    Variant("library_compute", "library_compute", "lazy_adam",
+            "the library's Estimator on one cached batch of its pipeline (lazy_adam)"),
+    Variant("bare+adam", "bare", "adam", "plain Estimator recipe, TFRecordDataset -> batch -> parse -> prefetch"),
+    Variant("bare_compute+adam", "bare_compute", "adam", "the plain recipe on one cached batch"),
+    Variant("deepctr+adam", "deepctr", "adam", "DeepCTR %s DeepFM, Keras fit on in-memory arrays" % DEEPCTR_VERSION),
+)
+# Levers of the default step, each `library` with one setting changed (`--variants` names them).
+LEVERS = (
+    Variant("library+no_check_ids", "library", "lazy_adam", "--nocheck_ids", model=(("check_ids", False),)),
+    Variant("library+dedup", "library", "lazy_adam", "--dedup_lookups", strategy=(("dedup_lookups", True),)),
+    Variant("library+intra1_inter2", "library", "lazy_adam", "--intra_op_threads 1 --inter_op_threads 2",
+            strategy=(("intra_op_threads", 1), ("inter_op_threads", 2))),
+    Variant("library+intra2_inter1", "library", "lazy_adam", "--intra_op_threads 2 --inter_op_threads 1",
+            strategy=(("intra_op_threads", 2), ("inter_op_threads", 1))),
+    Variant("library+reads1", "library", "lazy_adam", "one file read at a time (PipelineConfig.num_parallel_reads=1)",
+            pipeline=(("num_parallel_reads", 1),)),
+    Variant("library+onednn_off", "library", "lazy_adam", "TF_ENABLE_ONEDNN_OPTS=0 (Eigen kernels, not oneDNN)",
+            env=(("TF_ENABLE_ONEDNN_OPTS", "0"),)),
+    Variant("library+one_gather", "library", "lazy_adam",
+            "one table [feature_size, 1 + 32] for the FM weights and factors: one lookup (one_gather_model_fn)",
+            model_fn="one_gather_model_fn"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """What one run trains and measures.
+
+    Attributes:
+      data_dir: the dataset root.
+      warmup_steps: steps before the timed window.
+      steps: timed steps.
+      eval_rows: validation rows the AUC is computed on (the first ones).
+      log_every_n_steps: the library's progress interval; divides
+        `warmup_steps` and `steps`.
+    """
+
+    data_dir: str
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
+    steps: int = DEFAULT_STEPS
+    eval_rows: int = DEFAULT_EVAL_ROWS
+    log_every_n_steps: int = DEFAULT_LOG_EVERY_N_STEPS
+
+    def __post_init__(self):
+        for name in ("warmup_steps", "steps", "eval_rows", "log_every_n_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError("--%s must be >= 1, got %r" % (name, getattr(self, name)))
+        if self.warmup_steps % self.log_every_n_steps or self.steps % self.log_every_n_steps:
+            raise ValueError("--log_every_n_steps %d must divide --warmup_steps %d and --steps %d: the library "
+                             "is timed from its progress records" % (
+                                 self.log_every_n_steps, self.warmup_steps, self.steps))
+
+    @property
+    def total_steps(self) -> int:
+        return self.warmup_steps + self.steps
+
+
+# --- measuring -------------------------------------------------------------------------------------
+def exact_auc(labels, scores) -> float:
+    """The area under the ROC curve of `scores` for binary `labels`, ties counted half (rank statistic).
+
+    Raises:
+      ValueError: the labels hold one class only.
+    """
+    import numpy as np
+
+    labels = np.asarray(labels, dtype=np.float64).reshape(-1)
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    positives = float(labels.sum())
+    negatives = labels.size - positives
+    if positives == 0 or negatives == 0:
+        raise ValueError("AUC needs both classes; the %d labels hold one" % labels.size)
+    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    # The average rank (1-based) of each group of tied scores.
+    group_rank = np.cumsum(counts) - (counts - 1) / 2.0
+    ranks = group_rank[inverse]
+    return float((ranks[labels > 0.5].sum() - positives * (positives + 1) / 2.0) / (positives * negatives))
+
+
+def window_rate(times: Dict[int, float], spec: RunSpec) -> float:
+    """Examples/sec between the ends of steps `warmup_steps` and `total_steps`.
+
+    Args:
+      times: wall time at the end of (at least) those two steps, by step.
+      spec: the run.
+
+    Raises:
+      ValueError: a step of the window was not timed (training ended early).
+    """
+    missing = [s for s in (spec.warmup_steps, spec.total_steps) if s not in times]
+    if missing:
+        raise ValueError("step(s) %s were not timed (timed: %s)" % (missing, sorted(times)))
+    return spec.steps * BATCH_SIZE / (times[spec.total_steps] - times[spec.warmup_steps])
+
+
+def _step_timer(steps: Sequence[int]):
+    """A session hook recording the wall time at the end of each of `steps` (this run's steps, from 1)."""
+    import tensorflow as tf
+
+    class StepTimer(tf.estimator.SessionRunHook):
+        def __init__(self):
+            self.step = 0
+            self.times: Dict[int, float] = {}
+
+        def after_run(self, run_context, run_values):
+            self.step += 1
+            if self.step in steps:
+                self.times[self.step] = time.perf_counter()
+    return StepTimer()
+
+
+def _split_files(data_dir: str, split: str) -> List[str]:
+    """The TFRecord files of the dataset root's `TRAIN` or `VALIDATION` split."""
+    from input_pipeline import files, formats
+    return files.resolve([data_dir], formats.TFRECORD) if split == TRAIN else \
+        files.default_validation([data_dir], formats.TFRECORD)
+
+
+def read_rows(paths: Sequence[str], rows: int, field_size: int):
+    """The first `rows` rows of TFRecord `paths`, in file order: (ids int64, values float32, labels float32) arrays.
+
+    Raises:
+      ValueError: the files hold fewer rows.
+    """
+    import numpy as np
+    import tensorflow as tf
+    from input_pipeline import decoders, schema
+
+    spec = decoders.tfrecord_feature_spec(field_size)
+    ids, values, labels = [], [], []
+    with tf.Graph().as_default():
+        parsed = tf.data.TFRecordDataset(list(paths)).take(rows).batch(EVAL_BATCH_SIZE).map(
+            lambda serialized: tf.io.parse_example(serialized, spec))
+        batch = tf.compat.v1.data.make_one_shot_iterator(parsed).get_next()
+        with tf.compat.v1.Session() as session:
+            while True:
+                try:
+                    out = session.run(batch)
+                except tf.errors.OutOfRangeError:
+                    break
+                ids.append(out[schema.IDS_KEY])
+                values.append(out[schema.VALUES_KEY])
+                labels.append(out[schema.LABEL_KEY])
+    got = sum(len(chunk) for chunk in labels)
+    if got < rows:
+        raise ValueError("%s hold %d rows, fewer than the %d needed" % (", ".join(paths), got, rows))
+    return np.concatenate(ids), np.concatenate(values), np.concatenate(labels)
+
+
+def _numpy_input_fn(ids, values, labels=None):
+    """An Estimator input_fn over in-memory rows, in order, once."""
+    import tensorflow as tf
+    from input_pipeline import schema
+
+    def input_fn():
+        features = {schema.FEAT_IDS: ids, schema.FEAT_VALS: values}
+        return tf.data.Dataset.from_tensor_slices((features, labels) if labels is not None else features).batch(
+            EVAL_BATCH_SIZE)
+    return input_fn
+
+
+def _predictions(estimator, ids, values):
+    import numpy as np
+    from deepfm.models import ctr
+    return np.array([p[ctr.PREDICTION_KEY] for p in estimator.predict(_numpy_input_fn(ids, values),
+                                                                      yield_single_examples=True)])
+
+
+# --- the bare recipe -------------------------------------------------------------------------------
+def bare_model_fn(features, labels, mode, params):
+    """DeepFM as a plain TF 1.x Estimator model_fn: the library's model, without the library.
+
+    `params`: `feature_size`, `field_size`. The same network and loss as
+    `deepfm.models.deepfm` (first- and second-order FM, an MLP over the
+    field embeddings with dropout, mean cross-entropy plus L2 on the rows
+    looked up), trained with Adam.
+    """
+    import tensorflow as tf
+    from deepfm.models import ctr
+    from input_pipeline import schema
+
+    field_size = params["field_size"]
+    ids = features[schema.FEAT_IDS]
+    values = tf.reshape(features[schema.FEAT_VALS], [-1, field_size])
+    training = mode == tf.estimator.ModeKeys.TRAIN
+    init = tf.compat.v1.glorot_normal_initializer()
+    bias = tf.compat.v1.get_variable("fm_bias", [1], initializer=tf.compat.v1.zeros_initializer())
+    fm_w = tf.compat.v1.get_variable("fm_w", [params["feature_size"]], initializer=init)
+    fm_v = tf.compat.v1.get_variable("fm_v", [params["feature_size"], EMBEDDING_SIZE], initializer=init)
+    weights = tf.nn.embedding_lookup(fm_w, ids)
+    factors = tf.nn.embedding_lookup(fm_v, ids)
+    embeddings = factors * tf.expand_dims(values, -1)
+    first = tf.reduce_sum(weights * values, axis=1)
+    second = 0.5 * tf.reduce_sum(tf.square(tf.reduce_sum(embeddings, 1)) - tf.reduce_sum(tf.square(embeddings), 1), 1)
+    hidden = tf.reshape(embeddings, [-1, field_size * EMBEDDING_SIZE])
+    for width in DEEP_LAYERS:
+        hidden = tf.compat.v1.layers.dense(hidden, width, tf.nn.relu, kernel_initializer=init)
+        hidden = tf.compat.v1.layers.dropout(hidden, DROPOUT, training=training)
+    deep = tf.squeeze(tf.compat.v1.layers.dense(hidden, 1, kernel_initializer=init), 1)
+    logits = bias + first + second + deep
+    prob = tf.sigmoid(logits)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        return tf.estimator.EstimatorSpec(mode, predictions={ctr.PREDICTION_KEY: prob})
+    labels = tf.reshape(labels, [-1])
+    l2 = (tf.reduce_sum(tf.square(weights)) + tf.reduce_sum(tf.square(factors))) / tf.cast(tf.shape(ids)[0],
+                                                                                           tf.float32)
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)) + L2_REG * l2
+    train_op = tf.compat.v1.train.AdamOptimizer(LEARNING_RATE).minimize(
+        loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def one_gather_logits(feat_ids, feat_vals, config, training, context):
+    """The library's DeepFM network with its two tables in one: `[feature_size, 1 + k]`, looked up once.
+
+    Column 0 of a row is the id's first-order weight, the other `k` its
+    factors. Written against the library's model contract
+    (`deepfm.models.ctr.network_model_fn`): the table is created and looked
+    up through the strategy's context.
+    """
+    import tensorflow as tf
+    from deepfm.models import ctr
+
+    k = config.embedding_size
+    feat_ids, feat_vals = ctr.checked_inputs(feat_ids, feat_vals, config)
+    with tf.compat.v1.variable_scope("deepfm_model", reuse=tf.compat.v1.AUTO_REUSE):
+        bias = tf.compat.v1.get_variable("fm_bias", [1], initializer=tf.compat.v1.zeros_initializer())
+        rows = context.embedding("fm_wv", config.feature_size, [1 + k]).lookup(feat_ids)    # [B, F, 1 + k]
+        weights, factors = tf.split(rows, [1, k], axis=2)
+        first = tf.reduce_sum(tf.squeeze(weights, 2) * feat_vals, axis=1)
+        embeddings = factors * tf.expand_dims(feat_vals, -1)
+        second = 0.5 * tf.reduce_sum(
+            tf.square(tf.reduce_sum(embeddings, 1)) - tf.reduce_sum(tf.square(embeddings), 1), 1)
+        with tf.compat.v1.variable_scope("deep"):
+            hidden = ctr.mlp(tf.reshape(embeddings, [-1, config.field_size * k]), config, training)
+            deep = tf.squeeze(ctr.dense(hidden, 1, "output"), axis=1)
+        logits = bias + first + second + deep
+        l2 = ctr.l2_of_rows([rows], tf.shape(feat_ids)[0])
+    return logits, l2
+
+
+def one_gather_model_fn(features, labels, mode, params):
+    """The Estimator model_fn of `one_gather_logits`."""
+    from deepfm.models import ctr
+    return ctr.network_model_fn(one_gather_logits, "one_gather_model_fn")(features, labels, mode, params)
+
+
+def bare_input_fn(paths: Sequence[str], field_size: int, compute_only: bool):
+    """TFRecordDataset -> repeat -> batch -> parse_example -> prefetch (one batch cached and repeated: `compute_only`)."""
+    import tensorflow as tf
+    from input_pipeline import decoders, schema
+
+    spec = decoders.tfrecord_feature_spec(field_size)
+
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        return {schema.FEAT_IDS: parsed[schema.IDS_KEY], schema.FEAT_VALS: parsed[schema.VALUES_KEY]}, \
+            parsed[schema.LABEL_KEY]
+
+    def input_fn():
+        dataset = tf.data.TFRecordDataset(list(paths)).repeat().batch(BATCH_SIZE, drop_remainder=True).map(parse)
+        if compute_only:
+            dataset = dataset.take(1).cache().repeat()
+        return dataset.prefetch(tf.data.AUTOTUNE)
+    return input_fn
+
+
+# --- one run of each kind --------------------------------------------------------------------------
+def _quiet_tensorflow() -> None:
+    import logging as std_logging
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)
+    std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
+
+
+def _library_configs(spec: RunSpec, model_dir: str, variant: Variant, metadata, progress_file: Optional[str] = None):
+    """The library's train, model, strategy and pipeline configurations of `variant`."""
+    import deepfm
+    import strategies
+    from input_pipeline import pipeline
+    return (deepfm.TrainConfig(model_dir=model_dir, train_files=tuple(_split_files(spec.data_dir, TRAIN)),
+                               max_steps=spec.total_steps, batch_size=BATCH_SIZE,
+                               log_every_n_steps=spec.log_every_n_steps, progress_file=progress_file),
+            deepfm.ModelConfig(feature_size=metadata.feature_size, field_size=metadata.field_size,
+                               embedding_size=EMBEDDING_SIZE, deep_layers=DEEP_LAYERS,
+                               dropout=(DROPOUT,) * len(DEEP_LAYERS), learning_rate=LEARNING_RATE,
+                               l2_reg=L2_REG, optimizer=variant.optimizer, **dict(variant.model)),
+            strategies.StrategyConfig(name="single", **dict(variant.strategy)),
+            pipeline.PipelineConfig(field_size=metadata.field_size, **dict(variant.pipeline)))
+
+
+def run_library(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tuple:
+    """Trains through the public API (`library`) or the library's Estimator on one cached batch."""
+    import deepfm
+    import strategies
+    from deepfm.runtime import hooks, trainer
+    from input_pipeline import pipeline
+
+    progress_file = os.path.join(model_dir, "progress.jsonl")
+    train, model, strategy_config, input_config = _library_configs(spec, model_dir, variant, metadata, progress_file)
+    strategy = strategies.get(strategy_config)
+    model_fn = globals()[variant.model_fn] if variant.model_fn else None
+    if variant.kind == "library":
+        deepfm.train_and_evaluate(train, model, input_config, strategy=strategy, model_fn=model_fn)
+        times = {record.step: record.time for record in hooks.read_progress_file(progress_file)}
+    else:
+        builder = pipeline.DatasetBuilder(list(train.train_files), input_config, batch_size=BATCH_SIZE,
+                                          num_epochs=None)
+        context = strategy.input_context()
+        timer = _step_timer((spec.warmup_steps, spec.total_steps))
+        strategy.setup()
+        trainer.build_estimator(train, model, strategy, model_fn).train(
+            lambda: builder(context).take(1).cache().repeat(), max_steps=spec.total_steps, hooks=[timer])
+        times = timer.times
+    return window_rate(times, spec), trainer.build_estimator(train, model, strategy, model_fn)
+
+
+def run_bare(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tuple:
+    """Trains the plain Estimator recipe."""
+    import tensorflow as tf
+
+    timer = _step_timer((spec.warmup_steps, spec.total_steps))
+    estimator = tf.estimator.Estimator(bare_model_fn, model_dir=model_dir, params={
+        "feature_size": metadata.feature_size, "field_size": metadata.field_size})
+    estimator.train(bare_input_fn(_split_files(spec.data_dir, TRAIN), metadata.field_size,
+                                  compute_only=variant.kind == "bare_compute"),
+                    max_steps=spec.total_steps, hooks=[timer])
+    return window_rate(timer.times, spec), estimator
+
+
+def run_deepctr(spec: RunSpec, metadata, val_ids, val_labels) -> Dict:
+    """Trains DeepCTR's DeepFM with Keras `fit`; returns the run's measurements."""
+    import numpy as np
+    import tensorflow as tf
+    from deepctr.feature_column import SparseFeat
+    from deepctr.models import DeepFM
+
+    ids, _, labels = read_rows(_split_files(spec.data_dir, TRAIN), spec.total_steps * BATCH_SIZE,
+                               metadata.field_size)
+    names = ["f%d" % f for f in range(metadata.field_size)]
+    columns = [SparseFeat(name, vocabulary_size=metadata.feature_size, embedding_dim=EMBEDDING_SIZE,
+                          embedding_name="ids", dtype="int64") for name in names]
+    model = DeepFM(columns, columns, dnn_hidden_units=DEEP_LAYERS, dnn_dropout=DROPOUT)
+    model.compile(tf.keras.optimizers.Adam(LEARNING_RATE), "binary_crossentropy")
+    times: Dict[int, float] = {}
+
+    class Timer(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch + 1 in (spec.warmup_steps, spec.total_steps):
+                times[batch + 1] = time.perf_counter()
+
+    model.fit({name: ids[:, f] for f, name in enumerate(names)}, labels, batch_size=BATCH_SIZE, epochs=1,
+              shuffle=False, verbose=0, callbacks=[Timer()])
+    prob = model.predict({name: val_ids[:, f] for f, name in enumerate(names)}, batch_size=EVAL_BATCH_SIZE,
+                         verbose=0)
+    return {"examples_per_sec": window_rate(times, spec), "auc": exact_auc(val_labels, np.reshape(prob, [-1]))}
+
+
+def run_one(spec: RunSpec, variant: Variant) -> Dict:
+    """Trains `variant` once in this process; returns examples/sec, AUC and peak memory."""
+    from input_pipeline import schema
+
+    _quiet_tensorflow()
+    metadata = schema.DatasetMetadata.read(spec.data_dir)
+    val_ids, val_values, val_labels = read_rows(_split_files(spec.data_dir, VALIDATION), spec.eval_rows,
+                                                metadata.field_size)
+    if variant.kind == "deepctr":
+        out = run_deepctr(spec, metadata, val_ids, val_labels)
+    else:
+        with tempfile.TemporaryDirectory() as model_dir:
+            run = run_library if variant.kind.startswith("library") else run_bare
+            rate, estimator = run(spec, variant, model_dir, metadata)
+            out = {"examples_per_sec": rate,
+                   "auc": exact_auc(val_labels, _predictions(estimator, val_ids, val_values))}
+    out["peak_rss_mb"] = common.peak_rss_mb()
+    return out
+
+
+def deepctr_available() -> Optional[str]:
+    """None when DeepCTR can be imported, else why not."""
+    try:
+        import deepctr  # pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+        return DEEPCTR_MISSING
+    return None
+
+
+# --- the comparison --------------------------------------------------------------------------------
+def goals(stats: Dict[str, common.Stats], auc: Dict[str, common.Stats]) -> List[List[str]]:
+    """The issue's goals, each with its measured value and whether it is met (rows of the goals table)."""
+    rows = []
+
+    def ratio(goal, a, b, threshold, values=stats, absolute=False):
+        if a not in values or b not in values:
+            rows.append([goal, "not measured (%s or %s missing)" % (a, b), "n/a"])
+            return
+        if absolute:
+            value = abs(values[a].median - values[b].median)
+            rows.append([goal, "%.4f" % value, "yes" if value <= threshold else "no"])
+        else:
+            value = values[a].median / values[b].median
+            rows.append([goal, "%.2f" % value, "yes" if value >= threshold else "no"])
+    ratio("library+adam / bare+adam >= %.2f" % GOAL_SAME_OPTIMIZER_RATIO, "library+adam", "bare+adam",
+          GOAL_SAME_OPTIMIZER_RATIO)
+    ratio("library / deepctr+adam >= %.1f" % GOAL_DEEPCTR_RATIO, "library", "deepctr+adam", GOAL_DEEPCTR_RATIO)
+    ratio("library / library_compute >= %.2f" % GOAL_CEILING_SHARE, "library", "library_compute", GOAL_CEILING_SHARE)
+    ratio("|AUC library+adam - AUC bare+adam| <= %.3f" % GOAL_AUC_GAP, "library+adam", "bare+adam", GOAL_AUC_GAP,
+          values=auc, absolute=True)
+    return rows
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data_dir", default=common.DEFAULT_DATA_DIR)
+    parser.add_argument("--rows", type=int, default=common.DEFAULT_ROWS, help="rows generated when data_dir is empty")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    parser.add_argument("--warmup_steps", type=int, default=DEFAULT_WARMUP_STEPS)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="timed steps per run, after warm-up")
+    parser.add_argument("--eval_rows", type=int, default=DEFAULT_EVAL_ROWS)
+    parser.add_argument("--log_every_n_steps", type=int, default=DEFAULT_LOG_EVERY_N_STEPS)
+    parser.add_argument("--variants", default="", help="comma-separated names (default: %s; levers: %s)"
+                        % (", ".join(v.name for v in VARIANTS), ", ".join(v.name for v in LEVERS)))
+    parser.add_argument("--name", default=NAME, help="the results' file name")
+    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    spec = RunSpec(args.data_dir, args.warmup_steps, args.steps, args.eval_rows, args.log_every_n_steps)
+    variants = common.select_variants(args.variants or ",".join(v.name for v in VARIANTS), VARIANTS + LEVERS)
+    if args.one:
+        print(json.dumps(run_one(spec, common.select_variants(args.one, VARIANTS + LEVERS)[0])))
+        return 0
+
+    common.ensure_data(args.data_dir, args.rows, common.FEATURE_SIZE)
+    absent = {v.name: deepctr_available() for v in variants if v.kind == "deepctr" and deepctr_available()}
+    measured = [v for v in variants if v.name not in absent]
+    results = {v.name: {"examples_per_sec": [], "auc": [], "peak_rss_mb": []} for v in measured}
+    for run in range(args.runs):
+        for variant in measured:
+            out = common.run_json_subprocess(
+                ["-m", "benchmarks.peers", "--data_dir", args.data_dir, "--warmup_steps", str(args.warmup_steps),
+                 "--steps", str(args.steps), "--eval_rows", str(args.eval_rows),
+                 "--log_every_n_steps", str(args.log_every_n_steps), "--one", variant.name], timeout=RUN_TIMEOUT_S,
+                env=dict(variant.env))
+            for key in results[variant.name]:
+                results[variant.name][key].append(out[key])
+            print("run %d %-18s %8.0f examples/sec  AUC %.4f  %6.0f MiB" % (
+                run, variant.name, out["examples_per_sec"], out["auc"], out["peak_rss_mb"]), file=sys.stderr)
+
+    stats = {name: common.Stats(r["examples_per_sec"]) for name, r in results.items()}
+    auc = {name: common.Stats(r["auc"]) for name, r in results.items()}
+    references = [name for name in REFERENCES if name in stats] or [measured[0].name]
+    rows = []
+    for v in variants:
+        if v.name in absent:
+            rows.append([v.name, v.what, "not measured: %s" % absent[v.name]] + [""] * (len(references) + 2))
+            continue
+        rows.append([v.name, v.what, stats[v.name].fmt()]
+                    + ["%.2f" % (stats[v.name].median / stats[r].median) for r in references]
+                    + [auc[v.name].fmt(".4f"), "%.0f" % max(results[v.name]["peak_rss_mb"])])
+    body = (
+        "DeepFM on %s synthetic rows (TFRecord), batch %d, embedding %d, layers %s, dropout %.1f, learning rate "
+        "%g, feature_size %d, 39 fields. %d runs per variant, each a fresh process, variants interleaved; "
+        "%d warm-up steps, then %d timed steps (wall time from the end of step %d to the end of step %d); "
+        "AUC: exact, on the first %s validation rows, after %s training examples.\n\n" % (
+            format(args.rows, ","), BATCH_SIZE, EMBEDDING_SIZE, "-".join(map(str, DEEP_LAYERS)), DROPOUT,
+            LEARNING_RATE, common.FEATURE_SIZE, args.runs, args.warmup_steps, args.steps, args.warmup_steps,
+            spec.total_steps, format(args.eval_rows, ","), format(spec.total_steps * BATCH_SIZE, ","))
+        + common.markdown_table(["variant", "what", "examples/sec median (min-max)"]
+                                + ["ratio to %s" % r for r in references]
+                                + ["AUC median (min-max)", "peak RSS MiB"], rows)
+        + "\n\nGoals:\n\n" + common.markdown_table(["goal", "measured (medians)", "met"], goals(stats, auc)))
+    info = common.machine_info()
+    try:
+        info["deepctr"] = importlib.metadata.version("deepctr")
+    except importlib.metadata.PackageNotFoundError:
+        info["deepctr"] = "not installed"
+    raw = dict(results, **{name: {"absent": why} for name, why in absent.items()})
+    common.write_report(args.name, "One process against its peers", body, info, raw, results_dir=args.results_dir)
+    common.bar_chart(args.name, "DeepFM, one process (%s cores)" % info["cores"], [v.name for v in measured],
+                     [stats[v.name] for v in measured], "examples/sec", results_dir=args.results_dir)
+    print(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
