@@ -55,6 +55,13 @@ def ps_budget(workers):
     return workers * EPOCHS * ((TRAIN_ROWS // workers) // BATCH)
 
 
+def assert_at_ps_budget(global_step, workers):
+    """`global_step` ends at the budget: asynchronous workers each stop when they see it reached, so
+    up to one step per worker lands after it, and the chief may record one step before the last."""
+    budget = ps_budget(workers)
+    assert budget - 1 <= global_step <= budget + workers, (global_step, budget, workers)
+
+
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     root = tmp_path_factory.mktemp("kubernetes_data")
@@ -150,7 +157,7 @@ class TestTFJob:
         metrics, exports = job_outputs(volume, "ps-job")
         assert "1 parameter server(s), 2 worker(s)" in metrics["strategy"]
         assert "chief_0" in metrics["strategy"]
-        assert abs(metrics["global_step"] - ps_budget(2)) <= 1
+        assert_at_ps_budget(metrics["global_step"], 2)
         assert metrics["auc"] > 0.5
         assert len(exports) == 1
 
@@ -162,7 +169,7 @@ class TestTFJob:
         assert "pod ps-kill-chief-0 exited with code 137: recreate the pod" in out
         assert "completed after 1 restart(s) (0 elastic resize(s)), on 2 training pod(s)" in out
         metrics, exports = job_outputs(volume, "ps-kill")
-        assert abs(metrics["global_step"] - ps_budget(2)) <= 1
+        assert_at_ps_budget(metrics["global_step"], 2)
         assert len(exports) == 1
 
     def test_a_worker_that_never_returns_leaves_the_job_on_one(self, tmp_path, volume):
@@ -175,7 +182,7 @@ class TestTFJob:
         metrics, exports = job_outputs(volume, "ps-elastic")
         # The one worker left reads the whole training split: the budget of one worker.
         assert "1 parameter server(s), 1 worker(s)" in metrics["strategy"]
-        assert abs(metrics["global_step"] - ps_budget(1)) <= 1
+        assert_at_ps_budget(metrics["global_step"], 1)
         assert len(exports) == 1
 
     def test_without_elasticity_a_lost_worker_fails_the_job(self, tmp_path, volume):
@@ -230,5 +237,5 @@ class TestJobSet:
         assert "started js-chief-0-0, js-worker-0-0, js-ps-0-0 (2 training pod(s))" in out
         metrics, exports = job_outputs(volume, "js")
         assert "1 parameter server(s), 2 worker(s)" in metrics["strategy"]
-        assert abs(metrics["global_step"] - ps_budget(2)) <= 1
+        assert_at_ps_budget(metrics["global_step"], 2)
         assert len(exports) == 1

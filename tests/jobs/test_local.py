@@ -279,7 +279,8 @@ class FaultTestCase(tf.test.TestCase, parameterized.TestCase):
 class RestartTest(FaultTestCase):
     """A task killed by SIGKILL: the job restarts from its latest checkpoint and ends at its budget."""
 
-    PS_ARGS = ["--strategy", "ps", "--num_ps", "1", "--num_workers", "2"]
+    PS_WORKERS = 2
+    PS_ARGS = ["--strategy", "ps", "--num_ps", "1", "--num_workers", str(PS_WORKERS)]
 
     @classmethod
     def setUpClass(cls):
@@ -305,8 +306,9 @@ class RestartTest(FaultTestCase):
         self.assertTrue(os.path.exists(os.path.join(job.log_dir, task + ".log")))
         self.assertTrue(os.path.exists(os.path.join(job.log_dir, "restart_1", "chief_0.log")))
         metrics = read_json(metrics_file)
-        # The same budget; asynchronous workers may each add a step past it.
-        self.assertBetween(metrics["global_step"], baseline["global_step"] - 1, baseline["global_step"] + 1)
+        # The same budget; asynchronous workers may each add a step past it, in either run.
+        self.assertBetween(metrics["global_step"], baseline["global_step"] - self.PS_WORKERS,
+                           baseline["global_step"] + self.PS_WORKERS)
         print("%s killed: global step %d, AUC %.4f; uninterrupted: global step %d, AUC %.4f"
               % (task, metrics["global_step"], metrics["auc"], baseline["global_step"], baseline["auc"]))
         self.assertGreaterEqual(metrics["auc"], baseline["auc"] - AUC_LOSS_TOLERANCE)
