@@ -43,6 +43,7 @@ Writes `benchmarks/results/<--name>.{md,json,png}` (default `peers`).
 import argparse
 import dataclasses
 import importlib.metadata
+import importlib.util
 import json
 import os
 import sys
@@ -492,11 +493,7 @@ def run_one(spec: RunSpec, variant: Variant) -> Dict:
 
 def deepctr_available() -> Optional[str]:
     """None when DeepCTR can be imported, else why not."""
-    try:
-        import deepctr  # pylint: disable=import-outside-toplevel,unused-import
-    except ImportError:
-        return DEEPCTR_MISSING
-    return None
+    return None if importlib.util.find_spec("deepctr") is not None else DEEPCTR_MISSING
 
 
 # --- the comparison --------------------------------------------------------------------------------
