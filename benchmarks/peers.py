@@ -131,6 +131,11 @@ LEVERS = (
             pipeline=(("num_parallel_reads", 1),)),
     Variant("library+onednn_off", "library", "lazy_adam", "TF_ENABLE_ONEDNN_OPTS=0 (Eigen kernels, not oneDNN)",
             env=(("TF_ENABLE_ONEDNN_OPTS", "0"),)),
+    Variant("library_estimator", "library_estimator", "lazy_adam",
+            "the library's Estimator on its full pipeline, without the trainer's hooks (what they cost)"),
+    Variant("library_compute+intra2_inter1", "library_compute", "lazy_adam",
+            "library_compute with --intra_op_threads 2 --inter_op_threads 1",
+            strategy=(("intra_op_threads", 2), ("inter_op_threads", 1))),
     Variant("library+one_gather", "library", "lazy_adam",
             "one table [feature_size, 1 + 32] for the FM weights and factors: one lookup (one_gather_model_fn)",
             model_fn="one_gather_model_fn"),
@@ -424,8 +429,12 @@ def run_library(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tu
         context = strategy.input_context()
         timer = _step_timer((spec.warmup_steps, spec.total_steps))
         strategy.setup()
+
+        def input_fn():
+            dataset = builder(context)
+            return dataset.take(1).cache().repeat() if variant.kind == "library_compute" else dataset
         trainer.build_estimator(train, model, strategy, model_fn).train(
-            lambda: builder(context).take(1).cache().repeat(), max_steps=spec.total_steps, hooks=[timer])
+            input_fn, max_steps=spec.total_steps, hooks=[timer])
         times = timer.times
     return window_rate(times, spec), trainer.build_estimator(train, model, strategy, model_fn)
 
