@@ -62,7 +62,7 @@ def convert_file(path: str, target: str, field_size: int) -> int:
     def decode(*batch):
         return SOURCE.decode_batch(batch, config, file_names=[path])
 
-    batches = SOURCE.records([path], config).batch(LINES_PER_BATCH).map(decode)
+    batches = SOURCE.batches([path], config, LINES_PER_BATCH).map(decode)
     rows = 0
     tmp = target + ".tmp"
     try:

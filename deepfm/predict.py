@@ -85,7 +85,7 @@ def batches(paths: Sequence[str], data_format: formats.DataFormat, field_size: i
     def decode(*batch):
         return data_format.decode_batch(batch, config, file_names=paths, labelled=False)
 
-    return (data_format.records(paths, config).batch(batch_size)
+    return (data_format.batches(paths, config, batch_size)
             .map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE))
 
 

@@ -6,7 +6,7 @@ schema.FEAT_VALS: float32 [B, field_size]}`, `labels` float32 [B].
 
 Order. One order, the one the best-practice text recommends:
 create -> shard -> cache (optional) -> shuffle (optional) ->
-batch(drop_remainder=True) -> map(vectorized decode, AUTOTUNE) -> repeat ->
+batch(drop_remainder=True; `rebatch` of chunks, see "Chunks") -> map(vectorized decode, AUTOTUNE) -> repeat ->
 prefetch(AUTOTUNE). The cache holds the undecoded records of one pass: it
 comes before shuffle (after it, every epoch would replay the first epoch's
 order) and before repeat (after it, the cache would store every epoch again
@@ -15,6 +15,13 @@ asked for. `DatasetBuilder.records` and `DatasetBuilder.decode_batch` are
 the parts a caller needs to build one anyway: `benchmarks/input_speed.py`
 builds the slow orders the text warns against (a scalar map before batch, no
 prefetch, cache after repeat) from them, to measure them.
+
+Chunks. In File mode the format reads each file in chunks of records
+(`formats.READ_CHUNK_RECORDS`). Without a shuffle and without sharding by
+records, the chunks go on as they are (through the cache, which then holds
+chunks) and `Dataset.rebatch` cuts them into the batches: the same batches,
+in the same order, as single records batched, without a tf.data element per
+record. A shuffle or a shard by records needs single records, and gets them.
 
 Formats. Everything that differs between TFRecord and LibSVM (reading,
 decoding, row counting, options, whether Pipe mode carries it) is the
@@ -288,13 +295,17 @@ class DatasetBuilder:
         suggestion = self.config.data_format.suggestion(self.files, self.config.field_size) if self.files else None
         if suggestion:
             logging.info("%s", suggestion)
-        dataset = self._records(plan)
+        chunked = self._reads_chunks(plan)
+        dataset = self._records(plan, chunked)
         if self.config.cache is not None:
-            dataset = dataset.cache(self._cache_filename(plan))
+            dataset = dataset.cache(self._cache_filename(plan, chunked))
         if self.config.shuffle_buffer:
             dataset = dataset.shuffle(self.config.shuffle_buffer, seed=self.config.seed,
                                       reshuffle_each_iteration=True)
-        dataset = dataset.batch(self.batch_size, drop_remainder=self.config.drop_remainder)
+        if chunked:
+            dataset = dataset.rebatch(self.batch_size, drop_remainder=self.config.drop_remainder)
+        else:
+            dataset = dataset.batch(self.batch_size, drop_remainder=self.config.drop_remainder)
         dataset = dataset.map(self.decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
         dataset = dataset.repeat(self.num_epochs).prefetch(tf.data.AUTOTUNE)
         options = tf.data.Options()
@@ -392,26 +403,31 @@ class DatasetBuilder:
                 "cache=<path prefix>, raise memory_budget_bytes, or leave cache unset"
                 % (CACHE_IN_MEMORY, what, _bytes(self.config.memory_budget_bytes)))
 
-    def _cache_filename(self, plan: ShardPlan) -> str:
+    def _reads_chunks(self, plan: ShardPlan) -> bool:
+        """Whether the records pass as the format's chunks up to the batch (see "Chunks")."""
+        return self.channel is None and not self.config.shuffle_buffer and plan.unit != SHARD_BY_RECORDS
+
+    def _cache_filename(self, plan: ShardPlan, chunked: bool) -> str:
         if self.config.cache == CACHE_IN_MEMORY:
             return ""
         data_format = self.config.data_format
+        # Chunks and single records are different elements: their cache files never mix.
         key = [data_format.name, [getattr(self.config, option) for option in data_format.options], plan.unit,
-               self.channel, self._fingerprint]
+               self.channel, self._fingerprint, chunked]
         digest = hashlib.sha1(repr(key).encode("utf-8")).hexdigest()[:DIGEST_CHARS]
         return "%s-%s-shard%dof%d" % (self.config.cache, digest, plan.index, plan.num_shards)
 
-    def _records(self, plan: ShardPlan) -> tf.data.Dataset:
-        """Create and shard: the records of `plan`'s pipeline."""
+    def _records(self, plan: ShardPlan, chunked: bool = False) -> tf.data.Dataset:
+        """Create and shard: the records of `plan`'s pipeline (in the format's chunks: `chunked`)."""
         if self.channel is not None:
             records = pipe.open_channel(self.channel, self.config.pipe_base_dir, self.config.pipe_timeout_s,
                                         data_format=self.config.data_format)
         else:
             size = dict(zip(self.files, self._sizes))
             index = {path: i for i, path in enumerate(self.files)}
-            records = self.config.data_format.records(
-                plan.files, self.config, sizes=[size[path] for path in plan.files],
-                indices=[index[path] for path in plan.files])
+            read = self.config.data_format.record_chunks if chunked else self.config.data_format.records
+            records = read(plan.files, self.config, sizes=[size[path] for path in plan.files],
+                           indices=[index[path] for path in plan.files])
         return records.shard(plan.num_shards, plan.index) if plan.unit == SHARD_BY_RECORDS else records
 
     def decode_batch(self, *element):

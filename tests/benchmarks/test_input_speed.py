@@ -32,12 +32,6 @@ PNG_MAGIC = b"\x89PNG"
 SLOW_SHARD_ROWS = 6
 SLOW_BATCH = 3
 SLOW_EPOCHS = 2
-# Dataset op types of the stages after create, by stage name.
-STAGE_OPS = (("ShardDataset", "shard"), ("CacheDataset", "cache"), ("ShuffleDataset", "shuffle"),
-             ("BatchDataset", "batch"), ("ParallelMapDataset", "map"), ("RepeatDataset", "repeat"),
-             ("PrefetchDataset", "prefetch"))
-
-
 def write_records(path, records):
     with tf.io.TFRecordWriter(path) as writer:
         for record in records:
@@ -76,15 +70,6 @@ class SplitTfrecordsTest(tf.test.TestCase):
             bench.split_tfrecords([path], os.path.join(self.get_temp_dir(), "parts"), 2)
 
 
-def applied_stages(make_dataset) -> list:
-    """Stage names in the order `make_dataset()` adds their ops to a fresh graph, after create."""
-    with tf.Graph().as_default() as graph:
-        make_dataset()
-    types = [op.type for op in graph.get_operations()]
-    after_create = types[types.index("UnbatchDataset") + 1:]
-    return [stage for op_type in after_create for prefix, stage in STAGE_OPS if op_type.startswith(prefix)]
-
-
 def labels_of(dataset) -> list:
     return [float(label) for _, labels in dataset for label in labels.numpy()]
 
@@ -111,9 +96,9 @@ class SlowOrderTest(tf.test.TestCase, parameterized.TestCase):
         variant = bench.VARIANTS_BY_NAME[name]
         self.assertIn(variant.order, bench.SLOW_ORDERS)
         default = dataclasses.replace(variant, order=bench.ORDER_DEFAULT)
-        self.assertEqual(applied_stages(lambda: bench.build_dataset(variant, self.config, SLOW_EPOCHS)), stages)
-        self.assertEqual(applied_stages(lambda: bench.build_dataset(default, self.config, SLOW_EPOCHS)),
-                         ["batch", "map", "repeat", "prefetch"])
+        self.assertEqual(example_files.applied_stages(lambda: bench.build_dataset(variant, self.config, SLOW_EPOCHS)), stages)
+        self.assertEqual(example_files.applied_stages(lambda: bench.build_dataset(default, self.config, SLOW_EPOCHS)),
+                         ["rebatch", "map", "repeat", "prefetch"])
         expected = labels_of(bench.build_dataset(default, self.config, SLOW_EPOCHS))
         self.assertLen(expected, shards * SLOW_SHARD_ROWS * SLOW_EPOCHS)
         self.assertEqual(sorted(labels_of(bench.build_dataset(variant, self.config, SLOW_EPOCHS))), sorted(expected))

@@ -108,3 +108,24 @@ def captured_stderr(path):
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+# Dataset op types of the stages applied after create, by stage name.
+STAGE_OPS = (("ShardDataset", "shard"), ("CacheDataset", "cache"), ("ShuffleDataset", "shuffle"),
+             ("BatchDataset", "batch"), ("RebatchDataset", "rebatch"), ("ParallelMapDataset", "map"),
+             ("RepeatDataset", "repeat"), ("PrefetchDataset", "prefetch"))
+
+
+def applied_stages(make_dataset) -> list:
+    """Stage names in the order `make_dataset()` adds their ops to a fresh graph, after create.
+
+    Create ends with the unbatch of the files' chunks, or without one with their interleave.
+    """
+    with tf.Graph().as_default() as graph:
+        make_dataset()
+    types = [op.type for op in graph.get_operations()]
+    if "UnbatchDataset" in types:
+        create_end = types.index("UnbatchDataset")
+    else:
+        create_end = max(i for i, op_type in enumerate(types) if op_type.startswith("ParallelInterleaveDataset"))
+    return [stage for op_type in types[create_end + 1:] for prefix, stage in STAGE_OPS if op_type.startswith(prefix)]

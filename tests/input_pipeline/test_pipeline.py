@@ -3,6 +3,7 @@
 import glob
 import os
 import tempfile
+from unittest import mock
 
 from absl.testing import parameterized
 import tensorflow as tf
@@ -12,12 +13,6 @@ from tests.input_pipeline import example_files
 
 FIELDS = example_files.SMALL_FIELD_SIZE
 BATCH = 4
-# Dataset op types of the stages applied after create, by stage name.
-STAGE_OPS = (("ShardDataset", "shard"), ("CacheDataset", "cache"), ("ShuffleDataset", "shuffle"),
-             ("BatchDataset", "batch"), ("ParallelMapDataset", "map"), ("RepeatDataset", "repeat"),
-             ("PrefetchDataset", "prefetch"))
-
-
 def config(**kwargs) -> pipeline.PipelineConfig:
     kwargs.setdefault("field_size", FIELDS)
     return pipeline.PipelineConfig(**kwargs)
@@ -30,15 +25,6 @@ def labels_of(dataset) -> list:
 
 def batches_of(dataset) -> int:
     return sum(1 for _ in dataset)
-
-
-def applied_stages(builder, input_context=None) -> list:
-    """Stage names in the order their ops were added to a fresh graph."""
-    with tf.Graph().as_default() as graph:
-        builder(input_context)
-    types = [op.type for op in graph.get_operations()]
-    after_create = types[types.index("UnbatchDataset") + 1:]
-    return [stage for op_type in after_create for prefix, stage in STAGE_OPS if op_type.startswith(prefix)]
 
 
 class PipelineTestCase(tf.test.TestCase, parameterized.TestCase):
@@ -66,12 +52,28 @@ class OrderTest(PipelineTestCase):
     def test_default_order(self):
         builder = pipeline.DatasetBuilder(self.train_files(self.write_root([8])),
                                           config(cache="memory", shuffle_buffer=8), BATCH, 2)
-        self.assertEqual(applied_stages(builder, tf.distribute.InputContext(2, 0)),
+        self.assertEqual(example_files.applied_stages(lambda: builder(tf.distribute.InputContext(2, 0))),
                          ["shard", "cache", "shuffle", "batch", "map", "repeat", "prefetch"])
 
     def test_optional_stages_left_out(self):
         builder = pipeline.DatasetBuilder(self.train_files(self.write_root([8])), config(), BATCH, 2)
-        self.assertEqual(applied_stages(builder), ["batch", "map", "repeat", "prefetch"])
+        self.assertEqual(example_files.applied_stages(builder), ["rebatch", "map", "repeat", "prefetch"])
+
+    @parameterized.product(data_format=("tfrecord", "libsvm"), drop_remainder=(True, False),
+                           cache=(None, "memory"))
+    def test_chunks_batched_as_single_records_would_be(self, data_format, drop_remainder, cache):
+        # Chunks of 3 records from files of 5, 7 and 2 rows: batches cross chunk and file ends.
+        train = self.train_files(self.write_root([5, 7, 2]), data_format)
+        read_config = config(data_format=data_format, drop_remainder=drop_remainder, cache=cache)
+        with mock.patch.object(formats, "READ_CHUNK_RECORDS", 3):
+            builder = pipeline.DatasetBuilder(train, read_config, BATCH, 2)
+            chunked = labels_of(builder())
+            single = builder.records().batch(BATCH, drop_remainder=drop_remainder).map(builder.decode_batch)
+            expected = labels_of(single.repeat(2))
+            batched = read_config.data_format.batches(train, read_config, BATCH, drop_remainder)
+            self.assertEqual(labels_of(batched.map(builder.decode_batch).repeat(2)), expected)
+        self.assertEqual(chunked, expected)
+        self.assertLen(expected, (12 if drop_remainder else 14) * 2)
 
     def test_element_spec(self):
         builder = pipeline.DatasetBuilder(self.train_files(self.write_root([8])), config(), BATCH)
