@@ -44,9 +44,12 @@ implement `InputDatasets`; the message is harmless.
 import json
 import os
 import time
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from input_pipeline import formats
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
 DEFAULT_BASE_DIR = "/opt/ml"
