@@ -62,11 +62,20 @@ class RunSpecTest(tf.test.TestCase):
             bench.RunSpec("data", steps=0)
 
     def test_goals_name_what_is_missing(self):
-        stats = {"library": bench.common.Stats([3.0]), "library_compute": bench.common.Stats([3.1])}
-        rows = {row[0]: row[1:] for row in bench.goals(stats, {})}
-        self.assertEqual(rows["library / library_compute >= 0.90"], ["0.97", "yes"])
+        results = {"library": {"examples_per_sec": [3.0]}, "library_compute": {"examples_per_sec": [3.1]}}
+        rows = {row[0]: row[1:] for row in bench.goals(results, {})}
+        self.assertEqual(rows["library / library_compute >= 0.90"], ["0.97 (0.97-0.97)", "yes"])
         self.assertEqual(rows["library / deepctr+adam >= 1.7"],
                          ["not measured (library or deepctr+adam missing)", "n/a"])
+
+
+    def test_speed_goals_are_medians_of_per_round_ratios(self):
+        # Per-round ratios 0.90, 1.20 and 0.50: median 0.90; the ratio of the medians (60 / 50) would be 1.20.
+        results = {"library": {"examples_per_sec": [90.0, 60.0, 10.0]},
+                   "library_compute": {"examples_per_sec": [100.0, 50.0, 20.0]}}
+        self.assertAllClose(bench.round_ratios(results, "library", "library_compute").median, 0.9)
+        rows = {row[0]: row[1:] for row in bench.goals(results, {})}
+        self.assertEqual(rows["library / library_compute >= 0.90"], ["0.90 (0.50-1.20)", "yes"])
 
 
 class OneGatherTest(tf.test.TestCase):
