@@ -22,6 +22,10 @@ Variants:
   (`trainer.build_estimator`: its model_fn, strategy wrapping and session
   settings, default optimizer) fed one batch of its own input pipeline,
   cached and repeated: the step without input, the ceiling of `library`.
+* `library_estimator`: the same Estimator on the library's full input
+  pipeline, without the trainer around it (its hooks, progress and stop
+  agreement): `library` against it is what the trainer costs, it against
+  `library_compute` what the input costs.
 * `bare+adam`: a plain Estimator recipe written in this module (`bare_model_fn`,
   the same DeepFM in a few lines: the same loss, L2 on the looked-up rows,
   Adam), fed TFRecordDataset -> batch -> parse_example -> prefetch.
@@ -88,7 +92,7 @@ class Variant:
 
     Attributes:
       name: its row's name.
-      kind: how it runs: `library`, `library_compute`, `bare`, `bare_compute`, `deepctr`.
+      kind: how it runs: `library`, `library_compute`, `library_estimator`, `bare`, `bare_compute`, `deepctr`.
       optimizer: the library's optimizer name (`library` kinds).
       what: one line for the report.
       model: `deepfm.ModelConfig` fields set for this variant (`library` kinds), as (name, value) pairs.
@@ -115,6 +119,8 @@ VARIANTS = (
     Variant("library+adam", "library", "adam", "deepfm.train_and_evaluate, single, --optimizer adam"),
     Variant("library_compute", "library_compute", "lazy_adam",
             "the library's Estimator on one cached batch of its pipeline (lazy_adam)"),
+    Variant("library_estimator", "library_estimator", "lazy_adam",
+            "the library's Estimator on its full pipeline, without the trainer's hooks (what they cost)"),
     Variant("bare+adam", "bare", "adam", "plain Estimator recipe, TFRecordDataset -> batch -> parse -> prefetch"),
     Variant("bare_compute+adam", "bare_compute", "adam", "the plain recipe on one cached batch"),
     Variant("deepctr+adam", "deepctr", "adam", "DeepCTR %s DeepFM, Keras fit on in-memory arrays" % DEEPCTR_VERSION),
@@ -131,8 +137,6 @@ LEVERS = (
             pipeline=(("num_parallel_reads", 1),)),
     Variant("library+onednn_off", "library", "lazy_adam", "TF_ENABLE_ONEDNN_OPTS=0 (Eigen kernels, not oneDNN)",
             env=(("TF_ENABLE_ONEDNN_OPTS", "0"),)),
-    Variant("library_estimator", "library_estimator", "lazy_adam",
-            "the library's Estimator on its full pipeline, without the trainer's hooks (what they cost)"),
     Variant("library_compute+intra2_inter1", "library_compute", "lazy_adam",
             "library_compute with --intra_op_threads 2 --inter_op_threads 1",
             strategy=(("intra_op_threads", 2), ("inter_op_threads", 1))),
