@@ -31,6 +31,8 @@ PREDICTION_KEY = "prob"
 SERVING_SIGNATURE_OUTPUT = "prob"
 AUC_THRESHOLDS = 2000
 LOG_LOSS_EPSILON = 1e-7
+# The unsigned type of each id type (`check_ids` reads ids as unsigned).
+UNSIGNED_OF = {tf.int64: tf.uint64, tf.int32: tf.uint32}
 
 
 def model_config(params: Mapping) -> ModelConfig:
@@ -54,18 +56,24 @@ def check_ids(feat_ids: tf.Tensor, feature_size: int) -> tf.Tensor:
     """Returns `feat_ids` guarded by a check that every id is in [0, feature_size).
 
     TF's CPU gather fails with an unhelpful message on an id out of range, and
-    the GPU gather silently returns zeros; this names the id instead.
+    the GPU gather silently returns zeros; this names the id instead. A step
+    pays for one reduction: read as unsigned, a negative id is larger than any
+    `feature_size`, so the largest unsigned id alone tells whether all are in
+    range; the bad id is found and the message formatted only when one is not.
     """
-    max_id = tf.reduce_max(feat_ids)
-    min_id = tf.reduce_min(feat_ids)
-    in_range = tf.logical_and(max_id < feature_size, min_id >= 0)
-    bad_id = tf.where(max_id >= feature_size, max_id, min_id)
-    check = tf.debugging.Assert(
-        in_range,
-        [tf.strings.format(
+    unsigned = UNSIGNED_OF[feat_ids.dtype]
+    in_range = tf.reduce_max(tf.bitcast(feat_ids, unsigned)) < tf.constant(feature_size, unsigned)
+
+    def fail():
+        max_id = tf.reduce_max(feat_ids)
+        bad_id = tf.where(max_id >= feature_size, max_id, tf.reduce_min(feat_ids))
+        failed = tf.debugging.Assert(False, [tf.strings.format(
             "feature id {} is out of range [0, feature_size={}); check --feature_size "
-            "or the metadata of the data", (bad_id, feature_size))],
-        name="check_feature_ids")
+            "or the metadata of the data", (bad_id, feature_size))])
+        with tf.control_dependencies([failed]):
+            return tf.no_op()
+
+    check = tf.cond(in_range, tf.no_op, fail, name="check_feature_ids")
     with tf.control_dependencies([check]):
         return tf.identity(feat_ids)
 

@@ -2,6 +2,7 @@
 
 import itertools
 
+from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
@@ -42,7 +43,7 @@ def _inputs(seed=0):
     return ids, vals, labels
 
 
-class DeepFMTest(tf.test.TestCase):
+class DeepFMTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_second_order_equals_explicit_pairwise_sum(self):
         ids, vals, _ = _inputs()
@@ -86,16 +87,17 @@ class DeepFMTest(tf.test.TestCase):
         deep = (hidden @ kernels[-1] + biases[-1])[:, 0]
         self.assertAllClose(bias[0] + first + second + deep, got, rtol=1e-4, atol=1e-4)
 
-    def test_out_of_range_id_names_the_id(self):
+    @parameterized.parameters(FEATURE_SIZE + 7, FEATURE_SIZE, -3)
+    def test_out_of_range_id_names_the_id(self, bad_id):
         ids, vals, _ = _inputs()
-        ids[3, 2] = FEATURE_SIZE + 7
+        ids[3, 2] = bad_id
         with tf.Graph().as_default():
             logits, _ = model.deepfm_logits(tf.constant(ids), tf.constant(vals), _config(), training=False)
             with self.session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())
                 with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
                                             "feature id %d is out of range .*feature_size=%d"
-                                            % (FEATURE_SIZE + 7, FEATURE_SIZE)):
+                                            % (bad_id, FEATURE_SIZE)):
                     sess.run(logits)
 
     def test_partitioned_tables_give_the_same_logits(self):
