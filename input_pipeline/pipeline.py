@@ -6,8 +6,8 @@ schema.FEAT_VALS: float32 [B, field_size]}`, `labels` float32 [B].
 
 Order. One order, the one the best-practice text recommends:
 create -> shard -> cache (optional) -> shuffle (optional) ->
-batch(drop_remainder=True; `rebatch` of chunks, see "Chunks") -> map(vectorized decode, AUTOTUNE) -> repeat ->
-prefetch(AUTOTUNE). The cache holds the undecoded records of one pass: it
+batch(drop_remainder=True; a `rebatch` of chunks, see "Chunks") ->
+map(vectorized decode, AUTOTUNE) -> repeat -> prefetch(AUTOTUNE). The cache holds the undecoded records of one pass: it
 comes before shuffle (after it, every epoch would replay the first epoch's
 order) and before repeat (after it, the cache would store every epoch again
 and its memory grow by one copy of the data per epoch). No other order can be
