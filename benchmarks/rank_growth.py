@@ -57,6 +57,8 @@ ONE_THREAD = ("--intra_op_threads", "1", "--inter_op_threads", "1")
 TWO_THREADS = ("--intra_op_threads", "2", "--inter_op_threads", "2")
 # Every variant: no evaluation (a rate measurement), one TensorFlow thread unless the variant says otherwise.
 RUN_FLAGS = ("--val_data=",)
+# Horovod cycle times tried at the largest number of ranks (Horovod's default: 1 ms).
+CYCLE_TIMES_MS = (5, 10)
 TARGET_BYTES_GROWTH = 1.3
 TARGET_CPU_VS_SINGLE = 1.25
 SMALLEST, LARGEST = RANK_COUNTS[0], RANK_COUNTS[-1]
@@ -88,6 +90,11 @@ def all_variants() -> Tuple[scale_out.Variant, ...]:
         variants.append(scale_out.Variant(
             variant_name(strategy, SMALLEST, "threads2"), strategy,
             "%d ranks, 1 host each, Gloo, 2 threads each" % SMALLEST, TWO_THREADS, ranks=SMALLEST))
+        for cycle_ms in CYCLE_TIMES_MS:
+            variants.append(scale_out.Variant(
+                variant_name(strategy, LARGEST, "cycle%gms" % cycle_ms), strategy,
+                "%d ranks, 1 host each, Gloo, 1 thread each, --hvd_cycle_time_ms %g" % (LARGEST, cycle_ms),
+                ONE_THREAD + ("--hvd_cycle_time_ms", "%g" % cycle_ms), ranks=LARGEST))
     return tuple(variants)
 
 
