@@ -1,7 +1,8 @@
 """Growth with ranks: `horovod` and `hybrid` at 2, 4 and 8 ranks sharing two cores, against `single` on one.
 
     python -m benchmarks.rank_growth [--runs 3] [--steps 40] [--warmup_steps 10] [--variants a,b]
-                                     [--data_dir data/synthetic_300k]
+                                     [--data_dir data/synthetic_300k] [--batch_size 1024]
+                                     [--train_flag=--large_batch_rule=cowclip]
 
 What a rank costs as the job grows, with the hardware held fixed: N Horovod
 ranks (one TensorFlow thread each) share the machine's first two cores, and
@@ -110,11 +111,13 @@ def make_config(args: argparse.Namespace) -> scale_out.BenchmarkConfig:
                                ("batch_size", args.batch_size, 1)):
         if value < least:
             raise ValueError("--%s must be >= %g, got %r" % (flag, least, value))
+    scale_out.check_train_flags(args.train_flag)
     return scale_out.BenchmarkConfig(
         data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.runs, steps=args.steps,
         warmup_steps=args.warmup_steps, link_gbps=scale_out.DEFAULT_LINK_GBPS, variants=variants,
         results_dir=args.results_dir, name=args.name, timeout_s=args.timeout_s, shared_note=args.shared_note,
-        batch=args.batch_size, train_flags=RUN_FLAGS, shared_cores=SHARED_CORES, same_steps=True)
+        batch=args.batch_size, train_flags=RUN_FLAGS + tuple(args.train_flag), shared_cores=SHARED_CORES,
+        same_steps=True)
 
 
 def growth(rows: Dict[str, Dict], strategy: str, field: str) -> Optional[float]:
@@ -161,13 +164,14 @@ def _setup_text(config: scale_out.BenchmarkConfig, load: Optional[Tuple[float, f
         "N Horovod ranks, each in an emulated host of its own (`jobs.hosts`, a 25 Gbit/s token bucket per host, "
         "no latency model), every host pinned to the same %d cores; `single` on one of them. One TensorFlow "
         "thread per process (`--intra_op_threads 1 --inter_op_threads 1`) unless the variant says otherwise. "
-        "DeepFM at the defaults on `%s`, per-replica batch %s, no evaluation; %d run(s) per variant, "
+        "DeepFM at the defaults on `%s`, per-replica batch %s%s, no evaluation; %d run(s) per variant, "
         "interleaved, each a fresh set of processes; every process runs %d warm-up + %d timed steps. MB sent per "
         "step per rank: the hosts' `eth0` tx bytes in the window / the ranks' steps (`/x` variants in one host: "
         "its loopback bytes). CPU-s per 1k examples: every process of the job. Efficiency: examples/sec / (%d x "
         "`single`'s in the same round), median over rounds. Other load: the machine's CPU in the window not used "
         "by the job, in cores.%s %s" % (
-            config.shared_cores, os.path.basename(config.data_dir), format(config.batch, ","), config.runs,
+            config.shared_cores, os.path.basename(config.data_dir), format(config.batch, ","),
+            "".join(", `%s`" % flag for flag in config.train_flags if flag not in RUN_FLAGS), config.runs,
             config.warmup_steps, config.steps, config.shared_cores,
             " 1-minute load average before / after: %.2f / %.2f." % tuple(load) if load else "",
             config.shared_note))
@@ -217,12 +221,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--warmup_steps", type=int, default=DEFAULT_WARMUP_STEPS)
     parser.add_argument("--batch_size", type=int, default=scale_out.BATCH, help="per-replica batch")
     parser.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
+    scale_out.add_train_flag_argument(parser)
     parser.add_argument("--results_dir", default=common.RESULTS_DIR)
     parser.add_argument("--name", default=NAME, help="the report's file name")
     parser.add_argument("--timeout_s", type=float, default=scale_out.RUN_TIMEOUT_S)
     parser.add_argument("--shared_note", default="", help="what else ran on the machine, for the report")
     parser.add_argument("--report_only", help="write the report again from this results JSON (no runs; "
-                        "--variants, --runs, --steps, --warmup_steps, --batch_size as it was run)")
+                        "--variants, --runs, --steps, --warmup_steps, --batch_size, --train_flag as it was run)")
     return parser.parse_args(argv)
 
 
@@ -242,6 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("error: %s" % reason, file=sys.stderr)
             return 2
         common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
+        scale_out.exit_on_sigterm()
         load_before = os.getloadavg()[0]
         results, failures, _ = scale_out.measure(config)
         load = (load_before, os.getloadavg()[0])

@@ -1101,15 +1101,28 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--trace_steps", type=int, default=0,
                         help="steps to trace in one extra run of every variant (0: no traced run)")
     parser.add_argument("--batch_size", type=int, default=BATCH, help="per-replica batch of every variant")
-    parser.add_argument("--train_flag", action="append", default=[],
-                        help="a flag added to every variant's deepfm.train, e.g. --train_flag=--large_batch_rule=cowclip "
-                        "(repeat for more)")
+    add_train_flag_argument(parser)
     parser.add_argument("--report_only", help="write the report again from this results JSON (no runs; "
                         "--variants, --runs, --steps, --warmup_steps, --link_gbps, --trace_steps, --batch_size, "
                         "--train_flag as it was run)")
     parser.add_argument("--child_host", help=argparse.SUPPRESS)
     parser.add_argument("--child_ps", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def add_train_flag_argument(parser: argparse.ArgumentParser) -> None:
+    """`--train_flag` (repeatable): a flag added to every variant's `deepfm.train`."""
+    parser.add_argument("--train_flag", action="append", default=[],
+                        help="a flag added to every variant's deepfm.train, e.g. --train_flag=--large_batch_rule=cowclip "
+                        "(repeat for more)")
+
+
+def check_train_flags(train_flags: Sequence[str]) -> None:
+    """Raises ValueError, naming it, for a `--train_flag` that is not a whole `deepfm.train` flag."""
+    for flag in train_flags:
+        if not flag.startswith("--"):
+            raise ValueError("--train_flag %r: give a whole deepfm.train flag, e.g. --train_flag=--exchange_fp16"
+                             % flag)
 
 
 def make_config(args: argparse.Namespace) -> BenchmarkConfig:
@@ -1125,10 +1138,7 @@ def make_config(args: argparse.Namespace) -> BenchmarkConfig:
                                ("batch_size", args.batch_size, 1)):
         if value < least:
             raise ValueError("--%s must be >= %g, got %r" % (flag, least, value))
-    for flag in args.train_flag:
-        if not flag.startswith("--"):
-            raise ValueError("--train_flag %r: give a whole deepfm.train flag, e.g. --train_flag=--exchange_fp16"
-                             % flag)
+    check_train_flags(args.train_flag)
     return BenchmarkConfig(
         data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.runs, steps=args.steps,
         warmup_steps=args.warmup_steps, link_gbps=args.link_gbps, variants=variants,
@@ -1247,6 +1257,11 @@ def load_setup(path: str) -> Dict:
         return json.load(f)["results"]["setup"]
 
 
+def exit_on_sigterm() -> None:
+    """Makes a SIGTERM end this process as Ctrl-C does, through the cleanups of its hosts and processes."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     if args.child_host:
@@ -1269,6 +1284,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("error: %s" % reason, file=sys.stderr)
             return 2
         common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
+        exit_on_sigterm()
         config = with_id_capacity(config)
         load_before = os.getloadavg()[0]
         results, failures, traced = measure(config)

@@ -6,13 +6,19 @@ shape (`Cluster`). Every layout runs one training process per core
 (`hosts x cores_per_host` replicas of `batch_size` examples); a step of one
 process costs, with nothing overlapped:
 
-    step = compute + overhead + cpu_per_byte x bytes the process's cores handle
+    step = compute x (1 + compute_factor) + overhead
+           + cpu_per_byte x bytes the process's cores handle
            + bytes on its host's link / link bandwidth + latency x rounds
 
-`overhead` (a distributed step's fixed CPU cost: the collective's or RPC's
-bookkeeping, the extra ops) and `cpu_per_byte` are machine constants, one
-pair for Horovod's collectives and one for the parameter servers' gRPC,
-fitted by `calibrate` to measured steps (`benchmarks/scale_out.py`).
+`overhead` (a distributed step's fixed cost: the collective's or RPC's
+bookkeeping, the extra ops), `cpu_per_byte` and `compute_factor` (the cost
+that grows with the step itself: the distributed lookup's ops on every id
+of the batch, Horovod's background thread cycling through the step, ranks
+waiting on each other's slower steps) are machine constants (`StepCosts`),
+one set for Horovod's collectives, one for the parameter servers' gRPC and
+one for the hybrid strategy's all-to-alls, fitted by `calibrate` to
+measured steps (`benchmarks/scale_out.py`): what a measured step took
+beyond its compute and its bytes' time on the link, waiting included.
 
 * `horovod` (sparse): embedding gradients are `IndexedSlices`, allgathered
   (ring: each host link carries every other process's rows once), dense
@@ -40,7 +46,9 @@ of a multi-process job against one process alone on one core).
 """
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
 
 from strategies import strategy_names as names
 
@@ -90,6 +98,28 @@ def instance_shape(instance_type: str) -> Tuple[int, float]:
     return INSTANCE_SHAPES[instance_type]
 
 
+class StepCosts(NamedTuple):
+    """What a distributed step of one strategy costs beyond its compute and the link (machine constants).
+
+    Attributes:
+      overhead_s: fixed seconds per step.
+      cpu_s_per_byte: CPU seconds per byte a process sends or receives
+        (serialization, copies, applying received rows).
+      compute_factor: seconds per second of the step's compute (work and
+        waiting that grow with the step).
+    """
+
+    overhead_s: float = 0.0
+    cpu_s_per_byte: float = 0.0
+    compute_factor: float = 0.0
+
+    def check(self, name: str) -> None:
+        """Raises ValueError, naming `name` and the member, for a negative cost."""
+        for member, value in self._asdict().items():
+            if value < 0:
+                raise ValueError("%s: %s must be >= 0, got %r" % (name, member, value))
+
+
 @dataclasses.dataclass(frozen=True)
 class StepProfile:
     """One measured training step of one process on one core.
@@ -102,17 +132,10 @@ class StepProfile:
       embedding_size: k, floats per row of the factor table.
       feature_size: rows of each embedding table.
       dense_params: parameters outside the embedding tables.
-      cpu_s_per_byte: CPU seconds a process spends per byte it sends or
-        receives (serialization, copies, applying received rows).
-      overhead_s: fixed CPU seconds a distributed step costs beyond
-        compute and bytes.
-      ps_cpu_s_per_byte: `cpu_s_per_byte` of the parameter servers' gRPC
-        exchange, when it differs from the collectives' (None: the same).
-      ps_overhead_s: `overhead_s` of a parameter-server step (None: the same).
-      hybrid_cpu_s_per_byte: `cpu_s_per_byte` of the hybrid strategy's
-        all-to-all exchange, when it differs from Horovod's allgathers
-        (None: the same).
-      hybrid_overhead_s: `overhead_s` of a hybrid step (None: the same).
+      step_costs: `StepCosts` by strategy: `HOROVOD`'s are those of every
+        strategy without its own (`PS`, `HYBRID` and `HOROVOD_DENSE` may
+        have their own); none: a distributed step costs only its bytes'
+        time on the link and its latency.
       dedup: whether lookups are deduplicated (`distinct_ids_per_step` rows move).
       exchange_fp16: `hybrid` moves its rows and their gradients as float16.
     """
@@ -124,12 +147,7 @@ class StepProfile:
     embedding_size: int
     feature_size: int
     dense_params: int
-    cpu_s_per_byte: float
-    overhead_s: float = 0.0
-    ps_cpu_s_per_byte: Optional[float] = None
-    ps_overhead_s: Optional[float] = None
-    hybrid_cpu_s_per_byte: Optional[float] = None
-    hybrid_overhead_s: Optional[float] = None
+    step_costs: Mapping[str, StepCosts] = dataclasses.field(default_factory=dict)
     dedup: bool = True
     exchange_fp16: bool = False
 
@@ -141,15 +159,15 @@ class StepProfile:
         if not 0 < self.distinct_ids_per_step <= self.ids_per_step:
             raise ValueError("distinct_ids_per_step must be in (0, ids_per_step=%d], got %r"
                              % (self.ids_per_step, self.distinct_ids_per_step))
-        if self.cpu_s_per_byte < 0:
-            raise ValueError("cpu_s_per_byte must be >= 0, got %r" % self.cpu_s_per_byte)
+        for strategy, costs in self.step_costs.items():
+            if strategy not in STRATEGIES or strategy == SINGLE:
+                raise ValueError("step_costs: no costs for strategy %r; strategies with costs: %s"
+                                 % (strategy, ", ".join(s for s in STRATEGIES if s != SINGLE)))
+            StepCosts(*costs).check("step_costs[%r]" % strategy)
 
-    def costs(self, strategy: str) -> Tuple[float, float]:
-        """`(overhead_s, cpu_s_per_byte)` of a distributed step of `strategy`."""
-        own = {PS: (self.ps_overhead_s, self.ps_cpu_s_per_byte),
-               HYBRID: (self.hybrid_overhead_s, self.hybrid_cpu_s_per_byte)}.get(strategy, (None, None))
-        return (self.overhead_s if own[0] is None else own[0],
-                self.cpu_s_per_byte if own[1] is None else own[1])
+    def costs(self, strategy: str) -> StepCosts:
+        """The `StepCosts` of a distributed step of `strategy`: its own, else Horovod's, else none."""
+        return StepCosts(*self.step_costs.get(strategy, self.step_costs.get(HOROVOD, StepCosts())))
 
     @property
     def rows(self) -> float:
@@ -230,7 +248,8 @@ class Prediction:
       strategy: one of `STRATEGIES`.
       processes: training processes.
       compute_s: compute per step.
-      cpu_comm_s: CPU time per step moving bytes.
+      cpu_comm_s: the step's cost beyond compute, the link and latency
+        (`StepCosts`: CPU, and waiting that grows with the step).
       link_s: time per step on the host link.
       latency_s: latency per step.
       link_bytes: bytes per step on each host's link (each way).
@@ -256,7 +275,8 @@ class Prediction:
 
     def bottleneck(self) -> str:
         """The largest term of the step besides compute."""
-        terms = {"CPU moving bytes": self.cpu_comm_s, "link bandwidth": self.link_s, "latency": self.latency_s}
+        terms = {"the exchange's CPU and waiting": self.cpu_comm_s, "link bandwidth": self.link_s,
+                 "latency": self.latency_s}
         return max(terms, key=terms.get)
 
 
@@ -302,8 +322,10 @@ def predict(strategy: str, profile: StepProfile, cluster: Cluster) -> Prediction
     link_bytes, handled, rounds = traffic(strategy, profile, cluster)
     processes = 1 if strategy == SINGLE else cluster.processes
     latency = rounds * cluster.latency_s if cluster.hosts > 1 else 0.0
-    overhead, per_byte = profile.costs(strategy)
-    cpu = handled * per_byte + (overhead if strategy != SINGLE else 0.0)
+    cpu = 0.0
+    if strategy != SINGLE:
+        costs = profile.costs(strategy)
+        cpu = costs.overhead_s + costs.cpu_s_per_byte * handled + costs.compute_factor * profile.compute_s
     link = link_bytes / cluster.link_bytes_per_s
     step = profile.compute_s + cpu + link + latency
     return Prediction(strategy=strategy, processes=processes, compute_s=profile.compute_s, cpu_comm_s=cpu,
@@ -333,28 +355,65 @@ def choose(profile: StepProfile, cluster: Cluster) -> Tuple[str, str]:
     return best.strategy, reason
 
 
-def calibrate(handled_bytes: Sequence[float], extra_cpu_s: Sequence[float]) -> Tuple[float, float]:
-    """`(overhead_s, cpu_s_per_byte)`: the least-squares line through measured distributed steps.
+def calibrate(handled_bytes: Sequence[float], compute_s: Sequence[float], beyond_s: Sequence[float],
+              cpu_s_per_byte: Optional[float] = None) -> StepCosts:
+    """The `StepCosts` that fit measured distributed steps best (least squares, every cost >= 0).
 
     Args:
       handled_bytes: per measured configuration, the bytes a process handles per step (`traffic`).
-      extra_cpu_s: per configuration, the CPU seconds per step beyond compute it measured.
+      compute_s: per configuration, the compute of its step (its single process's step).
+      beyond_s: per configuration, the seconds its step took beyond compute and the link.
+      cpu_s_per_byte: the cost per byte, when known (e.g. the same transport's): then
+        only the overhead and the compute factor are fitted.
+
+    A cost whose configurations do not vary (one byte count, or one
+    compute) is not fitted: it is 0 (`compute_factor`), or the given
+    `cpu_s_per_byte`, or an error (bytes).
 
     Raises:
-      ValueError: fewer than two configurations, or all with the same bytes.
+      ValueError: sequences of different lengths, fewer than two
+        configurations, or all of them with the same bytes and no
+        `cpu_s_per_byte` given.
     """
-    if len(handled_bytes) != len(extra_cpu_s) or len(handled_bytes) < 2:
-        raise ValueError("calibrate needs >= 2 (bytes, cpu) pairs of equal length, got %d and %d"
-                         % (len(handled_bytes), len(extra_cpu_s)))
     count = len(handled_bytes)
-    mean_x = sum(handled_bytes) / count
-    mean_y = sum(extra_cpu_s) / count
-    spread = sum((x - mean_x) ** 2 for x in handled_bytes)
-    if spread == 0:
-        raise ValueError("calibrate needs configurations with different bytes, got %r" % (list(handled_bytes),))
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(handled_bytes, extra_cpu_s)) / spread
-    slope = max(0.0, slope)
-    return max(0.0, mean_y - slope * mean_x), slope
+    if not count == len(compute_s) == len(beyond_s) or count < 2:
+        raise ValueError("calibrate needs >= 2 configurations of (bytes, compute, seconds) of equal length, "
+                         "got %d, %d and %d" % (count, len(compute_s), len(beyond_s)))
+    handled = np.asarray(handled_bytes, dtype=np.float64)
+    compute = np.asarray(compute_s, dtype=np.float64)
+    target = np.asarray(beyond_s, dtype=np.float64)
+    if cpu_s_per_byte is not None:
+        target = target - cpu_s_per_byte * handled
+    elif np.ptp(handled) == 0:
+        raise ValueError("calibrate needs configurations with different bytes, got %r (or give cpu_s_per_byte)"
+                         % (list(handled_bytes),))
+    # Columns: overhead, per byte, compute factor; those the configurations cannot tell apart are left out.
+    columns = {0: np.ones(count)}
+    if cpu_s_per_byte is None:
+        columns[1] = handled
+    if np.ptp(compute) > 0:
+        columns[2] = compute
+    best = None
+    for keep in _subsets(sorted(columns)):
+        solution = np.zeros(3)
+        if keep:
+            matrix = np.stack([columns[c] for c in keep], axis=1)
+            solution[list(keep)] = np.linalg.lstsq(matrix, target, rcond=None)[0]
+        if (solution < 0).any():
+            continue
+        residual = float(np.sum((target - sum(solution[c] * columns[c] for c in columns)) ** 2))
+        if best is None or residual < best[0]:
+            best = (residual, solution)
+    overhead, per_byte, factor = best[1]
+    return StepCosts(float(overhead), float(per_byte) if cpu_s_per_byte is None else cpu_s_per_byte, float(factor))
+
+
+def _subsets(items: Sequence[int]) -> List[Tuple[int, ...]]:
+    """Every subset of `items`, the empty one included."""
+    subsets = [()]
+    for item in items:
+        subsets += [subset + (item,) for subset in subsets]
+    return subsets
 
 
 def relative_error(predicted: float, measured: float) -> float:
@@ -370,6 +429,6 @@ def as_row(prediction: Prediction) -> Dict[str, str]:
         "strategy": prediction.strategy, "processes": str(prediction.processes),
         "examples/sec": format(prediction.examples_per_sec, ",.0f"), "efficiency": "%.2f" % prediction.efficiency,
         "step ms": "%.2f" % (1000 * prediction.step_s), "compute ms": "%.2f" % (1000 * prediction.compute_s),
-        "comm. CPU ms": "%.2f" % (1000 * prediction.cpu_comm_s), "link ms": "%.2f" % (1000 * prediction.link_s),
-        "latency ms": "%.2f" % (1000 * prediction.latency_s),
+        "exchange CPU and waiting ms": "%.2f" % (1000 * prediction.cpu_comm_s),
+        "link ms": "%.2f" % (1000 * prediction.link_s), "latency ms": "%.2f" % (1000 * prediction.latency_s),
         "MB per step per host link": "%.2f" % (prediction.link_bytes / 1e6)}

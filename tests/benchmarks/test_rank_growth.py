@@ -52,6 +52,19 @@ class ConfigTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "unknown 'hybrid@16'"):
             _config("hybrid@16")
 
+    def test_train_flags_reach_every_variant_and_the_report(self):
+        config = _config("single,hybrid@8", train_flag="--large_batch_rule=cowclip", batch_size=8192)
+        for variant in config.variants:
+            argv = scale_out.host_processes(variant, config, self.get_temp_dir(), 0)[0]["argv"]
+            self.assertIn("--large_batch_rule=cowclip", argv)
+            self.assertIn("--val_data=", argv)
+        body = bench.report_body(config, {}, {}, None)
+        self.assertIn("per-replica batch 8,192, `--large_batch_rule=cowclip`, no evaluation", body)
+
+    def test_a_train_flag_must_be_a_whole_flag(self):
+        with self.assertRaisesRegex(ValueError, "--train_flag 'large_batch_rule=cowclip': give a whole"):
+            _config("single", train_flag="large_batch_rule=cowclip")
+
 
 class GrowthTest(tf.test.TestCase):
 

@@ -3,6 +3,9 @@
 import dataclasses
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -12,6 +15,7 @@ from deepfm.runtime import hooks
 from dataprep import synthetic
 from jobs import hosts as hosts_lib
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS = 3000
 FEATURE_SIZE = 2000
 STEPS = 20
@@ -262,6 +266,32 @@ class RoundEfficiencyTest(tf.test.TestCase):
         stats = bench.round_efficiencies(horovod, runs, single)
         self.assertEqual([0.75, 0.75], stats.values)
         self.assertIsNone(bench.round_efficiencies(horovod, runs, []))
+
+
+class SigtermTest(tf.test.TestCase):
+
+    def test_a_sigterm_ends_the_benchmark_through_its_cleanups(self):
+        marker = os.path.join(self.get_temp_dir(), "cleaned")
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import signal, sys\n"
+             "from benchmarks import scale_out\n"
+             "scale_out.exit_on_sigterm()\n"
+             "try:\n"
+             "    print('ready', flush=True)\n"
+             "    signal.pause()\n"
+             "finally:\n"
+             "    open(sys.argv[1], 'w').close()\n", marker],
+            stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+        try:
+            self.assertEqual("ready", child.stdout.readline().strip())
+            child.send_signal(signal.SIGTERM)
+            self.assertEqual(128 + signal.SIGTERM, child.wait(timeout=120))
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            child.stdout.close()
+        self.assertTrue(os.path.exists(marker))
 
 
 @pytest.mark.slow

@@ -1,18 +1,42 @@
-"""Tests of `deepfm.advise`'s fit to and check against a scale-out benchmark's results."""
+"""Tests of `deepfm.advise`'s fit to and check against scale-out benchmarks' results."""
 
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
+import pytest
 import tensorflow as tf
 
+from dataprep import synthetic
 from deepfm import advise
 from strategies import cost_model
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A step like the default model's on `synthetic_300k` (39 ids x batch 1,024, about 5,470 distinct).
 PROFILE = cost_model.StepProfile(
     compute_s=0.042, batch_size=1024, ids_per_step=39936, distinct_ids_per_step=5469.0, embedding_size=32,
-    feature_size=117_581, dense_params=170_242, cpu_s_per_byte=0.0, dedup=False)
+    feature_size=117_581, dense_params=170_242, dedup=False)
+# Distinct ids per batch at the other batches of the tests' runs.
+LARGE_BATCH = 8192
+SMALL_BATCH = 256
+DISTINCT_IDS = {LARGE_BATCH: 19_700.0, SMALL_BATCH: 1_500.0}
+CLUSTER = cost_model.Cluster(hosts=2, cores_per_host=1, link_gbps=25.0, latency_s=0.0)
+# Single's step at each batch.
+COMPUTE_MS = {SMALL_BATCH: 12.0, 1024: 40.0, LARGE_BATCH: 300.0}
+# The costs the tests' runs are made from.
+COSTS = {cost_model.HOROVOD: cost_model.StepCosts(overhead_s=0.02, cpu_s_per_byte=5e-9, compute_factor=0.1),
+         cost_model.PS: cost_model.StepCosts(overhead_s=0.01, cpu_s_per_byte=3e-9, compute_factor=0.3),
+         cost_model.HYBRID: cost_model.StepCosts(overhead_s=0.01, cpu_s_per_byte=5e-9, compute_factor=0.2)}
+# name: (strategy, train flags, reference)
+VARIANTS = {"horovod": ("horovod", [], "single"),
+            "horovod+dedup": ("horovod", [advise.DEDUP_FLAG], "single+dedup"),
+            "ps": ("ps", [], "single"),
+            "ps+dedup": ("ps", [advise.DEDUP_FLAG], "single+dedup"),
+            "hybrid": ("hybrid", [], "single"),
+            "hybrid+fp16": ("hybrid", [advise.FP16_EXCHANGE_FLAG], "single")}
 
 
 def _runs(step_ms, cpu_ms, examples_per_sec=10_000.0, tx_bytes=1e6):
@@ -24,70 +48,109 @@ def _variant(strategy, flags, runs, baseline="single"):
     return {"strategy": strategy, "train_flags": flags, "runs": runs, "baseline": baseline}
 
 
-class FitTest(tf.test.TestCase):
+def _step_ms(name, batch, costs):
+    """The step `costs` give variant `name` at `batch` on `CLUSTER`: compute, costs, the link."""
+    strategy, flags, _ = VARIANTS[name]
+    profile = dataclasses.replace(
+        advise.profile_at(PROFILE, batch, DISTINCT_IDS), compute_s=COMPUTE_MS[batch] / 1000.0,
+        dedup=advise.DEDUP_FLAG in flags, exchange_fp16=advise.FP16_EXCHANGE_FLAG in flags,
+        step_costs={strategy: costs[strategy]})
+    if strategy == "horovod":
+        strategy = cost_model.HOROVOD
+    return 1000 * cost_model.predict(strategy, profile, CLUSTER).step_s
 
-    def _write(self, variants):
-        path = os.path.join(self.create_tempdir().full_path, "scale_out.json")
+
+class ResultsTestCase(tf.test.TestCase):
+    """Writes scale-out results made from `COSTS`."""
+
+    def _write(self, variants, batch=1024):
+        path = os.path.join(self.create_tempdir().full_path, "scale_out_%d.json" % batch)
         with open(path, "w") as f:
-            json.dump({"results": {"setup": {"link_gbps": 25.0}, "variants": variants}}, f)
+            json.dump({"results": {"setup": {"link_gbps": 25.0, "batch": batch}, "variants": variants}}, f)
         return path
 
-    def _results(self, horovod_cpu_ms, horovod_dedup_cpu_ms, hybrid_cpu_ms=(60.0, 55.0)):
-        return self._write({
-            "hybrid": _variant("hybrid", [], _runs(70.0, hybrid_cpu_ms[0])),
-            "hybrid+fp16": _variant("hybrid", [advise.FP16_EXCHANGE_FLAG], _runs(65.0, hybrid_cpu_ms[1])),
-            "single": _variant("single", [], _runs(40.0, 40.0)),
-            "single+dedup": _variant("single", [advise.DEDUP_FLAG], _runs(40.0, 40.0)),
-            "horovod": _variant("horovod", [], _runs(100.0, horovod_cpu_ms)),
-            "horovod+dedup": _variant("horovod", [advise.DEDUP_FLAG], _runs(80.0, horovod_dedup_cpu_ms),
-                                      baseline="single+dedup"),
-            "ps": _variant("ps", [], _runs(100.0, horovod_cpu_ms)),
-            "ps+dedup": _variant("ps", [advise.DEDUP_FLAG], _runs(80.0, horovod_dedup_cpu_ms),
-                                 baseline="single+dedup"),
-        })
+    def _results(self, batch, costs=COSTS, names=tuple(VARIANTS)):
+        compute = COMPUTE_MS[batch]
+        variants = {"single": _variant("single", [], _runs(compute, compute)),
+                    "single+dedup": _variant("single", [advise.DEDUP_FLAG], _runs(compute, compute))}
+        for name in names:
+            strategy, flags, reference = VARIANTS[name]
+            step = _step_ms(name, batch, costs)
+            variants[name] = _variant(strategy, flags, _runs(step, step - 1.0), baseline=reference)
+        return self._write(variants, batch)
 
-    def test_fit_recovers_the_costs_that_made_the_measurements(self):
-        cluster = cost_model.Cluster(hosts=2, cores_per_host=1, link_gbps=25.0, latency_s=0.0)
-        overhead_s, per_byte = 0.02, 5e-9
-        extra = {}
-        for dedup in (False, True):
-            profile = dataclasses.replace(PROFILE, dedup=dedup)
-            handled = cost_model.traffic(cost_model.HOROVOD, profile, cluster)[1]
-            extra[dedup] = 1000 * (overhead_s + per_byte * handled)
-        # The hybrid's own costs, from float32 and float16 rows.
-        hybrid_overhead_s, hybrid_per_byte = 0.01, 2e-9
-        hybrid = []
-        for fp16 in (False, True):
-            profile = dataclasses.replace(PROFILE, exchange_fp16=fp16)
-            handled = cost_model.traffic(cost_model.HYBRID, profile, cluster)[1]
-            hybrid.append(40.0 + 1000 * (hybrid_overhead_s + hybrid_per_byte * handled))
-        fitted = advise.fit(self._results(40.0 + extra[False], 40.0 + extra[True], hybrid), PROFILE)
-        self.assertAllClose((overhead_s, per_byte), fitted.costs(cost_model.HOROVOD), rtol=1e-6)
-        self.assertAllClose(fitted.costs(cost_model.HOROVOD), fitted.costs(cost_model.PS), rtol=1e-6)
-        self.assertAllClose((hybrid_overhead_s, hybrid_per_byte), fitted.costs(cost_model.HYBRID), rtol=1e-6)
 
-    def test_results_of_another_batch_are_refused(self):
-        path = self._write({"single": _variant("single", [], _runs(40.0, 40.0))})
-        with open(path) as f:
-            data = json.load(f)
-        data["results"]["setup"]["batch"] = 8192
-        with open(path, "w") as f:
-            json.dump(data, f)
-        with self.assertRaisesRegex(ValueError, "per-replica batch of 8192, and this step at 1024: pass "
-                                                "--batch_size 8192"):
-            advise.check(path, PROFILE)
+class FitTest(ResultsTestCase):
 
-    def test_a_missing_variant_is_named(self):
-        path = self._write({"single": _variant("single", [], _runs(40.0, 40.0)),
-                            "horovod": _variant("horovod", [], _runs(100.0, 90.0))})
-        with self.assertRaisesRegex(ValueError, "has no runs of horovod\\+dedup"):
-            advise.fit(path, PROFILE)
+    def test_fit_to_two_batches_recovers_the_costs_that_made_the_steps(self):
+        paths = [self._results(1024), self._results(LARGE_BATCH)]
+        fitted = advise.fit(paths, PROFILE, DISTINCT_IDS)
+        for strategy, costs in COSTS.items():
+            self.assertAllClose(costs, fitted.costs(strategy), rtol=1e-6, atol=1e-12, msg=strategy)
 
-    def test_check_lists_every_two_host_variant_with_its_error(self):
-        table = advise.check(self._results(90.0, 70.0), PROFILE)
-        for name in ("horovod", "horovod+dedup", "ps", "ps+dedup", "hybrid", "hybrid+fp16"):
-            self.assertRegex(table, r"\| %s \| [\d,]+ \| 10,000 \| [+-]\d+%% \|" % name.replace("+", "\\+"))
+    def test_the_hybrid_strategy_takes_horovods_cost_per_byte(self):
+        costs = dict(COSTS, hybrid=COSTS[cost_model.HYBRID]._replace(cpu_s_per_byte=9e-9))
+        fitted = advise.fit([self._results(1024, costs), self._results(LARGE_BATCH, costs)], PROFILE, DISTINCT_IDS)
+        self.assertAllClose(5e-9, fitted.costs(cost_model.HYBRID).cpu_s_per_byte)
+
+    def test_one_batch_fits_no_compute_factor(self):
+        costs = {strategy: c._replace(compute_factor=0.0) for strategy, c in COSTS.items()}
+        fitted = advise.fit([self._results(1024, costs)], PROFILE, DISTINCT_IDS)
+        for strategy in (cost_model.HOROVOD, cost_model.PS):
+            self.assertAllClose(costs[strategy], fitted.costs(strategy), rtol=1e-6, atol=1e-12, msg=strategy)
+
+    def test_a_batch_without_distinct_ids_is_refused(self):
+        path = self._write({"single": _variant("single", [], _runs(40.0, 40.0))}, batch=4096)
+        with self.assertRaisesRegex(ValueError, "no distinct ids counted at a per-replica batch of 4096 "
+                                                "\\(this step is at 1024\\)"):
+            advise.check([path], PROFILE, DISTINCT_IDS)
+
+    def test_too_few_runs_are_named(self):
+        path = self._results(1024, names=("horovod", "ps", "ps+dedup", "hybrid", "hybrid+fp16"))
+        with self.assertRaisesRegex(ValueError, "1 run\\(s\\) of horovod or horovod\\+dedup, and the fit needs two"):
+            advise.fit([path], PROFILE, DISTINCT_IDS)
+
+    def test_check_lists_every_two_host_variant_of_every_run_with_its_error(self):
+        paths = [self._results(1024), self._results(LARGE_BATCH)]
+        table = advise.check(paths, dataclasses.replace(PROFILE, step_costs=COSTS), DISTINCT_IDS)
+        for batch in ("1,024", "8,192"):
+            for name in VARIANTS:
+                self.assertRegex(table, r"\| scale_out_%s \| %s \| %s \| [\d,]+ \| 10,000 \| [+-]\d+%% \|" % (
+                    batch.replace(",", ""), batch, name.replace("+", "\\+")))
         self.assertNotIn("| single", table)
+
+    def test_result_batches(self):
+        paths = [self._results(1024), self._results(LARGE_BATCH)]
+        self.assertEqual([1024, LARGE_BATCH], advise.result_batches(paths))
+
+
+@pytest.mark.slow
+class CommandLineTest(ResultsTestCase):
+    """`python -m deepfm.advise --fit_to A,B --check_against A,B` on tiny data: runs at its batch and another."""
+
+    def test_fits_to_and_checks_runs_at_another_batch(self):
+        data = self.create_tempdir().full_path
+        synthetic.generate(3000, data, feature_size=2000, seed=0)
+        paths = ",".join([self._results(SMALL_BATCH), self._results(1024)])
+        proc = subprocess.run(
+            [sys.executable, "-m", "deepfm.advise", "--data", data, "--batch_size", str(SMALL_BATCH), "--steps", "2",
+             "--warmup_steps", "2", "--fit_to", paths, "--check_against", paths], capture_output=True,
+            text=True, cwd=REPO_ROOT, timeout=300)
+        self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+        self.assertIn("hybrid costs (fitted to scale_out_256.json, scale_out_1024.json)", proc.stdout)
+        for batch in ("256", "1,024"):
+            self.assertRegex(proc.stdout, r"\| scale_out_%s \| %s \| hybrid\+fp16 \| [\d,]+ \| 10,000 \|"
+                             % (batch.replace(",", ""), batch))
+        self.assertIn("pick: ", proc.stdout)
+
+    def test_a_batch_larger_than_the_data_is_named(self):
+        data = self.create_tempdir().full_path
+        synthetic.generate(300, data, feature_size=2000, seed=0)
+        proc = subprocess.run(
+            [sys.executable, "-m", "deepfm.advise", "--data", data, "--batch_size", "1024", "--steps", "2",
+             "--warmup_steps", "2"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+        self.assertEqual(1, proc.returncode, proc.stderr[-3000:])
+        self.assertIn("--data %r has no whole batch of 1024 training rows" % data, proc.stderr)
 
 
 if __name__ == "__main__":

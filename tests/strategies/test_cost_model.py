@@ -11,9 +11,11 @@ COMPUTE_S = 0.01
 BATCH = 5
 
 
-def _profile(**overrides):
+def _profile(costs=cost_model.StepCosts(cpu_s_per_byte=1e-6), **overrides):
+    """A profile whose every strategy has Horovod's `costs`, unless `step_costs` is given."""
     values = dict(compute_s=COMPUTE_S, batch_size=BATCH, ids_per_step=10, distinct_ids_per_step=4.0,
-                  embedding_size=3, feature_size=50, dense_params=100, cpu_s_per_byte=1e-6, dedup=True)
+                  embedding_size=3, feature_size=50, dense_params=100, step_costs={cost_model.HOROVOD: costs},
+                  dedup=True)
     values.update(overrides)
     return cost_model.StepProfile(**values)
 
@@ -41,6 +43,10 @@ class StepProfileTest(tf.test.TestCase, parameterized.TestCase):
             _profile(compute_s=0)
         with self.assertRaisesRegex(ValueError, "link_gbps must be > 0, got 0"):
             _cluster(gbps=0)
+        with self.assertRaisesRegex(ValueError, "no costs for strategy 'mirrored'; strategies with costs: ps, "):
+            _profile(step_costs={"mirrored": cost_model.StepCosts()})
+        with self.assertRaisesRegex(ValueError, "step_costs\\['ps'\\]: compute_factor must be >= 0, got -0.1"):
+            _profile(step_costs={cost_model.PS: cost_model.StepCosts(compute_factor=-0.1)})
 
 
 class TrafficTest(tf.test.TestCase):
@@ -117,13 +123,13 @@ class PredictTest(tf.test.TestCase):
         self.assertAlmostEqual(COMPUTE_S / step, prediction.efficiency)
 
     def test_slow_link_makes_the_link_the_bottleneck(self):
-        profile = _profile(cpu_s_per_byte=0.0, dedup=False)
+        profile = _profile(cost_model.StepCosts(), dedup=False)
         prediction = cost_model.predict(cost_model.HOROVOD_DENSE, profile, _cluster(gbps=1e-5))
         self.assertEqual("link bandwidth", prediction.bottleneck())
 
     def test_choose_prefers_sparse_rows_over_dense_tables(self):
         # Tables far larger than a batch's rows: moving whole tables loses.
-        profile = _profile(feature_size=10 ** 6, cpu_s_per_byte=1e-9)
+        profile = _profile(cost_model.StepCosts(cpu_s_per_byte=1e-9), feature_size=10 ** 6)
         ranked = cost_model.predict_all(profile, _cluster(gbps=10.0))
         self.assertEqual(cost_model.HOROVOD_DENSE, ranked[-1].strategy)
         strategy, reason = cost_model.choose(profile, _cluster(gbps=10.0))
@@ -131,31 +137,66 @@ class PredictTest(tf.test.TestCase):
         self.assertIn(strategy, reason)
 
     def test_choose_single_when_moving_bytes_costs_more_than_a_step(self):
-        strategy, reason = cost_model.choose(_profile(cpu_s_per_byte=1e-3), _cluster())
+        strategy, reason = cost_model.choose(_profile(cost_model.StepCosts(cpu_s_per_byte=1e-3)), _cluster())
         self.assertEqual(cost_model.SINGLE, strategy)
         self.assertIn("one process", reason)
 
     def test_overhead_is_added_to_distributed_steps_only(self):
-        profile = _profile(cpu_s_per_byte=0.0, overhead_s=0.002)
+        profile = _profile(cost_model.StepCosts(overhead_s=0.002))
         self.assertAlmostEqual(0.002, cost_model.predict(cost_model.HOROVOD, profile, _cluster()).cpu_comm_s)
         self.assertAlmostEqual(0.0, cost_model.predict(cost_model.SINGLE, profile, _cluster()).cpu_comm_s)
 
-    def test_ps_has_its_own_costs_where_given(self):
-        profile = _profile(cpu_s_per_byte=0.0, overhead_s=0.002, ps_cpu_s_per_byte=1e-9, ps_overhead_s=0.005)
-        self.assertEqual((0.005, 1e-9), profile.costs(cost_model.PS))
-        self.assertEqual((0.002, 0.0), profile.costs(cost_model.HOROVOD))
-        prediction = cost_model.predict(cost_model.PS, profile, _cluster())
-        self.assertAlmostEqual(0.005 + 2 * 1056 * 1e-9, prediction.cpu_comm_s)
-        self.assertEqual((0.002, 0.0), _profile(cpu_s_per_byte=0.0, overhead_s=0.002).costs(cost_model.PS))
+    def test_compute_factor_grows_with_the_compute(self):
+        costs = cost_model.StepCosts(overhead_s=0.002, compute_factor=0.25)
+        for compute_s in (0.01, 0.08):
+            prediction = cost_model.predict(cost_model.HYBRID, _profile(costs, compute_s=compute_s), _cluster())
+            self.assertAlmostEqual(0.002 + 0.25 * compute_s, prediction.cpu_comm_s)
+            self.assertAlmostEqual(compute_s, prediction.compute_s)
 
-    def test_calibrate_recovers_a_line(self):
-        overhead, per_byte = cost_model.calibrate([1e6, 3e6, 5e6], [0.003, 0.005, 0.007])
-        self.assertAlmostEqual(0.002, overhead)
-        self.assertAlmostEqual(1e-9, per_byte)
+    def test_ps_has_its_own_costs_where_given(self):
+        horovod = cost_model.StepCosts(overhead_s=0.002)
+        ps = cost_model.StepCosts(overhead_s=0.005, cpu_s_per_byte=1e-9, compute_factor=0.5)
+        profile = _profile(step_costs={cost_model.HOROVOD: horovod, cost_model.PS: ps})
+        self.assertEqual(ps, profile.costs(cost_model.PS))
+        self.assertEqual(horovod, profile.costs(cost_model.HOROVOD))
+        self.assertEqual(horovod, profile.costs(cost_model.HYBRID))
+        prediction = cost_model.predict(cost_model.PS, profile, _cluster())
+        self.assertAlmostEqual(0.005 + 2 * 1056 * 1e-9 + 0.5 * COMPUTE_S, prediction.cpu_comm_s)
+        self.assertEqual(horovod, _profile(horovod).costs(cost_model.PS))
+        self.assertEqual(cost_model.StepCosts(), _profile(step_costs={}).costs(cost_model.PS))
+
+
+class CalibrateTest(tf.test.TestCase):
+
+    def test_recovers_the_costs_that_made_the_steps(self):
+        truth = cost_model.StepCosts(overhead_s=0.002, cpu_s_per_byte=1e-9, compute_factor=0.2)
+        handled, compute = [1e6, 5e6, 1e6, 5e6], [0.02, 0.02, 0.2, 0.2]
+        beyond = [truth.overhead_s + truth.cpu_s_per_byte * b + truth.compute_factor * c
+                  for b, c in zip(handled, compute)]
+        self.assertAllClose(truth, cost_model.calibrate(handled, compute, beyond))
+
+    def test_a_given_cost_per_byte_is_kept(self):
+        handled, compute = [2e6, 3e6], [0.02, 0.2]
+        beyond = [0.001 + 2e-9 * b + 0.1 * c for b, c in zip(handled, compute)]
+        costs = cost_model.calibrate(handled, compute, beyond, cpu_s_per_byte=2e-9)
+        self.assertAllClose([0.001, 2e-9, 0.1], list(costs))
+
+    def test_one_compute_fits_no_compute_factor(self):
+        costs = cost_model.calibrate([1e6, 3e6, 5e6], [0.02] * 3, [0.003, 0.005, 0.007])
+        self.assertAllClose([0.002, 1e-9, 0.0], list(costs))
+
+    def test_no_cost_is_negative(self):
+        # More bytes took less time: the best fit with every cost >= 0 has no cost per byte.
+        costs = cost_model.calibrate([1e6, 5e6], [0.02, 0.02], [0.006, 0.004])
+        self.assertAllClose([0.005, 0.0, 0.0], list(costs))
+
+    def test_bad_configurations_are_named(self):
         with self.assertRaisesRegex(ValueError, "different bytes"):
-            cost_model.calibrate([1e6, 1e6], [0.003, 0.004])
-        with self.assertRaisesRegex(ValueError, "got 1 and 1"):
-            cost_model.calibrate([1e6], [0.003])
+            cost_model.calibrate([1e6, 1e6], [0.02, 0.2], [0.003, 0.004])
+        with self.assertRaisesRegex(ValueError, "got 1, 1 and 1"):
+            cost_model.calibrate([1e6], [0.02], [0.003])
+        with self.assertRaisesRegex(ValueError, "got 2, 1 and 2"):
+            cost_model.calibrate([1e6, 2e6], [0.02], [0.003, 0.004])
 
     def test_relative_error(self):
         self.assertAlmostEqual(0.1, cost_model.relative_error(110.0, 100.0))
