@@ -46,6 +46,7 @@ of a multi-process job against one process alone on one core).
 """
 
 import dataclasses
+import itertools
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -355,6 +356,10 @@ def choose(profile: StepProfile, cluster: Cluster) -> Tuple[str, str]:
     return best.strategy, reason
 
 
+# The positions of the costs in `StepCosts`, the columns of `calibrate`'s least squares.
+_OVERHEAD, _PER_BYTE, _FACTOR = range(len(StepCosts._fields))
+
+
 def calibrate(handled_bytes: Sequence[float], compute_s: Sequence[float], beyond_s: Sequence[float],
               cpu_s_per_byte: Optional[float] = None) -> StepCosts:
     """The `StepCosts` that fit measured distributed steps best (least squares, every cost >= 0).
@@ -387,15 +392,17 @@ def calibrate(handled_bytes: Sequence[float], compute_s: Sequence[float], beyond
     elif np.ptp(handled) == 0:
         raise ValueError("calibrate needs configurations with different bytes, got %r (or give cpu_s_per_byte)"
                          % (list(handled_bytes),))
-    # Columns: overhead, per byte, compute factor; those the configurations cannot tell apart are left out.
-    columns = {0: np.ones(count)}
+    # The columns of the costs the configurations can tell apart.
+    columns = {_OVERHEAD: np.ones(count)}
     if cpu_s_per_byte is None:
-        columns[1] = handled
+        columns[_PER_BYTE] = handled
     if np.ptp(compute) > 0:
-        columns[2] = compute
+        columns[_FACTOR] = compute
     best = None
-    for keep in _subsets(sorted(columns)):
-        solution = np.zeros(3)
+    every_subset = itertools.chain.from_iterable(
+        itertools.combinations(sorted(columns), size) for size in range(len(columns) + 1))
+    for keep in every_subset:
+        solution = np.zeros(len(StepCosts._fields))
         if keep:
             matrix = np.stack([columns[c] for c in keep], axis=1)
             solution[list(keep)] = np.linalg.lstsq(matrix, target, rcond=None)[0]
@@ -406,14 +413,6 @@ def calibrate(handled_bytes: Sequence[float], compute_s: Sequence[float], beyond
             best = (residual, solution)
     overhead, per_byte, factor = best[1]
     return StepCosts(float(overhead), float(per_byte) if cpu_s_per_byte is None else cpu_s_per_byte, float(factor))
-
-
-def _subsets(items: Sequence[int]) -> List[Tuple[int, ...]]:
-    """Every subset of `items`, the empty one included."""
-    subsets = [()]
-    for item in items:
-        subsets += [subset + (item,) for subset in subsets]
-    return subsets
 
 
 def relative_error(predicted: float, measured: float) -> float:
