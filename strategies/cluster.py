@@ -67,6 +67,12 @@ class ClusterInfo:
         return len(self.jobs.get(self.chief_job, ())) + len(self.jobs.get(WORKER, ()))
 
     @property
+    def training_tasks(self) -> Dict[str, str]:
+        """The training tasks, the chief first: `<job>_<index>` -> `host:port`."""
+        return {"%s_%d" % (job, index): address
+                for job in (self.chief_job, WORKER) for index, address in enumerate(self.jobs.get(job, ()))}
+
+    @property
     def is_chief(self) -> bool:
         """Whether this task is the chief (`chief` or `master`)."""
         return self.task_type in CHIEF_JOBS

@@ -23,15 +23,17 @@ workers train, the `ps` tasks hold the variables.
 * The other workers start training as soon as the chief has initialized
   the variables (a token in a queue on ps 0), not after TensorFlow's
   30-second readiness poll.
-* A parameter server serves until every worker has finished training, then
-  returns: each worker, as its training ends, puts a token in a queue on
-  every ps, and each ps waits for one token per worker.
+* A parameter server serves until every worker has finished training and
+  exited, then returns: each worker, as its training ends, puts a token in a
+  queue on every ps; each ps waits for one token per worker, then for every
+  training task's process to exit (the chief still evaluates and exports,
+  and a worker's session may still be closing).
 """
 
 import dataclasses
 import socket
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -67,9 +69,13 @@ CHIEF_EXIT_POLL_SECONDS = 1.0
 WORKERS_CLOSED_TIMEOUT_SECONDS = 600.0
 # A worker looks for the chief's tokens every this many steps (the chief may stop early).
 CHIEF_DONE_POLL_STEPS = 20
-# A parameter server lingers this long after the last worker's token, so the
-# workers' sessions close cleanly before it goes away.
-PS_EXIT_GRACE_SECONDS = 1.0
+# After the last worker's token a parameter server waits for every training
+# task's process to exit (its gRPC port closes), at most
+# TRAINING_EXIT_TIMEOUT_SECONDS, looking every TRAINING_EXIT_POLL_SECONDS: a
+# worker reports before its training session closes, and a session closing
+# while its ps goes away can block for ever.
+TRAINING_EXIT_TIMEOUT_SECONDS = 1800.0
+TRAINING_EXIT_POLL_SECONDS = 0.2
 # Bounds on a training task's waits for its parameter servers: no operation
 # of its sessions (a step, a checkpoint save) may take longer than this
 # (`ConfigProto.operation_timeout_in_ms`), and waiting for a session to be
@@ -159,11 +165,20 @@ class ParameterServerStrategy(base.Strategy):
     def role(self) -> str:
         return base.ROLE_PS if self.cluster.is_ps else base.ROLE_WORKER
 
-    def serve(self) -> None:
+    def serve(self, exit_timeout_seconds: float = TRAINING_EXIT_TIMEOUT_SECONDS) -> None:
         """Serves this parameter server's variables until every worker is done.
 
         Blocks until each of the job's `num_workers` training tasks has put
-        its token in this server's done queue, then returns.
+        its token in this server's done queue and every training task's
+        process has exited, then returns. A worker puts its token in before
+        its training session closes, and the chief evaluates and exports
+        after training, so the server stays while any of them may still need
+        it.
+
+        Args:
+          exit_timeout_seconds: the longest wait for the training processes to
+            exit after the last token (0: look once); a process still up then
+            is named in a warning.
         """
         cluster = self.cluster
         server = self._start_server()
@@ -176,8 +191,14 @@ class ParameterServerStrategy(base.Strategy):
                     worker = session.run(dequeue)
                     logging.info("parameter server %d: worker %d finished training (%d of %d)",
                                  cluster.task_index, worker, done, cluster.num_workers)
-        time.sleep(PS_EXIT_GRACE_SECONDS)
-        logging.info("parameter server %d: every worker finished; exiting", cluster.task_index)
+        start = time.monotonic()
+        still_up = wait_until_all_closed(cluster.training_tasks, exit_timeout_seconds, TRAINING_EXIT_POLL_SECONDS)
+        if still_up:
+            logging.warning("parameter server %d: %s still up %.0f s after the end of training; exiting anyway",
+                            cluster.task_index, ", ".join(still_up), exit_timeout_seconds)
+        else:
+            logging.info("parameter server %d: every worker finished and exited (waited %.1f s); exiting",
+                         cluster.task_index, time.monotonic() - start)
 
     def _start_server(self) -> tf.distribute.Server:
         cluster = self.cluster
@@ -386,6 +407,16 @@ def workers_closed_queue(num_workers: int) -> tf.queue.FIFOQueue:
                                   shared_name=WORKERS_CLOSED_QUEUE_NAME, name="workers_closed")
 
 
+def accepts_connections(address: str, timeout_seconds: float) -> bool:
+    """Whether something accepts a TCP connection at `host:port` within `timeout_seconds`."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_seconds):
+            return True
+    except OSError:
+        return False
+
+
 def wait_until_closed(host: str, port: int, timeout_seconds: float,
                       poll_seconds: float = CHIEF_EXIT_POLL_SECONDS) -> Optional[float]:
     """Waits until nothing accepts TCP connections at `host:port`.
@@ -395,13 +426,32 @@ def wait_until_closed(host: str, port: int, timeout_seconds: float,
     """
     start = time.monotonic()
     while time.monotonic() - start < timeout_seconds:
-        try:
-            with socket.create_connection((host, port), timeout=poll_seconds):
-                pass
-        except OSError:
+        if not accepts_connections("%s:%d" % (host, port), poll_seconds):
             return time.monotonic() - start
         time.sleep(poll_seconds)
     return None
+
+
+def wait_until_all_closed(addresses: Mapping[str, str], timeout_seconds: float,
+                          poll_seconds: float = CHIEF_EXIT_POLL_SECONDS) -> List[str]:
+    """Waits until nothing accepts TCP connections at any of `addresses`.
+
+    Args:
+      addresses: name -> `host:port`.
+      timeout_seconds: the longest wait (0: look once).
+      poll_seconds: time between looks (also each connection's timeout).
+
+    Returns:
+      The names of the addresses still accepting connections at the end,
+      sorted; empty once all are closed.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    open_names = sorted(addresses)
+    while True:
+        open_names = [name for name in open_names if accepts_connections(addresses[name], poll_seconds)]
+        if not open_names or time.monotonic() >= deadline:
+            return open_names
+        time.sleep(poll_seconds)
 
 
 def chief_ready_queue() -> tf.queue.FIFOQueue:

@@ -252,6 +252,32 @@ class ReportOnlyTest(tf.test.TestCase):
         self.assertIn("| horovod | rank0 | 80.0 | 50.0 | 20.0 | 10.0 | 35.0 | gradients 30.0 |", body)
 
 
+class TargetTextTest(tf.test.TestCase):
+
+    def _run(self, rate, auc):
+        return bench.RunResult(examples_per_sec=rate, window_s=1.0, steps=[1.0], cpu_seconds={}, tx_bytes=[0.0],
+                               rx_bytes=[0.0], host_cpu_seconds=[1.0], auc=auc, machine_busy_s=1.0)
+
+    def test_the_best_at_the_defaults_and_of_every_variant(self):
+        config = _config(variants="single,hybrid,ps+dedup")
+        results = {"single": [self._run(100.0, 0.72)], "hybrid": [self._run(160.0, 0.70)],
+                   "ps+dedup": [self._run(182.0, 0.7215)]}
+        body = bench.report_body(config, results, {}, None)
+        self.assertIn("Target, best multi-host strategy at the defaults `hybrid` (per-replica batch 1,024): "
+                      "efficiency 0.80 (target >= 0.75: met); AUC -0.0200 vs `single`'s (target within 0.002: "
+                      "not met).", body)
+        self.assertIn("Best of every variant: `ps+dedup` (--dedup_lookups): efficiency 0.91 (target >= 0.75: met); "
+                      "AUC +0.0015 vs `single`'s (target within 0.002: met).", body)
+
+    def test_no_second_sentence_where_the_defaults_are_the_best(self):
+        config = _config(variants="single,hybrid,ps+dedup")
+        results = {"single": [self._run(100.0, 0.72)], "hybrid": [self._run(160.0, 0.72)],
+                   "ps+dedup": [self._run(120.0, 0.72)]}
+        body = bench.report_body(config, results, {}, None)
+        self.assertIn("at the defaults `hybrid`", body)
+        self.assertNotIn("Best of every variant", body)
+
+
 class RoundEfficiencyTest(tf.test.TestCase):
 
     def _run(self, rate, round_index):

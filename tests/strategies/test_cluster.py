@@ -41,6 +41,9 @@ class ParseTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(info.ps_device(1), "/job:ps/task:1")
         with self.assertRaisesRegex(ValueError, "ps task 1 is not a training task"):
             _ = info.worker_index
+        self.assertEqual({"chief_0": "host0:2222", "worker_0": "host1:2222", "worker_1": "host2:2222"},
+                         info.training_tasks)
+        self.assertEqual(["chief_0", "worker_0", "worker_1"], list(info.training_tasks))
 
     def test_sagemaker_master_is_the_chief(self):
         master = cluster.parse(tf_config("master", 0, SAGEMAKER_CLUSTER))
@@ -51,6 +54,7 @@ class ParseTest(tf.test.TestCase, parameterized.TestCase):
         worker = cluster.parse(tf_config("worker", 0, SAGEMAKER_CLUSTER))
         self.assertFalse(worker.is_chief)
         self.assertEqual(worker.worker_index, 1)
+        self.assertEqual({"master_0": "algo-1:2222", "worker_0": "algo-2:2222"}, worker.training_tasks)
 
     def test_cluster_spec_and_round_trip(self):
         info = cluster.parse(tf_config("worker", 1))

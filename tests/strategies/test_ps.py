@@ -9,7 +9,9 @@ import glob
 import json
 import os
 import re
+import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -236,8 +238,9 @@ class InProcessClusterTest(tf.test.TestCase):
         parameter_server = make_strategy(self, "ps", jobs=self.jobs)
         parameter_server.validate()
         self.served = threading.Event()
-        self.ps_thread = threading.Thread(target=lambda: (parameter_server.serve(), self.served.set()),
-                                          daemon=True)
+        # The training tasks' servers live in this process and never exit: the ps looks for them once.
+        self.ps_thread = threading.Thread(
+            target=lambda: (parameter_server.serve(exit_timeout_seconds=0), self.served.set()), daemon=True)
         self.ps_thread.start()
         self.tasks = {}
         for task_type in ("chief", "worker"):
@@ -323,6 +326,67 @@ def base_rate_logloss(root):
 
 
 @pytest.mark.slow
+class ServeUntilTrainingExitsTest(tf.test.TestCase):
+    """A real parameter server stays until every training task's process is gone, not only its token.
+
+    The training tasks are listening sockets of this test: closing one is
+    its process exiting (its gRPC port closes).
+    """
+
+    def setUp(self):
+        super().setUp()
+        self.listeners = {}
+        for task in ("chief", "worker"):
+            listener = socket.socket()
+            self.addCleanup(listener.close)
+            listener.bind(("localhost", 0))
+            listener.listen()
+            self.listeners[task] = listener
+        self.jobs = {task: ["localhost:%d" % listener.getsockname()[1]] for task, listener in self.listeners.items()}
+        self.jobs["ps"] = ["localhost:%d" % processes.free_ports(1)[0]]
+        parameter_server = make_strategy(self, "ps", jobs=self.jobs)
+        parameter_server.validate()
+        self.served = threading.Event()
+        thread = threading.Thread(
+            target=lambda: (parameter_server.serve(exit_timeout_seconds=SERVE_TIMEOUT_S), self.served.set()),
+            daemon=True)
+        thread.start()
+        self.addCleanup(thread.join, SERVE_TIMEOUT_S)
+        self.addCleanup(self.close_listeners)
+
+    def close_listeners(self):
+        for listener in self.listeners.values():
+            listener.close()
+
+    def report_both_done(self):
+        """Both training tasks' tokens, as `TrainingDoneHook` puts them, from a session on the ps alone."""
+        deadline = time.monotonic() + SERVE_TIMEOUT_S
+        while not ps.accepts_connections(self.jobs["ps"][0], 1.0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        config = tf.compat.v1.ConfigProto(device_filters=["/job:ps/task:0"])
+        with tf.Graph().as_default():
+            enqueue = ps.done_queue(0, 2).enqueue_many([[0, 1]])
+            with tf.compat.v1.Session("grpc://" + self.jobs["ps"][0], config=config) as session:
+                session.run(enqueue)
+
+    def test_the_ps_returns_once_every_training_process_exited(self):
+        self.report_both_done()
+        self.assertFalse(self.served.wait(2.0), "the ps returned while both training tasks were up")
+        self.listeners["chief"].close()
+        self.assertFalse(self.served.wait(1.0), "the ps returned while the worker was up")
+        self.listeners["worker"].close()
+        self.assertTrue(self.served.wait(SERVE_TIMEOUT_S), "the ps did not return after both exited")
+
+    def test_wait_until_all_closed_names_what_is_still_up(self):
+        addresses = {task: address for task, (address,) in self.jobs.items() if task != "ps"}
+        self.assertEqual(["chief", "worker"], ps.wait_until_all_closed(addresses, 0.3, 0.1))
+        self.listeners["worker"].close()
+        self.assertEqual(["chief"], ps.wait_until_all_closed(addresses, 0.3, 0.1))
+        self.close_listeners()
+        self.assertEqual([], ps.wait_until_all_closed(addresses, 0.3, 0.1))
+        self.report_both_done()  # lets the ps of setUp return
+
+
 class EndToEndTest(tf.test.TestCase, parameterized.TestCase):
     """2 ps + a chief + a worker, started by deepfm.launch, train on synthetic data."""
 
@@ -374,7 +438,8 @@ class EndToEndTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLessEqual(max(sizes), MAX_PS_IMBALANCE * min(sizes), sizes)
         for ps_index in range(2):
             log = job.log("ps_%d" % ps_index)
-            self.assertIn("every worker finished; exiting", log)
+            # It stayed until the training tasks' processes had exited.
+            self.assertIn("every worker finished and exited", log)
 
 
 if __name__ == "__main__":
