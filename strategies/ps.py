@@ -362,10 +362,11 @@ class ParameterServerStrategy(base.Strategy):
             logging.info("%s: every worker closed its training session (waited %.1f s)", cluster.task_name,
                          time.monotonic() - start)
             return
-        host, port = cluster.jobs[cluster.chief_job][0].rsplit(":", 1)
-        waited = wait_until_closed(host, int(port), CHIEF_EXIT_TIMEOUT_SECONDS)
+        start = time.monotonic()
+        still_up = wait_until_all_closed({cluster.chief_job: cluster.jobs[cluster.chief_job][0]},
+                                         CHIEF_EXIT_TIMEOUT_SECONDS)
         logging.info("%s: the chief's process %s (waited %.1f s); this host's ps may stop",
-                     cluster.task_name, "exited" if waited is not None else "is still up", waited or 0.0)
+                     cluster.task_name, "is still up" if still_up else "exited", time.monotonic() - start)
 
     def describe(self) -> str:
         cluster = self.cluster
@@ -415,21 +416,6 @@ def accepts_connections(address: str, timeout_seconds: float) -> bool:
             return True
     except OSError:
         return False
-
-
-def wait_until_closed(host: str, port: int, timeout_seconds: float,
-                      poll_seconds: float = CHIEF_EXIT_POLL_SECONDS) -> Optional[float]:
-    """Waits until nothing accepts TCP connections at `host:port`.
-
-    Returns:
-      The seconds waited, or None after `timeout_seconds`.
-    """
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_seconds:
-        if not accepts_connections("%s:%d" % (host, port), poll_seconds):
-            return time.monotonic() - start
-        time.sleep(poll_seconds)
-    return None
 
 
 def wait_until_all_closed(addresses: Mapping[str, str], timeout_seconds: float,
