@@ -58,6 +58,14 @@ IMPORT_NOISE = re.compile(
     r"This TensorFlow binary is optimized")
 # TensorFlow's deprecation notices (tensorflow/python/util/deprecation.py).
 DEPRECATION_MARKERS = ("Instructions for updating", "is deprecated and will be removed")
+# The Estimator's step counter warns "It seems that global step ... has not been
+# increased" when two runs read the same step. In TensorFlow 2.14's Estimator its
+# read of the step is not ordered with the train op's increment, so a run that
+# reads after the increment followed by one that reads before it warns while the
+# step advances every run: a false alarm. A step that truly stops shows in the
+# progress lines, and `--verbosity 0` shows the warning.
+STALE_STEP_MARKER = "global step (tf.train.get_global_step) has not been increased"
+QUIET_MARKERS = DEPRECATION_MARKERS + (STALE_STEP_MARKER,)
 TENSORFLOW_LOGGER = "tensorflow"
 # When a command imports TensorFlow: never; once its flags are parsed (a bad
 # flag fails fast); or before its flags are defined (their definitions need it).
@@ -150,18 +158,19 @@ def filtered_fd(fd: int, noise: "re.Pattern"):
                 os.write(fd, "".join(kept).encode("utf-8"))
 
 
-class DeprecationFilter(std_logging.Filter):
-    """Drops TensorFlow's deprecation notices from the `tensorflow` logger."""
+class NoticeFilter(std_logging.Filter):
+    """Drops TensorFlow's deprecation notices and the step counter's false alarm (`QUIET_MARKERS`)."""
 
     def filter(self, record: std_logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not any(marker in message for marker in DEPRECATION_MARKERS)
+        return not any(marker in message for marker in QUIET_MARKERS)
 
 
 def configure_logging(detail: bool, task_logs: bool = False) -> None:
     """Sets absl's and TensorFlow's Python log levels (call after flags are parsed).
 
-    Quiet: WARNING and above, without deprecation notices. Detail: absl's
+    Quiet: WARNING and above, without deprecation notices and the step
+    counter's false alarm (`NoticeFilter`). Detail: absl's
     `--verbosity` as given, everything TensorFlow logs.
 
     Args:
@@ -175,14 +184,14 @@ def configure_logging(detail: bool, task_logs: bool = False) -> None:
     from absl import logging  # pylint: disable=import-outside-toplevel
     tf_logger = std_logging.getLogger(TENSORFLOW_LOGGER)
     tf_logger.handlers = []  # absl's handler on the root logger prints TensorFlow's records.
-    for old in [f for f in tf_logger.filters if isinstance(f, DeprecationFilter)]:
+    for old in [f for f in tf_logger.filters if isinstance(f, NoticeFilter)]:
         tf_logger.removeFilter(old)
     if detail:
         tf_logger.setLevel(std_logging.DEBUG)
         return
     logging.set_verbosity(logging.INFO if task_logs else logging.WARNING)
     tf_logger.setLevel(std_logging.WARNING)
-    tf_logger.addFilter(DeprecationFilter())
+    tf_logger.addFilter(NoticeFilter())
 
 
 # Errors a user causes with bad flags, values or files: reported by their message alone.

@@ -41,15 +41,18 @@ class FilterTest(tf.test.TestCase):
         with open(path) as f:
             self.assertEqual("E real_error.cc:1] something broke\n", f.read())
 
-    def test_deprecation_notices_are_dropped_real_warnings_kept(self):
+    def test_deprecation_notices_and_the_stale_step_alarm_are_dropped_real_warnings_kept(self):
         logger = std_logging.getLogger("tensorflow.test_console")
         handler_output = io.StringIO()
         handler = std_logging.StreamHandler(handler_output)
         logger.addHandler(handler)
-        logger.addFilter(entry.DeprecationFilter())
+        logger.addFilter(entry.NoticeFilter())
         self.addCleanup(logger.removeHandler, handler)
         logger.warning("From x.py:1: foo (from bar) is deprecated and will be removed in a future version.\n"
                        "Instructions for updating:\nUse tf.keras instead.")
+        logger.warning("It seems that global step (tf.train.get_global_step) has not been increased. Current "
+                       "value (could be stable): 33 vs previous value: 33. You could increase the global step "
+                       "by passing tf.train.get_global_step() to Optimizer.apply_gradients or Optimizer.minimize.")
         logger.warning("the disk is full")
         self.assertEqual("the disk is full\n", handler_output.getvalue())
 
