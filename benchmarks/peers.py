@@ -135,6 +135,8 @@ LEVERS = (
             strategy=(("intra_op_threads", 2), ("inter_op_threads", 1))),
     Variant("library+reads1", "library", "lazy_adam", "one file read at a time (PipelineConfig.num_parallel_reads=1)",
             pipeline=(("num_parallel_reads", 1),)),
+    Variant("library+autotune", "library", "lazy_adam", "--input_autotune: tf.data's autotuning thread on",
+            pipeline=(("autotune", True),)),
     Variant("library+packed", "library", "lazy_adam",
             "--data_format tfrecord_packed (the same rows, 256 to a TFRecord record)",
             pipeline=(("data_format", "tfrecord_packed"),)),

@@ -81,7 +81,8 @@ def batches(paths: Sequence[str], data_format: formats.DataFormat, field_size: i
                                      drop_remainder=False)
     if labelled:
         return pipeline.DatasetBuilder(list(paths), config, batch_size=batch_size, num_epochs=1)(None)
-    return data_format.decoded_batches(list(paths), config, batch_size, labelled=False).prefetch(tf.data.AUTOTUNE)
+    return pipeline.with_options(
+        data_format.decoded_batches(list(paths), config, batch_size, labelled=False).prefetch(tf.data.AUTOTUNE), config)
 
 
 def predict_rows(signature, dataset, labelled: bool) -> Iterator[Tuple[List, Optional[List]]]:

@@ -71,6 +71,8 @@ def define_flags() -> None:
     flags.DEFINE_bool("check_ids", config_lib.ModelConfig.check_ids, "Check at run time that every id is "
                       "in [0, feature_size).")
     flags.DEFINE_integer("shuffle_buffer", 0, "Shuffle buffer in examples; 0 for no shuffle.")
+    flags.DEFINE_bool("input_autotune", False, "Run tf.data's autotuning thread on the input. Off: in "
+                      "TensorFlow 2.14 it can hold up the end of each training session by up to 60 s.")
     flags.DEFINE_string("cache", None, "Cache the decoded-ready records: 'memory' or a file path prefix.")
     flags.DEFINE_bool("skip_bad_records", False, "Skip malformed LibSVM lines instead of failing.")
     flags.DEFINE_integer("seed", None, "Random seed of the graph.")
@@ -224,7 +226,8 @@ def parse_flags(flag_values=FLAGS):
             metrics_port=f.metrics_port)
         input_config = pipeline.PipelineConfig(
             data_format=data_format, field_size=field_size, shuffle_buffer=f.shuffle_buffer,
-            cache=f.cache, seed=f.seed, skip_bad_records=f.skip_bad_records, input_mode=f.input_mode)
+            cache=f.cache, seed=f.seed, skip_bad_records=f.skip_bad_records, input_mode=f.input_mode,
+            autotune=f.input_autotune)
         strategy = strategy_config(f)
     except ValueError as e:
         raise app.UsageError(str(e)) from e

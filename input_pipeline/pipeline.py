@@ -138,6 +138,13 @@ class PipelineConfig:
       pipe_timeout_s: how long Pipe mode waits for each epoch's FIFO.
       drop_remainder: drop each epoch's last, partial batch (keeps the batch
         dimension static); False for evaluation, which should see every row.
+      autotune: run tf.data's autotuning thread (`tf.data.Options.autotune`).
+        Off by default: in TensorFlow 2.14 that thread can miss the
+        cancellation when the iterator is destroyed and sleep out its period
+        (up to 60 s), which holds up the closing of every training session.
+        Without it, the `tf.data.AUTOTUNE` values
+        start at tf.data's defaults (as many parallel calls as cores) and the
+        prefetch buffer still grows as the consumer waits.
     """
 
     data_format: formats.DataFormat = formats.TFRECORD
@@ -154,6 +161,7 @@ class PipelineConfig:
     pipe_base_dir: str = dataclasses.field(default_factory=pipe.default_base_dir)
     pipe_timeout_s: float = pipe.DEFAULT_FIFO_TIMEOUT_S
     drop_remainder: bool = True
+    autotune: bool = False
 
     def __post_init__(self):
         # The dataclass is frozen: the parsed format replaces the name once, here.
@@ -198,6 +206,17 @@ class ShardPlan:
 
 
 Source = Union[str, Sequence[str]]
+
+
+def with_options(dataset: tf.data.Dataset, config: PipelineConfig) -> tf.data.Dataset:
+    """`dataset` with this package's `tf.data` options: autotuning as `config.autotune` says, no auto-sharding.
+
+    The builder shards its input itself, so a strategy must not shard it again.
+    """
+    options = tf.data.Options()
+    options.autotune.enabled = config.autotune
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options)
 
 
 class DatasetBuilder:
@@ -308,11 +327,7 @@ class DatasetBuilder:
             dataset = self._packed_batches(plan)
         else:
             dataset = self._batches(plan)
-        dataset = dataset.repeat(self.num_epochs).prefetch(tf.data.AUTOTUNE)
-        options = tf.data.Options()
-        # The pipeline is sharded here; a strategy must not shard it again.
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        return dataset.with_options(options)
+        return with_options(dataset.repeat(self.num_epochs).prefetch(tf.data.AUTOTUNE), self.config)
 
     def _batches(self, plan: ShardPlan) -> tf.data.Dataset:
         """Records of one row each: shard, cache, shuffle, batch (or rebatch chunks), decode."""

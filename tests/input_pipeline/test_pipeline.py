@@ -59,6 +59,14 @@ class OrderTest(PipelineTestCase):
         builder = pipeline.DatasetBuilder(self.train_files(self.write_root([8])), config(), BATCH, 2)
         self.assertEqual(example_files.applied_stages(builder), ["rebatch", "map", "repeat", "prefetch"])
 
+    @parameterized.parameters(({}, False), ({"autotune": True}, True))
+    def test_autotune_thread_off_unless_asked_and_no_second_sharding(self, kwargs, autotune):
+        builder = pipeline.DatasetBuilder(self.train_files(self.write_root([8])), config(**kwargs), BATCH, 1)
+        options = builder(tf.distribute.InputContext()).options()
+        self.assertEqual(autotune, options.autotune.enabled)
+        self.assertEqual(tf.data.experimental.AutoShardPolicy.OFF, options.experimental_distribute.auto_shard_policy)
+        self.assertLen(labels_of(builder(tf.distribute.InputContext())), 8)
+
     @parameterized.product(data_format=("tfrecord", "libsvm"), drop_remainder=(True, False),
                            cache=(None, "memory"))
     def test_chunks_batched_as_single_records_would_be(self, data_format, drop_remainder, cache):
