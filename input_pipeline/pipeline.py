@@ -142,9 +142,9 @@ class PipelineConfig:
         Off by default: in TensorFlow 2.14 that thread can miss the
         cancellation when the iterator is destroyed and sleep out its period
         (up to 60 s), which holds up the closing of every training session.
-        Without it, the `tf.data.AUTOTUNE` values
-        start at tf.data's defaults (as many parallel calls as cores) and the
-        prefetch buffer still grows as the consumer waits.
+        Without it, the `tf.data.AUTOTUNE` values start at tf.data's defaults
+        (as many parallel calls as cores) and the prefetch buffer still grows
+        as the consumer waits.
     """
 
     data_format: formats.DataFormat = formats.TFRECORD
