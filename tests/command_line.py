@@ -1,0 +1,155 @@
+"""Command lines started as a user starts them: from a plain shell with the project's `.venv` activated.
+
+Every test that starts a command line of this project (`python -m ...`, a
+console script, a script of `examples/`, a shell line of the docs) starts it
+through this module:
+
+* **a minimal environment**, built from nothing: `PATH` with the virtual
+  environment's `bin/` first (as `source .venv/bin/activate` leaves it, so
+  `python` and the console scripts are the project's), `HOME`, `LANG`,
+  `VIRTUAL_ENV`, plus only the variables the test names. Never the test
+  process's own environment: importing TensorFlow puts `TF2_BEHAVIOR=1` into
+  `os.environ`, which changes how TensorFlow starts in a child, and a user's
+  shell has no `TF_CPP_MIN_LOG_LEVEL` and no `PYTHONPATH`;
+* **a working directory** the test chooses (its temporary directory), with
+  the relative paths the docs show (`data/synthetic`, `runs/m1`);
+* **its own process group**, killed whole when the command outlives its
+  time limit or the test fails, so no process is left behind.
+
+`checkout` makes a working directory that looks like the project's root
+(the docs' commands run from there: `examples/custom_model.py`,
+`python -m benchmarks.train_single`) without letting a command write into
+the real checkout.
+"""
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+from tests import paths
+
+# The virtual environment whose Python runs the tests: its bin/ holds `python` and the console scripts.
+VENV_BIN = os.path.dirname(os.path.abspath(sys.executable))
+VENV_DIR = os.path.dirname(VENV_BIN)
+# Variables a user's plain shell has that the commands may read.
+USER_VARIABLES = ("HOME", "LANG")
+DEFAULT_LANG = "C.UTF-8"
+# Variables a test process gains that a user's shell lacks; a test may name one on purpose.
+NOT_IN_A_USER_SHELL = ("TF2_BEHAVIOR", "TF_CPP_MIN_LOG_LEVEL", "PYTHONPATH")
+DEFAULT_TIMEOUT_S = 600
+# What a test's working directory takes from the checkout (as symbolic links): what the docs' commands read.
+CHECKOUT_ENTRIES = ("README.md", "Makefile", "setup.cfg", "pyproject.toml", "docs", "examples", "requirements",
+                    "tools", "deepfm", "strategies", "input_pipeline", "dataprep", "jobs", "cli")
+# benchmarks/ is copied as links to its modules with an empty results/ of its own: a benchmark run from a
+# test writes there, never over the committed results.
+BENCHMARKS = "benchmarks"
+BENCHMARK_RESULTS = "results"
+
+Command = Union[str, Sequence[str]]
+
+
+def user_path() -> str:
+    """`PATH` as an activated virtual environment has it: its bin/ first, then the user's own."""
+    rest = [entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep)
+            if entry and os.path.abspath(entry) != VENV_BIN]
+    return os.pathsep.join([VENV_BIN] + rest)
+
+
+def environment(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment of a user's shell with `.venv` activated, plus `extra` (the test's own choice)."""
+    env = {"PATH": user_path(), "VIRTUAL_ENV": VENV_DIR, "HOME": os.environ.get("HOME", "/root"),
+           "LANG": os.environ.get("LANG", DEFAULT_LANG)}
+    env.update(extra or {})
+    return env
+
+
+def python_module(module: str, *args: str) -> List[str]:
+    """`python -m module args...`, `python` found on the user's `PATH` (the virtual environment's)."""
+    return ["python", "-m", module] + list(args)
+
+
+def _argv(command: Command) -> List[str]:
+    """A list of arguments for a list, `bash -c` for a shell line."""
+    if isinstance(command, str):
+        return ["bash", "-c", "set -euo pipefail\n" + command]
+    return list(command)
+
+
+def describe(command: Command, result: subprocess.CompletedProcess, tail: int = 4000) -> str:
+    """A failed command for an assertion message: the command, its status and the ends of its output."""
+    shown = command if isinstance(command, str) else shlex.join(command)
+    return "`%s` exited with %s\n--- stdout (end) ---\n%s\n--- stderr (end) ---\n%s" % (
+        shown, result.returncode, (result.stdout or "")[-tail:], (result.stderr or "")[-tail:])
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """Kills the process group of `process` (started by `start`) and waits for `process`."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def start(command: Command, cwd: str, env: Optional[Mapping[str, str]] = None,
+          **popen_args) -> subprocess.Popen:
+    """Starts `command` (a list, or a shell line run by bash) in `cwd` in its own process group.
+
+    Args:
+      command: the arguments, or one shell line.
+      cwd: the working directory (relative paths in `command` are relative to it).
+      env: variables the test sets on purpose, on top of `environment()`.
+      **popen_args: passed to `subprocess.Popen` (stdout, stderr, stdin, text).
+
+    Returns:
+      The process; end it with `kill_group` if the test does not wait for it.
+    """
+    return subprocess.Popen(_argv(command), cwd=cwd, env=environment(env), start_new_session=True,
+                            **popen_args)
+
+
+def run(command: Command, cwd: str, env: Optional[Mapping[str, str]] = None, timeout: float = DEFAULT_TIMEOUT_S,
+        input: Optional[str] = None) -> subprocess.CompletedProcess:  # pylint: disable=redefined-builtin
+    """Runs `command` as a user would (see `start`) and returns its status and output (text).
+
+    The whole process group is killed if the command outlives `timeout`
+    (then `subprocess.TimeoutExpired` is raised) or the wait is interrupted.
+    """
+    process = start(command, cwd, env, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate(input=input, timeout=timeout)
+    except BaseException:
+        kill_group(process)
+        process.communicate()
+        raise
+    finally:
+        # A command's own children left running (a daemon it forgot) are the test's to end.
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return subprocess.CompletedProcess(_argv(command), process.returncode, stdout, stderr)
+
+
+def checkout(directory: str) -> str:
+    """Makes `directory` look like the project's root for the docs' commands, and returns it.
+
+    The project's files are linked (read, never written, by the commands
+    the docs show); `data/` and `runs/`, which the commands write, are the
+    directory's own, and so is `benchmarks/results/`.
+    """
+    os.makedirs(directory, exist_ok=True)
+    for name in CHECKOUT_ENTRIES:
+        source = os.path.join(paths.REPO_ROOT, name)
+        if os.path.exists(source) and not os.path.lexists(os.path.join(directory, name)):
+            os.symlink(source, os.path.join(directory, name))
+    benchmarks = os.path.join(directory, BENCHMARKS)
+    os.makedirs(os.path.join(benchmarks, BENCHMARK_RESULTS), exist_ok=True)
+    for name in os.listdir(os.path.join(paths.REPO_ROOT, BENCHMARKS)):
+        if name.endswith(".py") and not os.path.lexists(os.path.join(benchmarks, name)):
+            os.symlink(os.path.join(paths.REPO_ROOT, BENCHMARKS, name), os.path.join(benchmarks, name))
+    return directory
