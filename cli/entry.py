@@ -242,16 +242,66 @@ def run_main(main: Callable[[List[str]], object], argv: List[str], program: str,
         return None
 
 
-def parse_flags(argv: List[str], program: str) -> List[str]:
-    """absl's flag parser for `absl.app.run`; a flag error ends the process with its message alone.
+HELP_FLAGS = ("help", "helpshort", "?")
+FULL_HELP_FLAG = "helpfull"
+HELP_HINT = "Try --helpfull to get a list of all flags."
+
+
+def requested_help(argv: Sequence[str]) -> Optional[str]:
+    """`FULL_HELP_FLAG`, `HELP_FLAGS[0]` or None: the help flag on a command line (before `--`)."""
+    for arg in argv[1:]:
+        if arg == "--":
+            break
+        name = arg.lstrip("-").split("=", 1)[0] if arg.startswith("-") else None
+        if name == FULL_HELP_FLAG and arg.partition("=")[2].lower() not in ("false", "0"):
+            return FULL_HELP_FLAG
+        if name in HELP_FLAGS and arg.partition("=")[2].lower() not in ("false", "0"):
+            return HELP_FLAGS[0]
+    return None
+
+
+def help_text(main_module: str, full: bool) -> str:
+    """The program's help: its module's docstring, then its flags (`full`: every flag).
+
+    Written the same for `python -m <module>` and for the console script
+    (absl's own `--help` lists the flags of `__main__`, which for a
+    console script is pip's wrapper: none).
+    """
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    module = sys.modules.get(main_module)
+    doc = ((module.__doc__ if module else None) or "").strip()
+    if full:
+        listed = flags.FLAGS.get_help()
+    else:
+        # absl files the flags a module defines under its name; those of `python -m`'s
+        # `__main__` under the script's path (sys.argv[0] when they were defined).
+        key = sys.argv[0] if main_module == "__main__" else main_module
+        listed = flags.FLAGS.module_help(key)
+    return "%s\n\nflags:\n%s\n%s\n" % (doc, listed, "" if full else "\n" + HELP_HINT)
+
+
+def parse_flags(argv: List[str], program: str, main_module: str = "__main__") -> List[str]:
+    """Parses the command line with absl's flags; a flag error ends the process with its message alone.
 
     An unknown flag, a bad value, a missing required flag: `flags.Error`.
-    With `--verbosity 0` absl reports it itself.
+    With `--verbosity 0` absl reports it itself. `--help` (`--helpshort`,
+    `-?`) and `--helpfull` print `help_text` to stdout and end the process
+    with status 0, before any other flag is checked.
+
+    Args:
+      argv: the command line.
+      program: the program's name, for the error line.
+      main_module: the module of the program's main (whose flags `--help` lists).
 
     Returns:
       The arguments left after the flags.
     """
     from absl import app, flags  # pylint: disable=import-outside-toplevel
+    wanted = requested_help(argv)
+    if wanted is not None:
+        sys.stdout.write(help_text(main_module, full=wanted == FULL_HELP_FLAG))
+        sys.stdout.flush()
+        raise SystemExit(0)
     if wants_detail(explicit_verbosity(argv)):
         return app.parse_flags_with_usage(argv)
     try:
@@ -259,6 +309,13 @@ def parse_flags(argv: List[str], program: str) -> List[str]:
     except flags.Error as e:
         report_user_error(program, e)
         return []
+
+
+def module_of(main: Callable) -> str:
+    """The name of the module that defines `main` (or the function a `functools.partial` wraps)."""
+    while isinstance(main, functools.partial):
+        main = main.func
+    return getattr(main, "__module__", None) or "__main__"
 
 
 def run(main: Callable[[List[str]], object], program: str, define_flags: Optional[Callable[[], None]] = None,
@@ -270,6 +327,27 @@ def run(main: Callable[[List[str]], object], program: str, define_flags: Optiona
     `<program>: error: <message>` and `ERROR_HINT` (exit status 1);
     `--verbosity 0` leaves it to absl. TensorFlow, when the command needs it,
     is imported with its start-up noise filtered (`import_tensorflow`).
+
+    The steps, in this order:
+
+    1. TensorFlow, for `TENSORFLOW_BEFORE_FLAGS`;
+    2. the flags defined and parsed (`parse_flags`: a bad flag, or
+       `--help`, ends the process here);
+    3. TensorFlow, for `TENSORFLOW_AFTER_FLAGS`;
+    4. `absl.app.run`, which starts absl (its log handler, its
+       after-initialisation callbacks) and runs `main`.
+
+    TensorFlow is always imported before step 4, never inside `main`:
+    importing it registers an absl after-initialisation callback
+    (`tf.distribute`'s test environment counts the GPUs). Once absl's app is
+    initialised, absl runs such a callback at once, in the middle of
+    TensorFlow's import, and the callback creates TensorFlow's eager context
+    before the import has switched TensorFlow to its TF2 behaviour: that
+    context keeps a TF1 (graph) base under every `tf.function`, so
+    `tf.init_scope` builds graph tensors where it must run eagerly, and
+    `tf.saved_model.load` of an Estimator export fails with "global_step ...
+    is out of scope". (A shell with `TF2_BEHAVIOR=1` set hides this:
+    TensorFlow then starts in TF2 behaviour from its first module.)
 
     Args:
       main: the program's `main(argv)` (argv: what the flags left); what it
@@ -289,9 +367,9 @@ def run(main: Callable[[List[str]], object], program: str, define_flags: Optiona
         import_tensorflow(wants_detail(explicit_verbosity(argv)))
     if define_flags is not None:
         define_flags()
-
-    def start(args):
-        if tensorflow == TENSORFLOW_AFTER_FLAGS:
-            import_tensorflow(flags_want_detail())
-        return run_main(main, args, program, flags_want_detail)
-    app.run(start, argv=argv, flags_parser=functools.partial(parse_flags, program=program))
+    app.define_help_flags()
+    args = parse_flags(argv, program, module_of(main))
+    if tensorflow == TENSORFLOW_AFTER_FLAGS:
+        import_tensorflow(flags_want_detail())
+    app.run(lambda parsed: run_main(main, parsed, program, flags_want_detail), argv=argv,
+            flags_parser=lambda _: args)

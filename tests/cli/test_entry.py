@@ -10,6 +10,7 @@ from absl import app
 from absl.testing import parameterized
 
 from cli import entry
+from tests import command_line
 
 
 class ExplicitVerbosityTest(tf.test.TestCase, parameterized.TestCase):
@@ -92,3 +93,59 @@ class RunMainTest(tf.test.TestCase):
     def test_op_errors_lose_their_graph_trace(self):
         error = tf.errors.InvalidArgumentError(None, None, "id 7 outside [0, 5)\n\t [[{{node check}}]]")
         self.assertEqual("id 7 outside [0, 5)", entry.error_message(error))
+
+
+# A program started through `entry.run` that reports whether `tf.init_scope` inside a `tf.function`
+# runs eagerly, as it does in TensorFlow 2 behaviour (and must, for `tf.saved_model.load` of an
+# Estimator export).
+INIT_SCOPE_PROBE = """\
+import sys
+
+from cli import entry
+
+
+def main(argv):
+    import tensorflow as tf
+    seen = []
+
+    @tf.function
+    def probe():
+        with tf.init_scope():
+            seen.append(tf.executing_eagerly())
+        return 0
+
+    probe()
+    print("init_scope eager:", seen[0])
+
+
+entry.run(main, "probe", None, sys.argv.pop(1))
+"""
+
+
+class StartTest(tf.test.TestCase):
+    """How `entry.run` starts a program, started as a user starts one (`tests.command_line`)."""
+
+    def test_tensorflow_starts_in_tf2_behaviour_whenever_the_command_imports_it(self):
+        for timing in (entry.TENSORFLOW_AFTER_FLAGS, entry.TENSORFLOW_BEFORE_FLAGS):
+            with self.subTest(timing=timing):
+                result = command_line.run(["python", "-c", INIT_SCOPE_PROBE, timing], self.get_temp_dir(),
+                                          timeout=300)
+                self.assertEqual(0, result.returncode, command_line.describe("probe", result))
+                self.assertIn("init_scope eager: True", result.stdout)
+
+    def test_help_lists_the_programs_flags_and_exits_0(self):
+        script = ("from absl import flags\nfrom cli import entry\n"
+                  "flags.DEFINE_integer('rows', 3, 'Rows to write.')\n"
+                  "entry.run(lambda argv: print('main ran'), 'prog')\n")
+        for flag in ("--help", "-?", "--helpshort", "--helpfull"):
+            with self.subTest(flag=flag):
+                result = command_line.run(["python", "-c", script, flag, "--rows=bad"], self.get_temp_dir())
+                self.assertEqual(0, result.returncode, command_line.describe(flag, result))
+                self.assertIn("--rows: Rows to write.", result.stdout)
+                self.assertNotIn("main ran", result.stdout)
+
+    def test_help_after_double_dash_belongs_to_the_program(self):
+        self.assertIsNone(entry.requested_help(["prog", "--", "--help"]))
+        self.assertEqual("help", entry.requested_help(["prog", "local", "--help"]))
+        self.assertEqual("helpfull", entry.requested_help(["prog", "--helpfull"]))
+        self.assertIsNone(entry.requested_help(["prog", "--help=false"]))
