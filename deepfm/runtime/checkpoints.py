@@ -73,7 +73,14 @@ def checkpoint_step(path: str) -> int:
 
 
 def listed_checkpoints(model_dir: str) -> List[str]:
-    """The checkpoint prefixes the state file of `model_dir` lists, oldest first, the latest last."""
+    """The checkpoint prefixes the state file of `model_dir` lists, oldest first, the latest last.
+
+    Each is a path to open as it is: TensorFlow's `get_checkpoint_state`
+    already joins the entries the saver wrote relative to the directory (its
+    usual form) with `model_dir`, whether `model_dir` is absolute or relative
+    to the working directory; joining them again would name
+    `runs/m/runs/m/model.ckpt-N` for `--model_dir runs/m`.
+    """
     state = tf.train.get_checkpoint_state(model_dir)
     if state is None:
         return []
@@ -81,7 +88,6 @@ def listed_checkpoints(model_dir: str) -> List[str]:
     for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
         if not path:
             continue
-        path = path if os.path.isabs(path) else os.path.join(model_dir, path)
         if path in paths:
             paths.remove(path)
         paths.append(path)

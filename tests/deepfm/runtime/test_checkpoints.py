@@ -80,6 +80,15 @@ class CheckpointsTest(tf.test.TestCase):
         # Without repair the state file still names the unreadable one.
         self.assertEqual(tf.train.latest_checkpoint(model_dir), latest)
 
+    def test_a_model_dir_relative_to_the_working_directory_resumes(self):
+        # The state file lists `model.ckpt-N` relative to the directory, which TensorFlow joins with
+        # the directory as given: `runs/m/model.ckpt-N`, not `runs/m/runs/m/model.ckpt-N`.
+        relative = os.path.relpath(self.trained_dir())
+        self.assertFalse(os.path.isabs(relative))
+        self.assertEqual(checkpoints.listed_checkpoints(relative)[-1],
+                         os.path.join(relative, "model.ckpt-%d" % FIRST_STEPS))
+        self.assertEqual(trainer.check_model_dir(relative, tiny_model()), FIRST_STEPS)
+
     def test_no_readable_checkpoint_is_an_error(self):
         model_dir = self.trained_dir()
         for path in checkpoints.listed_checkpoints(model_dir):
