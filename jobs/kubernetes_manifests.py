@@ -127,15 +127,14 @@ RUN apt-get update && apt-get install -y --no-install-recommends openssh-server 
     && printf 'PermitRootLogin prohibit-password\\nStrictModes no\\n' >> /etc/ssh/sshd_config
 
 WORKDIR /opt/deepfm
-COPY pyproject.toml setup.cfg README.md ./
-COPY deepfm deepfm
-COPY strategies strategies
-COPY input_pipeline input_pipeline
-COPY jobs jobs
+COPY {project_files} ./
+{copy_packages}
 RUN pip install --no-cache-dir --no-deps . && pip install --no-cache-dir prometheus-client=={prometheus}
 ENV PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 """
 PROMETHEUS_CLIENT_VERSION = "0.26.0"
+# What `pip install .` in the image reads besides the packages (setup.cfg's long_description is README.md).
+PROJECT_FILES = ("pyproject.toml", "setup.cfg", "README.md")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -597,11 +596,31 @@ def render(job: KubernetesJob) -> Dict[str, List[dict]]:
 
 def dockerfile(job: KubernetesJob, path: str = DOCKERFILE) -> str:
     """The job image's Dockerfile: the SageMaker TensorFlow 2.14 training image (CPU, or GPU where the job asks
-    for GPUs) of the job's region, plus this project."""
+    for GPUs) of the job's region, plus this project: every package a SageMaker job ships
+    (`jobs.sagemaker_job.SOURCE_PACKAGES`, the one list of them).
+
+    Args:
+      job: the job.
+      path: the Dockerfile's path as `docker build -f` takes it from the project's root.
+    """
+    copies = "\n".join("COPY %s %s" % (package, package) for package in sagemaker_job.SOURCE_PACKAGES)
     return DOCKERFILE_TEMPLATE.format(job=job.name, path=path, image=job.image, account=SAGEMAKER_IMAGE_ACCOUNT,
                                       region=job.spec.region, tag=SAGEMAKER_TF_IMAGE_TAGS[job.resources.gpus > 0],
-                                      ssh_path=SSH_PATH,
-                                      prometheus=PROMETHEUS_CLIENT_VERSION)
+                                      ssh_path=SSH_PATH, project_files=" ".join(PROJECT_FILES),
+                                      copy_packages=copies, prometheus=PROMETHEUS_CLIENT_VERSION)
+
+
+def build_path(output_dir: str, root: Optional[str] = None) -> str:
+    """The path of the Dockerfile written to `output_dir`, as `docker build -f` takes it from the project's root.
+
+    Relative to the project's root (`root`, default where this project's
+    packages are) when `output_dir` is inside it (`k8s/ctr-ps/Dockerfile`
+    for `--output_dir k8s/ctr-ps` run from the root), else absolute.
+    """
+    root = os.path.abspath(root or sagemaker_job.project_root())
+    path = os.path.abspath(os.path.join(output_dir, DOCKERFILE))
+    relative = os.path.relpath(path, root)
+    return path if relative.split(os.sep, 1)[0] == os.pardir else relative
 
 
 def dump(documents: Sequence[dict]) -> str:
@@ -632,5 +651,5 @@ def write(job: KubernetesJob, output_dir: str) -> List[str]:
         with open(os.path.join(output_dir, name), "w") as f:
             f.write(dump(documents))
     with open(os.path.join(output_dir, DOCKERFILE), "w") as f:
-        f.write(dockerfile(job, os.path.join(os.path.basename(os.path.abspath(output_dir)), DOCKERFILE)))
+        f.write(dockerfile(job, build_path(output_dir)))
     return paths

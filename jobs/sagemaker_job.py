@@ -32,6 +32,8 @@ JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 # this project.
 ENTRY_POINT = "sagemaker_entry_point.py"
 ENTRY_POINT_SOURCE = "examples/sagemaker_entry_point.py"
+# The project's packages, the one list of what a job ships: the SageMaker source tarball and the
+# Kubernetes image's Dockerfile both copy exactly these (setup.cfg installs the same; a test checks).
 SOURCE_PACKAGES = ("deepfm", "strategies", "input_pipeline", "dataprep", "jobs", "cli")
 SOURCE_TARBALL = "sourcedir.tar.gz"
 TRAINING_MODULE = "sagemaker_tensorflow_container.training:main"

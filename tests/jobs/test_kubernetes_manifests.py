@@ -8,9 +8,11 @@ their official client models (`tests/jobs/operator_models.py`): the Kubeflow
 training SDK's for TFJob and MPIJob, the Kubeflow Trainer API's for JobSet.
 """
 
+import configparser
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,7 @@ import yaml
 from jobs import kubernetes_entry
 from jobs import kubernetes_manifests as manifests
 from jobs import sagemaker_job
+from tests import command_line, paths
 from tests.jobs import operator_models
 
 API_VERSIONS = {manifests.TFJOB: manifests.TFJOB_API_VERSION, manifests.MPIJOB: manifests.MPIJOB_API_VERSION,
@@ -300,6 +303,85 @@ class BadInputTest(unittest.TestCase):
                 self.assertIn("tensorflow-training:2.14.1-cpu-py310\n", f.read())
             with self.assertRaisesRegex(FileExistsError, "pvc.yaml"):
                 manifests.write(VARIANTS["ps, one worker"](), directory)
+
+
+# Takes the project's editable install out of the import system, so only the files beside the
+# interpreter's working directory (the image's copy) can be imported, as in the image.
+IMAGE_IMPORT_PROBE = """\
+import os, sys
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+sys.path_hooks[:] = [h for h in sys.path_hooks if not getattr(h, "__module__", "").startswith("__editable__")]
+sys.path_importer_cache.clear()
+import deepfm.train, jobs.kubernetes_entry
+projects = %r
+outside = sorted(name for name, module in sys.modules.items()
+                 if name.split(".")[0] in projects and getattr(module, "__file__", None)
+                 and not os.path.abspath(module.__file__).startswith(os.getcwd() + os.sep))
+print("imported from outside the image:", outside)
+sys.exit(1 if outside else 0)
+"""
+
+
+def setup_cfg_packages():
+    """The top-level packages setup.cfg installs (`[options.packages.find] include`)."""
+    parser = configparser.ConfigParser()
+    parser.read(os.path.join(paths.REPO_ROOT, "setup.cfg"))
+    include = parser["options.packages.find"]["include"].split()
+    return {name for name in include if "." not in name}
+
+
+def dockerfile_copies(text):
+    """The sources of the Dockerfile's COPY instructions, in order."""
+    sources = []
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0] == "COPY":
+            sources += words[1:-1]
+    return sources
+
+
+class ImageTest(unittest.TestCase):
+    """The image the rendered Dockerfile builds holds every package training needs."""
+
+    def test_one_list_of_packages_for_setup_cfg_the_source_tarball_and_the_image(self):
+        self.assertEqual(setup_cfg_packages(), set(sagemaker_job.SOURCE_PACKAGES))
+        shipped = {name.split("/")[0] for name, _ in sagemaker_job.source_files()} - {sagemaker_job.ENTRY_POINT}
+        self.assertEqual(shipped, set(sagemaker_job.SOURCE_PACKAGES))
+        copies = dockerfile_copies(manifests.dockerfile(VARIANTS["ps, one worker"]()))
+        self.assertEqual(list(manifests.PROJECT_FILES) + list(sagemaker_job.SOURCE_PACKAGES), copies)
+
+    def test_the_build_command_names_the_dockerfile_from_the_project_root(self):
+        root = paths.REPO_ROOT
+        self.assertEqual("k8s/ctr-ps/Dockerfile", manifests.build_path(os.path.join(root, "k8s", "ctr-ps"), root))
+        outside = tempfile.gettempdir()
+        self.assertEqual(os.path.join(outside, "ctr-ps", "Dockerfile"),
+                         manifests.build_path(os.path.join(outside, "ctr-ps"), root))
+
+    def test_the_images_files_import_the_training_entry_point(self):
+        with tempfile.TemporaryDirectory() as work:
+            rendered = command_line.run(command_line.python_module(
+                "deepfm.kubernetes", "render", "--job_name", "ctr-ps", "--instance_count", "2",
+                "--distribution", "parameter_server", "--num_ps", "1", "--channel", "train=data/synthetic",
+                "--image", "deepfm:test", "--output_dir", "k8s/ctr-ps"), work, timeout=120)
+            self.assertEqual(0, rendered.returncode, command_line.describe("render", rendered))
+            with open(os.path.join(work, "k8s", "ctr-ps", "Dockerfile")) as f:
+                text = f.read()
+            self.assertIn("docker build -f %s -t deepfm:test ." % os.path.join(work, "k8s", "ctr-ps", "Dockerfile"),
+                          text)
+            # Exactly what the Dockerfile copies from the build context (the project's root), into an
+            # empty directory (its WORKDIR).
+            image = os.path.join(work, "image")
+            os.makedirs(image)
+            for source in dockerfile_copies(text):
+                path = os.path.join(paths.REPO_ROOT, source)
+                if os.path.isdir(path):
+                    shutil.copytree(path, os.path.join(image, source),
+                                    ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy(path, os.path.join(image, source))
+            probe = IMAGE_IMPORT_PROBE % (tuple(sagemaker_job.SOURCE_PACKAGES),)
+            result = command_line.run(["python", "-c", probe], image, timeout=300)
+            self.assertEqual(0, result.returncode, command_line.describe("import deepfm.train", result))
 
 
 if __name__ == "__main__":
