@@ -1,14 +1,18 @@
-"""Runs `python -m deepfm.launch` in tests and makes sure nothing outlives them."""
+"""Runs `python -m deepfm.launch` in tests and makes sure nothing outlives them.
+
+The launcher starts as a user starts it (`tests.command_line`: a minimal
+environment, the working directory the test gives); it passes that
+environment on to the tasks and ranks it starts, as it does for a user.
+"""
 
 import glob
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
-from tests import paths
+from tests import command_line, paths
 
 LAUNCH_TIMEOUT_S = 240
 POLL_S = 0.2
@@ -29,16 +33,19 @@ class LaunchedJob:
       launch_args: the launcher's flags (before `--`).
       log_dir: the launcher's `--log_dir`.
       train_args: the flags after `--`.
+      cwd: the launcher's working directory (relative paths in the flags
+        are relative to it).
     """
 
-    def __init__(self, test_case, launch_args, log_dir, train_args):
-        self.log_dir = log_dir
-        self.output_path = os.path.join(os.path.dirname(log_dir) or ".", "launcher_output.txt")
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        argv = [sys.executable, "-m", "deepfm.launch", *launch_args, "--log_dir", log_dir, "--", *train_args]
+    def __init__(self, test_case, launch_args, log_dir, train_args, cwd=REPO_ROOT):
+        self.cwd = cwd
+        self.log_dir = os.path.join(cwd, log_dir)
+        self.output_path = os.path.join(os.path.dirname(self.log_dir), "launcher_output.txt")
+        os.makedirs(os.path.dirname(self.output_path), exist_ok=True)
+        self.argv = command_line.python_module("deepfm.launch", *launch_args, "--log_dir", log_dir, "--",
+                                               *train_args)
         with open(self.output_path, "wb") as output:
-            self.process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env,
-                                            start_new_session=True)
+            self.process = command_line.start(self.argv, cwd, stdout=output, stderr=subprocess.STDOUT)
         self._seen = {}
         test_case.addCleanup(self.kill)
 
