@@ -3,6 +3,7 @@
     python -m benchmarks.rank_growth [--runs 3] [--steps 40] [--warmup_steps 10] [--variants a,b]
                                      [--data_dir data/synthetic_300k] [--batch_size 1024]
                                      [--train_flag=--large_batch_rule=cowclip]
+                                     [--shared_cores 2 | --shared_cores 0 --cores_per_host C --ranks_per_host R]
 
 What a rank costs as the job grows, with the hardware held fixed: N Horovod
 ranks (one TensorFlow thread each) share the machine's first two cores, and
@@ -34,19 +35,31 @@ between the two local ranks) or `--mpi` with TCP only; their bytes are
 the host's loopback counters (zero where MPI uses shared memory). The
 variants `*@2/threads2` give each of 2 ranks two TensorFlow threads.
 
+With `--shared_cores 0` the hosts are of cores of their own instead, as
+in `benchmarks.scale_out`: hosts of `--cores_per_host` vCPUs with
+`--ranks_per_host` ranks each (`hybrid@8` with 2 ranks per host: 4 hosts),
+every rank pinned to its share of its host's cores with as many TensorFlow
+threads, `single` on the cores of one rank, and the efficiency counted
+against ranks x `single`.
+
 Every process runs warm-up + steps steps (a rate measurement: the variants
-train different numbers of examples, and no evaluation runs). Results go to
+train different numbers of examples, and no evaluation runs). The results
+JSON records the machine's topology (`lscpu -e`, `lscpu`). Results go to
 `benchmarks/results/rank_growth.{md,json,png}`.
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import common
 from benchmarks import scale_out
-from jobs import hosts as hosts_lib
+from benchmarks import topology as topology_lib
+from benchmarks.scale_out import cli as scale_out_cli
+from benchmarks.scale_out import report as scale_out_report
+from strategies import strategy_names as names
 
 NAME = "rank_growth"
 DEFAULT_RUNS = 3
@@ -56,14 +69,15 @@ SHARED_CORES = 2
 RANK_COUNTS = (2, 4, 8)
 ONE_THREAD = ("--intra_op_threads", "1", "--inter_op_threads", "1")
 TWO_THREADS = ("--intra_op_threads", "2", "--inter_op_threads", "2")
-# Every variant: no evaluation (a rate measurement), one TensorFlow thread unless the variant says otherwise.
+# Every variant: no evaluation (a rate measurement); on shared cores one TensorFlow thread unless the variant
+# says otherwise (on cores of their own, the layout sets a rank's threads from its cores).
 RUN_FLAGS = ("--val_data=",)
 # Horovod cycle times tried at the largest number of ranks (Horovod's default: 1 ms).
 CYCLE_TIMES_MS = (5, 10)
 TARGET_BYTES_GROWTH = 1.3
 TARGET_CPU_VS_SINGLE = 1.25
 SMALLEST, LARGEST = RANK_COUNTS[0], RANK_COUNTS[-1]
-STRATEGIES = (scale_out.STRATEGY_HOROVOD, scale_out.STRATEGY_HYBRID)
+STRATEGIES = (names.HOROVOD, names.HYBRID)
 
 
 def variant_name(strategy: str, ranks: int, lever: str = "") -> str:
@@ -71,53 +85,65 @@ def variant_name(strategy: str, ranks: int, lever: str = "") -> str:
     return "%s@%d%s" % (strategy, ranks, "/" + lever if lever else "")
 
 
-def all_variants() -> Tuple[scale_out.Variant, ...]:
-    """`single`, each strategy at 2, 4 and 8 ranks, then the controller and thread levers at 2 ranks."""
-    variants = [scale_out.Variant(scale_out.BASELINE, scale_out.STRATEGY_SINGLE, "1 process, 1 core, 1 thread",
-                                  ONE_THREAD)]
+def all_variants(ranks_per_host: int = 1) -> Tuple[scale_out.Variant, ...]:
+    """`single`, each strategy at 2, 4 and 8 ranks, then the controller, thread and cycle levers.
+
+    Args:
+      ranks_per_host: ranks per host: `@N` runs N ranks in N / ranks_per_host
+        hosts (rank counts it does not divide are left out).
+    """
+    variants = [scale_out.Variant(scale_out.BASELINE, names.SINGLE, "1 process on the cores of one rank")]
+    counts = [ranks for ranks in RANK_COUNTS if ranks % ranks_per_host == 0]
+    where = "1 host each" if ranks_per_host == 1 else "%d per host" % ranks_per_host
     for strategy in STRATEGIES:
-        for ranks in RANK_COUNTS:
+        for ranks in counts:
             variants.append(scale_out.Variant(
-                variant_name(strategy, ranks), strategy, "%d ranks, 1 host each, Gloo, 1 thread each" % ranks,
-                ONE_THREAD, ranks=ranks))
+                variant_name(strategy, ranks), strategy, "%d ranks, %s, Gloo" % (ranks, where),
+                hosts=ranks // ranks_per_host))
     for strategy in STRATEGIES:
         for launcher, what in ((scale_out.LAUNCH_GLOO, "horovodrun --gloo"),
                                (scale_out.LAUNCH_MPI, "horovodrun --mpi (shared memory)"),
                                (scale_out.LAUNCH_MPI_TCP, "horovodrun --mpi, TCP only")):
             variants.append(scale_out.Variant(
-                variant_name(strategy, SMALLEST, launcher), strategy,
-                "%d ranks in 1 host, %s, 1 thread each" % (SMALLEST, what), ONE_THREAD, ranks=SMALLEST,
-                launcher=launcher))
-        variants.append(scale_out.Variant(
-            variant_name(strategy, SMALLEST, "threads2"), strategy,
-            "%d ranks, 1 host each, Gloo, 2 threads each" % SMALLEST, TWO_THREADS, ranks=SMALLEST))
-        for cycle_ms in CYCLE_TIMES_MS:
+                variant_name(strategy, SMALLEST, launcher), strategy, "%d ranks in 1 host, %s" % (SMALLEST, what),
+                hosts=1, ranks_per_host=SMALLEST, launcher=launcher))
+        if SMALLEST in counts:
             variants.append(scale_out.Variant(
-                variant_name(strategy, LARGEST, "cycle%gms" % cycle_ms), strategy,
-                "%d ranks, 1 host each, Gloo, 1 thread each, --hvd_cycle_time_ms %g" % (LARGEST, cycle_ms),
-                ONE_THREAD + ("--hvd_cycle_time_ms", "%g" % cycle_ms), ranks=LARGEST))
+                variant_name(strategy, SMALLEST, "threads2"), strategy,
+                "%d ranks, %s, Gloo, 2 threads each" % (SMALLEST, where), TWO_THREADS,
+                hosts=SMALLEST // ranks_per_host))
+        if LARGEST in counts:
+            for cycle_ms in CYCLE_TIMES_MS:
+                variants.append(scale_out.Variant(
+                    variant_name(strategy, LARGEST, "cycle%gms" % cycle_ms), strategy,
+                    "%d ranks, %s, Gloo, --hvd_cycle_time_ms %g" % (LARGEST, where, cycle_ms),
+                    ("--hvd_cycle_time_ms", "%g" % cycle_ms), hosts=LARGEST // ranks_per_host))
     return tuple(variants)
 
 
 def make_config(args: argparse.Namespace) -> scale_out.BenchmarkConfig:
-    """The `scale_out.BenchmarkConfig` of the parsed arguments: shared cores, the same steps everywhere.
+    """The `scale_out.BenchmarkConfig` of the parsed arguments: the same steps everywhere, shared cores by default.
 
     Raises:
       ValueError: a bad argument; the message names it and its value.
     """
-    variants = tuple(common.select_variants(args.variants, all_variants()))
-    for flag, value, least in (("runs", args.runs, 1), ("steps", args.steps, 2 * scale_out.LOG_EVERY_STEPS),
-                               ("warmup_steps", args.warmup_steps, 0), ("timeout_s", args.timeout_s, 1),
-                               ("batch_size", args.batch_size, 1)):
-        if value < least:
-            raise ValueError("--%s must be >= %g, got %r" % (flag, least, value))
+    scale_out_cli.check_least((
+        ("runs", args.runs, 1), ("steps", args.steps, 2 * scale_out.LOG_EVERY_STEPS),
+        ("warmup_steps", args.warmup_steps, 0), ("timeout_s", args.timeout_s, 1), ("batch_size", args.batch_size, 1),
+        ("shared_cores", args.shared_cores, 0), ("cores_per_host", args.cores_per_host, 1),
+        ("ranks_per_host", args.ranks_per_host, 1)))
+    variants = tuple(common.select_variants(args.variants, all_variants(args.ranks_per_host)))
     scale_out.check_train_flags(args.train_flag)
-    return scale_out.BenchmarkConfig(
+    threads = ONE_THREAD if args.shared_cores else ()
+    config = scale_out.BenchmarkConfig(
         data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.runs, steps=args.steps,
         warmup_steps=args.warmup_steps, link_gbps=scale_out.DEFAULT_LINK_GBPS, variants=variants,
         results_dir=args.results_dir, name=args.name, timeout_s=args.timeout_s, shared_note=args.shared_note,
-        batch=args.batch_size, train_flags=RUN_FLAGS + tuple(args.train_flag), shared_cores=SHARED_CORES,
-        same_steps=True)
+        batch=args.batch_size, train_flags=RUN_FLAGS + threads + tuple(args.train_flag),
+        shared_cores=args.shared_cores, same_steps=True, cores_per_host=args.cores_per_host,
+        ranks_per_host=args.ranks_per_host, hosts_mode=args.hosts_mode)
+    scale_out_cli.check_hosts_mode(config)
+    return config
 
 
 def growth(rows: Dict[str, Dict], strategy: str, field: str) -> Optional[float]:
@@ -129,7 +155,8 @@ def growth(rows: Dict[str, Dict], strategy: str, field: str) -> Optional[float]:
 
 
 def report_body(config: scale_out.BenchmarkConfig, results: Dict[str, List[scale_out.RunResult]],
-                failures: Dict[str, List[str]], load: Optional[Tuple[float, float]]) -> str:
+                failures: Dict[str, List[str]], load: Optional[Tuple[float, float]],
+                topology: Optional[topology_lib.Topology] = None) -> str:
     """The markdown of the report: set-up, table, growth and the goals."""
     rows = scale_out.summary_rows(config, results)
     table = []
@@ -138,20 +165,22 @@ def report_body(config: scale_out.BenchmarkConfig, results: Dict[str, List[scale
         note = " (%d of %d runs failed)" % (failed, config.runs) if failed else ""
         row = rows.get(variant.name)
         if row is None:
-            table.append([variant.name, variant.note, "failed" + note] + ["n/a"] * 5)
+            table.append([variant.name, variant.note, variant.shape(), "failed" + note] + ["n/a"] * 5)
             continue
         runs = results[variant.name]
         table.append([
-            variant.name, variant.note, row["stats"].fmt() + note,
+            variant.name, variant.note, variant.shape(), row["stats"].fmt() + note,
             row["efficiency_stats"].fmt(".2f") if row["efficiency"] is not None else "n/a",
             _stats(runs, "cpu_seconds_per_1k").fmt(".3f"),
             _stats(runs, "tx_bytes_per_step", scale_out.MB).fmt(".2f") if variant.processes > 1 else "-",
             "%.1f" % row["step_ms"],
             "n/a" if row["other_cores"] is None else "%.2f" % row["other_cores"]])
-    header = ["variant", "what", "examples/sec median (min-max)", "efficiency vs 2 x single (min-max)",
+    header = ["variant", "what", "ranks x cores", "examples/sec median (min-max)",
+              "efficiency vs %s x single (min-max)" % (config.shared_cores or "ranks"),
               "CPU-s per 1k examples (min-max)", "MB sent per step per rank (min-max)", "step ms of a rank",
               "other load (cores)"]
-    sections = [_setup_text(config, load), common.markdown_table(header, table), _goal_text(config, rows)]
+    sections = [_setup_text(config, load), scale_out_report.topology_text(config, topology),
+                common.markdown_table(header, table), _goal_text(config, rows)]
     return "\n\n".join(s for s in sections if s)
 
 
@@ -160,19 +189,26 @@ def _stats(runs: Sequence[scale_out.RunResult], field: str, unit: float = 1.0) -
 
 
 def _setup_text(config: scale_out.BenchmarkConfig, load: Optional[Tuple[float, float]]) -> str:
+    if config.shared_cores:
+        where = ("N Horovod ranks, each in an emulated host of its own (`jobs.hosts`, a 25 Gbit/s token bucket per "
+                 "host, no latency model), every host pinned to the same %d cores; `single` on one of them. One "
+                 "TensorFlow thread per process (`--intra_op_threads 1 --inter_op_threads 1`) unless the variant "
+                 "says otherwise." % config.shared_cores)
+        efficiency = "%d x `single`'s" % config.shared_cores
+    else:
+        where = ("N Horovod ranks in %s, %s; `single` on the cores of one rank." % (
+            scale_out_report.hosts_text(config), config.layout_text()))
+        efficiency = "ranks x `single`'s"
     return (
-        "N Horovod ranks, each in an emulated host of its own (`jobs.hosts`, a 25 Gbit/s token bucket per host, "
-        "no latency model), every host pinned to the same %d cores; `single` on one of them. One TensorFlow "
-        "thread per process (`--intra_op_threads 1 --inter_op_threads 1`) unless the variant says otherwise. "
-        "DeepFM at the defaults on `%s`, per-replica batch %s%s, no evaluation; %d run(s) per variant, "
+        "%s DeepFM at the defaults on `%s`, per-replica batch %s%s, no evaluation; %d run(s) per variant, "
         "interleaved, each a fresh set of processes; every process runs %d warm-up + %d timed steps. MB sent per "
-        "step per rank: the hosts' `eth0` tx bytes in the window / the ranks' steps (`/x` variants in one host: "
-        "its loopback bytes). CPU-s per 1k examples: every process of the job. Efficiency: examples/sec / (%d x "
-        "`single`'s in the same round), median over rounds. Other load: the machine's CPU in the window not used "
+        "step per rank: the hosts' interface tx bytes in the window / the ranks' steps (`/x` variants in one host: "
+        "its loopback bytes). CPU-s per 1k examples: every process of the job. Efficiency: examples/sec / (%s "
+        "in the same round), median over rounds. Other load: the machine's CPU in the window not used "
         "by the job, in cores.%s %s" % (
-            config.shared_cores, os.path.basename(config.data_dir), format(config.batch, ","),
-            "".join(", `%s`" % flag for flag in config.train_flags if flag not in RUN_FLAGS), config.runs,
-            config.warmup_steps, config.steps, config.shared_cores,
+            where, os.path.basename(config.data_dir), format(config.batch, ","),
+            "".join(", `%s`" % flag for flag in config.train_flags if flag not in RUN_FLAGS + ONE_THREAD),
+            config.runs, config.warmup_steps, config.steps, efficiency,
             " 1-minute load average before / after: %.2f / %.2f." % tuple(load) if load else "",
             config.shared_note))
 
@@ -185,12 +221,12 @@ def _goal_text(config: scale_out.BenchmarkConfig, rows: Dict[str, Dict]) -> str:
             continue
         lines.append("- `%s` from %d to %d ranks: bytes per rank x%.2f, CPU per example x%.2f" % (
             strategy, SMALLEST, LARGEST, tx, cpu))
-    hybrid_tx = growth(rows, scale_out.STRATEGY_HYBRID, "tx_mb_per_step")
+    hybrid_tx = growth(rows, names.HYBRID, "tx_mb_per_step")
     if hybrid_tx is not None:
         lines.append("- goal: `hybrid`'s bytes per rank within x%.2f from %d to %d ranks: %s (x%.2f)" % (
             TARGET_BYTES_GROWTH, SMALLEST, LARGEST, "met" if hybrid_tx <= TARGET_BYTES_GROWTH else "not met",
             hybrid_tx))
-    largest, single = rows.get(variant_name(scale_out.STRATEGY_HYBRID, LARGEST)), rows.get(scale_out.BASELINE)
+    largest, single = rows.get(variant_name(names.HYBRID, LARGEST)), rows.get(scale_out.BASELINE)
     if largest and single:
         ratio = largest["cpu_s_per_1k"] / single["cpu_s_per_1k"]
         lines.append("- goal: `hybrid`'s CPU per example at %d ranks within x%.2f of `single`'s: %s (x%.2f)" % (
@@ -206,8 +242,10 @@ def write_chart(config: scale_out.BenchmarkConfig, results: Dict[str, List[scale
     reference = None
     if results.get(scale_out.BASELINE):
         reference = TARGET_CPU_VS_SINGLE * _stats(results[scale_out.BASELINE], "cpu_seconds_per_1k").median
-    return common.bar_chart(config.name, "DeepFM, N ranks sharing %d cores, batch %s per rank" % (
-        config.shared_cores, format(config.batch, ",")), shown,
+    where = ("sharing %d cores" % config.shared_cores if config.shared_cores
+             else "in hosts of %d cores, %d per host" % (config.cores_per_host, config.ranks_per_host))
+    return common.bar_chart(config.name, "DeepFM, N ranks %s, batch %s per rank" % (
+        where, format(config.batch, ",")), shown,
         [_stats(results[name], "cpu_seconds_per_1k") for name in shown], "CPU-seconds per 1,000 examples",
         reference, "%.2f x single" % TARGET_CPU_VS_SINGLE, results_dir=config.results_dir)
 
@@ -221,13 +259,17 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--warmup_steps", type=int, default=DEFAULT_WARMUP_STEPS)
     parser.add_argument("--batch_size", type=int, default=scale_out.BATCH, help="per-replica batch")
     parser.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
+    parser.add_argument("--shared_cores", type=int, default=SHARED_CORES,
+                        help="every host on the same first N cores (0: hosts of --cores_per_host cores of their own)")
+    scale_out.add_layout_arguments(parser)
     scale_out.add_train_flag_argument(parser)
     parser.add_argument("--results_dir", default=common.RESULTS_DIR)
     parser.add_argument("--name", default=NAME, help="the report's file name")
     parser.add_argument("--timeout_s", type=float, default=scale_out.RUN_TIMEOUT_S)
     parser.add_argument("--shared_note", default="", help="what else ran on the machine, for the report")
     parser.add_argument("--report_only", help="write the report again from this results JSON (no runs; "
-                        "--variants, --runs, --steps, --warmup_steps, --batch_size, --train_flag as it was run)")
+                        "--variants, --runs, --steps, --warmup_steps, --batch_size, --shared_cores, --cores_per_host, "
+                        "--ranks_per_host, --train_flag as it was run)")
     return parser.parse_args(argv)
 
 
@@ -240,22 +282,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     if args.report_only:
         results, failures, _ = scale_out.load_results(args.report_only)
-        load = scale_out.load_setup(args.report_only).get("load_average")
+        setup = scale_out.load_setup(args.report_only)
+        load = setup.get("load_average")
+        config = dataclasses.replace(config, hosts_mode=setup.get("hosts_mode", config.hosts_mode))
+        topology = topology_lib.Topology.from_dict(setup.get("topology"))
     else:
-        reason = hosts_lib.check_privileges()
+        topology = topology_lib.read()
+        reason = scale_out_cli.start_checks(config, topology)
         if reason:
             print("error: %s" % reason, file=sys.stderr)
             return 2
         common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
         scale_out.exit_on_sigterm()
         load_before = os.getloadavg()[0]
-        results, failures, _ = scale_out.measure(config)
+        config, results, failures, _ = scale_out_cli.run_measurement(config, topology)
         load = (load_before, os.getloadavg()[0])
-    body = report_body(config, results, failures, load)
+    body = report_body(config, results, failures, load, topology)
     info = scale_out.report_machine(args.report_only)
-    info["cores used"] = "%d, shared by every rank (pinned)" % config.shared_cores
-    common.write_report(config.name, "Growth with ranks on shared cores", body, info,
-                        scale_out.raw_results(config, results, failures, None, load), results_dir=config.results_dir)
+    info["cores used"] = ("%d, shared by every rank (pinned)" % config.shared_cores if config.shared_cores
+                          else "%d hosts, %s" % (config.num_hosts, config.layout_text()))
+    common.write_report(config.name, "Growth with ranks" + (" on shared cores" if config.shared_cores else ""),
+                        body, info, scale_out.raw_results(config, results, failures, None, load, topology),
+                        results_dir=config.results_dir)
     write_chart(config, results)
     print(body)
     return 1 if any(failures.values()) else 0

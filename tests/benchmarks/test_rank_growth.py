@@ -5,8 +5,10 @@ import tensorflow as tf
 
 from benchmarks import rank_growth as bench
 from benchmarks import scale_out
+from benchmarks.scale_out import layout
 from dataprep import synthetic
 from jobs import hosts as hosts_lib
+from strategies import strategy_names as names
 
 ROWS = 3000
 FEATURE_SIZE = 2000
@@ -18,6 +20,11 @@ def _config(variants, **overrides):
     args = ["--variants", variants, "--runs", "1", "--steps", str(STEPS), "--warmup_steps", str(WARMUP)]
     args += ["--%s=%s" % (key, value) for key, value in overrides.items()]
     return bench.make_config(bench.parse_args(args))
+
+
+def _last(argv, flag):
+    """The value of the last `flag` in `argv` (deepfm.train's flags: the last one wins)."""
+    return argv[len(argv) - 1 - argv[::-1].index(flag) + 1]
 
 
 def _run(rate, tx_per_step, cpu_s, steps=(10.0, 10.0)):
@@ -36,17 +43,49 @@ class ConfigTest(tf.test.TestCase):
         self.assertEqual((1, 2, 8, 1, 2), tuple(v.num_hosts for v in config.variants))
         self.assertEqual(8, config.num_hosts)
         # Efficiency: single against its one core, every job against the two.
-        self.assertEqual((1, 2, 2, 2, 2), tuple(config.cores(v) for v in config.variants))
+        self.assertEqual((1, 2, 2, 2, 2), tuple(config.references(v) for v in config.variants))
         for variant in config.variants:
             self.assertEqual(STEPS + WARMUP, config.max_steps(variant))
-            argv = scale_out.host_processes(variant, config, self.get_temp_dir(), 0)[0]["argv"]
-            threads_flag = argv[argv.index("--intra_op_threads") + 1]
-            self.assertEqual("2" if variant is threads else "1", threads_flag, variant.name)
+            plan = layout.plan(variant, [0, 1], config.shared_cores)
+            argv = scale_out.host_processes(variant, config, self.get_temp_dir(), 0, plan=plan)[0]["argv"]
+            self.assertEqual("2" if variant is threads else "1", _last(argv, "--intra_op_threads"), variant.name)
             self.assertIn("--val_data=", argv)
+            # Shared cores: the hosts are pinned, not the processes within them.
+            self.assertNotIn(layout.TASKSET, argv)
         self.assertEqual(scale_out.LAUNCH_MPI, mpi.launcher)
-        self.assertEqual(scale_out.STRATEGY_HYBRID, hybrid.strategy)
-        self.assertEqual(scale_out.STRATEGY_HOROVOD, horovod.strategy)
-        self.assertEqual(scale_out.STRATEGY_SINGLE, single.strategy)
+        self.assertEqual(names.HYBRID, hybrid.strategy)
+        self.assertEqual(names.HOROVOD, horovod.strategy)
+        self.assertEqual(names.SINGLE, single.strategy)
+
+    def test_hosts_of_their_own_cores_with_ranks_per_host(self):
+        config = _config("single,hybrid@2,hybrid@8", shared_cores=0, cores_per_host=4, ranks_per_host=2)
+        single, two, eight = config.variants
+        # @N: N ranks, 2 per host, each on 2 of its host's 4 cores with 2 threads; single on the cores of one rank.
+        self.assertEqual((1, 1, 4), tuple(v.num_hosts for v in config.variants))
+        self.assertEqual((1, 2, 8), tuple(config.references(v) for v in config.variants))
+        self.assertEqual(("1x2", "2x2", "8x2"), tuple(v.shape() for v in config.variants))
+        order = list(range(16))
+        plan = layout.plan(eight, order)
+        self.assertEqual(((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11), (12, 13, 14, 15)), plan.hosts)
+        processes = scale_out.host_processes(eight, config, self.get_temp_dir(), 3, plan=plan)
+        self.assertEqual([["taskset", "--cpu-list", "12-13"], ["taskset", "--cpu-list", "14-15"]],
+                         [p["argv"][:3] for p in processes])
+        for process in processes:
+            self.assertEqual("2", _last(process["argv"], "--intra_op_threads"))
+            self.assertEqual("2", _last(process["argv"], "--inter_op_threads"))
+        self.assertEqual(["6", "7"], [p["env"]["HOROVOD_RANK"] for p in processes])
+        self.assertEqual(["3", "3"], [p["env"]["HOROVOD_CROSS_RANK"] for p in processes])
+        (process,) = scale_out.host_processes(single, config, self.get_temp_dir(), 0, plan=layout.plan(single, order))
+        self.assertEqual(["taskset", "--cpu-list", "0-1"], process["argv"][:3])
+        # A layout that needs more vCPUs than there are is named before anything starts.
+        with self.assertRaisesRegex(ValueError, "4 host\\(s\\) x 4 core\\(s\\) need 16 vCPUs; this process may use 2"):
+            layout.plan(eight, [0, 1])
+        self.assertNotIn("hybrid@2/threads2", [v.name for v in bench.all_variants(ranks_per_host=4)])
+
+    def test_hosts_of_several_cores_need_shared_cores_off(self):
+        with self.assertRaisesRegex(ValueError, "--cores_per_host 4 / --ranks_per_host 1: hosts of their own cores; "
+                                    "with shared cores \\(2\\)"):
+            _config("single", cores_per_host=4)
 
     def test_unknown_variant_is_named(self):
         with self.assertRaisesRegex(ValueError, "unknown 'hybrid@16'"):
@@ -75,9 +114,9 @@ class GrowthTest(tf.test.TestCase):
                    "hybrid@2": [_run(25_000.0, 1e6, 1.5)],
                    "hybrid@8": [_run(25_000.0, 1.2e6, 2.0, steps=(10.0,) * 8)]}
         rows = scale_out.summary_rows(config, results)
-        self.assertAllClose(1.2, bench.growth(rows, scale_out.STRATEGY_HYBRID, "tx_mb_per_step"))
-        self.assertAllClose(2.0 / 1.5, bench.growth(rows, scale_out.STRATEGY_HYBRID, "cpu_s_per_1k"))
-        self.assertIsNone(bench.growth(rows, scale_out.STRATEGY_HOROVOD, "tx_mb_per_step"))
+        self.assertAllClose(1.2, bench.growth(rows, names.HYBRID, "tx_mb_per_step"))
+        self.assertAllClose(2.0 / 1.5, bench.growth(rows, names.HYBRID, "cpu_s_per_1k"))
+        self.assertIsNone(bench.growth(rows, names.HOROVOD, "tx_mb_per_step"))
         self.assertAllClose(0.5, rows["hybrid@8"]["efficiency"])
         body = bench.report_body(config, results, {}, (0.1, 0.2))
         self.assertIn("bytes per rank within x1.30 from 2 to 8 ranks: met (x1.20)", body)

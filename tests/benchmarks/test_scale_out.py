@@ -6,15 +6,19 @@ import os
 import signal
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 import tensorflow as tf
 
 from benchmarks import common
 from benchmarks import scale_out as bench
+from benchmarks.scale_out import layout
+from benchmarks.scale_out import runner
 from deepfm.runtime import hooks
 from dataprep import synthetic
 from jobs import hosts as hosts_lib
+from strategies import strategy_names as names
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS = 3000
@@ -56,7 +60,7 @@ class ConfigTest(tf.test.TestCase):
         self.assertEqual(4096, config.batch)
         for variant in config.variants:
             # Independent copies of single each train what single does.
-            processes = 1 if variant.strategy == bench.STRATEGY_SINGLE else variant.processes
+            processes = 1 if variant.is_single else variant.processes
             self.assertEqual(config.examples, config.max_steps(variant) * processes * 4096, variant.name)
 
     def test_batch_and_run_flags_reach_every_training(self):
@@ -70,24 +74,19 @@ class ConfigTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "--train_flag 'exchange_fp16': give a whole deepfm.train flag"):
             _config(train_flag="exchange_fp16")
 
-    def test_efficiency_counts_the_cores_a_variant_ran_on(self):
+    def test_efficiency_counts_the_processes_or_the_shared_cores(self):
         config = _config(variants="single,hybrid")
         single, hybrid = config.variants
-        self.assertEqual((1, 2), (config.cores(single), config.cores(hybrid)))
-        shared = dataclasses.replace(config, shared_cores=2, variants=(single, dataclasses.replace(hybrid, ranks=8)))
-        self.assertEqual((1, 2), (shared.cores(single), shared.cores(shared.variants[1])))
+        self.assertEqual((1, 2), (config.references(single), config.references(hybrid)))
+        shared = dataclasses.replace(config, shared_cores=2, variants=(single, dataclasses.replace(hybrid, hosts=8)))
+        self.assertEqual((1, 2), (shared.references(single), shared.references(shared.variants[1])))
         self.assertEqual(8, shared.num_hosts)
-        # Every host on the same first two cores this process may use.
-        first_two = tuple(sorted(os.sched_getaffinity(0))[:2])
-        if len(first_two) == 2:
-            self.assertEqual([first_two] * 8, bench.network_cpus(shared))
-        else:
-            with self.assertRaisesRegex(ValueError, "need 2 cores"):
-                bench.network_cpus(shared)
-        host = hosts_lib.Host("algo-1", "ns", "198.18.0.2", cpus=(0, 1))
-        # A single among shared cores runs on one of them.
-        self.assertEqual((0,), bench.host_cpus(shared, single, host))
-        self.assertEqual((0, 1), bench.host_cpus(shared, shared.variants[1], host))
+        # Every host on the same first two cores; a single among them on one.
+        plan = layout.plan(shared.variants[1], [5, 6, 7], shared.shared_cores)
+        self.assertEqual(((5, 6),) * 8, plan.hosts)
+        self.assertEqual(((5,),), layout.plan(single, [5, 6, 7], shared.shared_cores).hosts)
+        with self.assertRaisesRegex(ValueError, "2 shared core\\(s\\) need 2 vCPUs; this process may use 1 \\(5\\)"):
+            layout.plan(shared.variants[1], [5], shared.shared_cores)
 
     def test_targets_by_batch(self):
         self.assertEqual(0.75, bench.target_efficiency(1024))
@@ -101,7 +100,7 @@ class ConfigTest(tf.test.TestCase):
 
     def test_a_launcher_needs_horovod_ranks(self):
         with self.assertRaisesRegex(ValueError, "variant x: launcher 'mpi' needs a strategy of Horovod ranks"):
-            bench.Variant("x", bench.STRATEGY_PS, "", launcher=bench.LAUNCH_MPI)
+            bench.Variant("x", names.PS, "", launcher=bench.LAUNCH_MPI)
 
     def test_lever_references_are_variants(self):
         names = {v.name for v in bench.all_variants()}
@@ -127,7 +126,7 @@ class HostProcessesTest(tf.test.TestCase):
             ps, trainer = bench.host_processes(ps_variant, config, self.get_temp_dir(), index)
             # The toolkit's kind of parameter server: a plain server, stopped when the host's trainer ends.
             self.assertTrue(ps["service"])
-            self.assertIn("--child_ps", ps["argv"])
+            self.assertEqual(["-m", "benchmarks.scale_out.supervisor", "ps"], ps["argv"][1:])
             self.assertFalse(trainer["service"])
         cluster = tasks[0][1]["cluster"]
         self.assertEqual(["algo-1:2222"], cluster["master"])
@@ -156,7 +155,8 @@ class HostProcessesTest(tf.test.TestCase):
 
     def test_ranks_in_one_host_are_started_by_horovodrun(self):
         config = _config(variants="hybrid")
-        variant = bench.Variant("hybrid/mpi", bench.STRATEGY_HYBRID, "", ranks=2, launcher=bench.LAUNCH_MPI_TCP)
+        variant = bench.Variant("hybrid/mpi", names.HYBRID, "", hosts=1, ranks_per_host=2,
+                                launcher=bench.LAUNCH_MPI_TCP)
         self.assertEqual(1, variant.num_hosts)
         (process,) = bench.host_processes(variant, config, self.get_temp_dir(), 0)
         argv = process["argv"]
@@ -326,6 +326,54 @@ class RoundEfficiencyTest(tf.test.TestCase):
         stats = bench.round_efficiencies(horovod, runs, single)
         self.assertEqual([0.75, 0.75], stats.values)
         self.assertIsNone(bench.round_efficiencies(horovod, runs, []))
+
+
+class RunRoundsTest(tf.test.TestCase):
+    """The rounds' order and deadline, with each run a given function of its variant (no processes)."""
+
+    def _result(self, rate):
+        return bench.RunResult(examples_per_sec=rate, window_s=1.0, steps=[1.0], cpu_seconds={}, tx_bytes=[0.0],
+                               rx_bytes=[0.0], host_cpu_seconds=[0.0])
+
+    def test_interleaved_rounds_and_failures(self):
+        config = _config(variants="single,hybrid")
+        jobs = [runner.Job(v.name, config, v) for v in config.variants]
+        calls, written = [], []
+
+        def run_one(variant, run_config, hosts, order=None, timeout_s=None):
+            del run_config, hosts, order
+            calls.append((variant.name, timeout_s))
+            if variant.name == "hybrid" and len(calls) == 2:
+                raise RuntimeError("hybrid: host exit codes [1, 0]")
+            return self._result(100.0)
+
+        rounds = runner.run_rounds(jobs, None, 2, order=[0, 1], on_run=lambda r: written.append(len(r.results)),
+                                   run_one=run_one)
+        self.assertEqual(["single", "hybrid", "single", "hybrid"], [name for name, _ in calls])
+        self.assertEqual([0, 1], [r.round for r in rounds.results["single"]])
+        self.assertEqual([1], [r.round for r in rounds.results["hybrid"]])
+        self.assertEqual(["hybrid: host exit codes [1, 0]"], rounds.failures["hybrid"])
+        self.assertLen(written, 4)
+
+    def test_runs_that_would_end_after_the_deadline_are_skipped(self):
+        config = _config(variants="single,hybrid")
+        jobs = [runner.Job(v.name, config, v) for v in config.variants]
+        clock = [1000.0]
+        calls = []
+
+        def run_one(variant, run_config, hosts, order=None, timeout_s=None):
+            del run_config, hosts, order
+            calls.append((variant.name, timeout_s))
+            clock[0] += 40.0 if variant.name == "single" else 70.0
+            return self._result(100.0)
+
+        with mock.patch.object(runner.time, "monotonic", lambda: clock[0]):
+            rounds = runner.run_rounds(jobs, None, 3, order=[0, 1], deadline=1000.0 + 200.0, run_one=run_one)
+        # Round 0: single (40 s), hybrid (70 s); round 1: single fits (90 s left), hybrid (70 s) does not
+        # after it (50 s left); round 2: nothing fits in 50 s but single's 40 s.
+        self.assertEqual([("single", 200.0), ("hybrid", 160.0), ("single", 90.0), ("single", 50.0)], calls)
+        self.assertEqual([1, 2], rounds.skipped["hybrid"])
+        self.assertEqual([], rounds.skipped["single"])
 
 
 class SigtermTest(tf.test.TestCase):

@@ -1,0 +1,152 @@
+"""The hosts a run's processes start in: emulated (network namespaces) or local (blocks of this machine's cores).
+
+* `EmulatedHosts` (`HOSTS_EMULATED`): `jobs.hosts.HostNetwork`, a network
+  namespace per host with its own address and name (`algo-1`, ...), an
+  optional token-bucket egress limit per host (this kernel has no `netem`,
+  so latency is not modelled). Each run starts every host's supervisor as
+  the host's init, pinned to the host's cores. Needs root.
+* `LocalHosts` (`HOSTS_LOCAL`): no namespaces (a machine where they cannot
+  be made): a host is its supervisor's process group on this machine,
+  pinned to the host's cores with `taskset`; ranks meet over the loopback
+  interface at 127.0.0.1, whose byte counters (the whole machine's) are
+  sampled once, on the first host; no bandwidth limit; `ps` needs host
+  names and runs only on emulated hosts.
+
+`open_hosts` makes either; `HOSTS_AUTO` makes emulated hosts where it can
+and says why not where it falls back to local ones.
+"""
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from typing import Iterator, Optional, Sequence
+
+from benchmarks.scale_out import layout
+from benchmarks.scale_out.config import HOSTS_AUTO, HOSTS_EMULATED, HOSTS_LOCAL
+from benchmarks.scale_out.variants import host_names
+from jobs import hosts as hosts_lib
+
+LOOPBACK = "lo"
+LOCAL_ADDRESS = "127.0.0.1"
+
+
+class EmulatedHosts:
+    """Hosts in network namespaces (`jobs.hosts`); see the module docstring."""
+
+    mode = HOSTS_EMULATED
+    interface = hosts_lib.DEFAULT_INTERFACE
+
+    def __init__(self, count: int, link_gbps: float):
+        self._network = hosts_lib.HostNetwork(host_names(count), link=hosts_lib.LinkModel(gbps=link_gbps))
+        self.names = tuple(host.name for host in self._network.hosts)
+        self.note = ""
+
+    def address(self, name: str) -> str:
+        """How the host called `name` is reached from the others."""
+        return name
+
+    def interface_of(self, index: int) -> Optional[str]:
+        """The interface whose counters host `index` samples."""
+        return self.interface
+
+    def start(self, index: int, argv: Sequence[str], env: dict, cpus: Sequence[int], cwd: str, work: str,
+              log_path: str) -> subprocess.Popen:
+        """Starts `argv` as host `index`'s init's command, every process of the host pinned to `cpus`."""
+        host = self._network.hosts[index]
+        init = hosts_lib.InitSpec(hostname=host.name, argv=tuple(argv), env=env, cpus=tuple(cpus), cwd=cwd)
+        init_path = init.write(os.path.join(work, "init-%s.json" % host.name))
+        with open(log_path, "w") as log:
+            return subprocess.Popen(self._network.command(host, init_path), stdout=log, stderr=subprocess.STDOUT)
+
+    @staticmethod
+    def kill(proc: subprocess.Popen) -> None:
+        """Kills a host started by `start`: its init, and so everything in it."""
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+    def close(self) -> None:
+        self._network.close()
+
+
+class LocalHosts:
+    """Hosts as blocks of this machine's cores, without namespaces; see the module docstring."""
+
+    mode = HOSTS_LOCAL
+    interface = LOOPBACK
+
+    def __init__(self, count: int, note: str = ""):
+        self.names = host_names(count)
+        self.note = note
+
+    def address(self, name: str) -> str:
+        del name
+        return LOCAL_ADDRESS
+
+    def interface_of(self, index: int) -> Optional[str]:
+        # One loopback interface for every host: counted once.
+        return LOOPBACK if index == 0 else None
+
+    @staticmethod
+    def start(index: int, argv: Sequence[str], env: dict, cpus: Sequence[int], cwd: str, work: str,
+              log_path: str) -> subprocess.Popen:
+        """Starts `argv` in a session of its own, pinned to `cpus` (`taskset`)."""
+        del index, work
+        pin = [layout.TASKSET, "--cpu-list", layout.cpu_list(cpus)] if cpus else []
+        with open(log_path, "w") as log:
+            return subprocess.Popen(pin + list(argv), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+
+    @staticmethod
+    def kill(proc: subprocess.Popen) -> None:
+        """Kills a host started by `start`: its supervisor's process group (its processes with it)."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def close(self) -> None:
+        pass
+
+
+def local_reason() -> Optional[str]:
+    """Why local hosts cannot run here (no `taskset`), or None."""
+    if shutil.which(layout.TASKSET) is None:
+        return "no %s on PATH (Debian package util-linux): hosts cannot be pinned to their cores" % layout.TASKSET
+    return None
+
+
+@contextlib.contextmanager
+def open_hosts(mode: str, count: int, link_gbps: float) -> Iterator[object]:
+    """`count` hosts of `mode` (`HOSTS_AUTO`: emulated where they can be made, else local, saying why).
+
+    Raises:
+      hosts_lib.HostSetupError: emulated hosts asked for and they cannot be made here.
+      OSError: local hosts without `taskset`.
+    """
+    if mode == HOSTS_LOCAL:
+        reason = local_reason()
+        if reason:
+            raise OSError(reason)
+        hosts = LocalHosts(count)
+    else:
+        try:
+            reason = hosts_lib.check_privileges()
+            if reason:
+                raise hosts_lib.HostSetupError(reason)
+            hosts = EmulatedHosts(count, link_gbps)
+        except hosts_lib.HostSetupError as e:
+            if mode != HOSTS_AUTO:
+                raise
+            print("emulated hosts cannot be made here (%s): hosts are blocks of this machine's cores, ranks "
+                  "over the loopback interface" % e, file=sys.stderr, flush=True)
+            hosts = LocalHosts(count, note="emulated hosts could not be made: %s" % e)
+    try:
+        yield hosts
+    finally:
+        hosts.close()
+
