@@ -1,14 +1,17 @@
-"""Which strategy to scale out with: measures a step here, predicts N hosts x C cores with `strategies.cost_model`.
+"""Which strategy, and how many processes per host, to scale out with: measures a step here, predicts the cluster.
 
-    python -m deepfm.advise --data data/synthetic_300k --hosts 2 --cores_per_host 1 --link_gbps 25
+    python -m deepfm.advise --data data/synthetic_300k --hosts 2 --cores_per_host 16 --link_gbps 25
 
 Measures on this machine, pinned to one core: the wall time of a training
 step of the default model on real batches of `--data` (input pipeline
 included, `--steps` steps after `--warmup_steps`), the ids and distinct ids
 per batch and the parameters outside the embedding tables. Then prints the
-predicted examples/sec of every strategy for the cluster shape, and the one
-it would pick with the reason. `--compute_ms` replaces the measured step
-(e.g. a GPU's step time measured elsewhere).
+predicted examples/sec of every strategy for the cluster shape at every
+number of training processes per host that divides its cores (each
+process on cores_per_host / processes cores, as many threads;
+`--ranks_per_host` fixes it), and the strategy and layout it would pick with
+the reason. `--compute_ms` replaces the measured step (e.g. a GPU's step
+time measured elsewhere).
 
 What a distributed step costs beyond its compute and its bytes' time on
 the link (`cost_model.StepCosts`: a fixed cost, CPU per byte moved, and a
@@ -22,6 +25,14 @@ each 2-host variant measured there, the prediction next to the
 measurement and the error. Runs at another per-replica batch than
 `--batch_size` are read with that batch's distinct ids, counted on
 `--data` (the runs' data).
+
+What a process's further cores give (`cost_model.CoreCosts`: the serial
+share of a step's compute, the share of the exchange's cost that spreads
+over a rank's cores) defaults to the figures of 16 vCPUs in
+`CORES_FITTED_TO` (`benchmarks.multicore`'s format: one process on 4 vCPUs
+against one, and `horovod` at 2 hosts of 4 vCPUs against 2 of 1);
+`--fit_cores_to` fits them to other runs of `benchmarks.multicore`, whose
+results `--check_against` also reads (every distributed run at its layout).
 """
 
 import contextlib
@@ -29,7 +40,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Dict, List, Mapping, NamedTuple, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from absl import app, flags
 
@@ -48,6 +59,11 @@ CALIBRATED_COSTS = {
     cost_model.PS: cost_model.StepCosts(overhead_s=10.69e-3, cpu_s_per_byte=0.609e-9, compute_factor=0.1355),
     cost_model.HYBRID: cost_model.StepCosts(overhead_s=21.83e-3, cpu_s_per_byte=0.904e-9, compute_factor=0.122),
 }
+# What a process's further cores give (`cost_model.CoreCosts`), fitted by `fit_cores` (`--fit_cores_to`) to
+# CORES_FITTED_TO: the serial share to single on 4 vCPUs (2.36x one), the spread to horovod at 2 hosts of 4 vCPUs
+# against 2 hosts of 1 (batch 1,024); the other rows of the file are held out.
+CORES_FITTED_TO = ("benchmarks/results/multicore_16vcpu_issue33.json",)
+CALIBRATED_CORE_COSTS = cost_model.CoreCosts(serial_fraction=0.2312, exchange_spread=0.4473)
 DEDUP_FLAG = "--dedup_lookups"
 FP16_EXCHANGE_FLAG = "--exchange_fp16"
 SINGLE_VARIANT = "single"
@@ -65,7 +81,9 @@ def define_flags() -> None:
     """Defines the flags of the entry point."""
     flags.DEFINE_string("data", None, "A dataset root (metadata.json, train/) to measure a step on.")
     flags.DEFINE_integer("hosts", 2, "Hosts of the cluster.")
-    flags.DEFINE_integer("cores_per_host", 1, "Cores per host (one training process per core).")
+    flags.DEFINE_integer("cores_per_host", 1, "Cores per host.")
+    flags.DEFINE_integer("ranks_per_host", 0, "Training processes per host, each on cores_per_host / ranks_per_host "
+                         "cores (0: advise it, trying every number that divides the cores).")
     flags.DEFINE_float("link_gbps", 25.0, "Each host's link in Gbit/s.")
     flags.DEFINE_float("latency_us", cost_model.DEFAULT_LATENCY_S * 1e6, "One-way latency between hosts in us.")
     flags.DEFINE_integer("batch_size", config_lib.DEFAULT_BATCH_SIZE, "Examples per replica and step.")
@@ -75,8 +93,10 @@ def define_flags() -> None:
     flags.DEFINE_float("compute_ms", None, "Use this step time instead of measuring one.")
     flags.DEFINE_list("fit_to", [], "benchmarks.scale_out results JSONs (comma-separated) to fit the costs of a "
                       "distributed step to (default: the costs fitted to %s)." % " and ".join(FITTED_TO))
-    flags.DEFINE_list("check_against", [], "benchmarks.scale_out results JSONs (comma-separated): print the "
-                      "predictions next to their measured 2-host variants.")
+    flags.DEFINE_list("check_against", [], "benchmarks.scale_out or benchmarks.multicore results JSONs "
+                      "(comma-separated): print the predictions next to their measured distributed runs.")
+    flags.DEFINE_list("fit_cores_to", [], "benchmarks.multicore results JSONs (comma-separated) to fit what a "
+                      "process's further cores give to (default: %s)." % " and ".join(CORES_FITTED_TO))
     flags.DEFINE_bool("json", False, "Print one JSON object (the measured step, every prediction, the pick and "
                       "its reason) instead of the tables; what `--distribution auto` of `deepfm.sagemaker` reads.")
     flags.mark_flag_as_required("data")
@@ -184,9 +204,14 @@ def main(argv):
         raise app.UsageError("--data %r is not a directory (a dataset root with metadata.json)" % FLAGS.data)
     try:
         cluster = cost_model.Cluster(hosts=FLAGS.hosts, cores_per_host=FLAGS.cores_per_host,
-                                     link_gbps=FLAGS.link_gbps, latency_s=FLAGS.latency_us * 1e-6)
+                                     link_gbps=FLAGS.link_gbps, latency_s=FLAGS.latency_us * 1e-6,
+                                     ranks_per_host=FLAGS.ranks_per_host)
     except ValueError as e:
-        raise app.UsageError(str(e)) from e
+        raise app.UsageError("--ranks_per_host / --cores_per_host: %s" % e) from e
+    try:
+        core_costs = fit_cores(FLAGS.fit_cores_to) if FLAGS.fit_cores_to else CALIBRATED_CORE_COSTS
+    except (OSError, KeyError, ValueError) as e:
+        raise app.UsageError("--fit_cores_to: %s" % e) from e
     core = pin_to_one_core()
     try:
         seconds, ids, distinct, dense, model = measure_step(FLAGS.data, FLAGS.batch_size, FLAGS.dedup_lookups,
@@ -198,7 +223,7 @@ def main(argv):
     profile = cost_model.StepProfile(
         compute_s=seconds, batch_size=FLAGS.batch_size, ids_per_step=ids, distinct_ids_per_step=distinct,
         embedding_size=model.embedding_size, feature_size=model.feature_size, dense_params=dense,
-        step_costs=CALIBRATED_COSTS, dedup=FLAGS.dedup_lookups)
+        step_costs=CALIBRATED_COSTS, dedup=FLAGS.dedup_lookups, core_costs=core_costs)
     try:
         distinct_ids = {batch: count_distinct_ids(FLAGS.data, batch)
                         for batch in result_batches(FLAGS.fit_to + FLAGS.check_against) if batch != FLAGS.batch_size}
@@ -207,12 +232,13 @@ def main(argv):
         checked = check(FLAGS.check_against, profile, distinct_ids) if FLAGS.check_against else None
     except (OSError, KeyError, ValueError) as e:
         raise app.UsageError("--fit_to / --check_against: %s" % e) from e
-    strategy, reason = cost_model.choose(profile, cluster)
+    best, reason = advise_layout(profile, cluster)
     if FLAGS.json:
         print(json.dumps({"step_ms": 1000 * seconds, "ids_per_step": ids, "distinct_ids_per_step": distinct,
-                          "cluster": dataclasses.asdict(cluster),
-                          "predictions": [dataclasses.asdict(p) for p in cost_model.predict_all(profile, cluster)],
-                          "pick": strategy, "reason": reason}, sort_keys=True))
+                          "cluster": dataclasses.asdict(cluster), "core_costs": profile.core_costs._asdict(),
+                          "predictions": [dataclasses.asdict(p) for p in layouts(profile, cluster)],
+                          "pick": best.strategy, "ranks_per_host": best.ranks_per_host,
+                          "threads_per_rank": best.threads, "reason": reason}, sort_keys=True))
         return
     print("measured on core %d: step %.2f ms%s, %d ids and %.0f distinct per batch, %d dense parameters"
           % (core, 1000 * seconds, " (given)" if FLAGS.compute_ms is not None else "", ids, distinct, dense))
@@ -222,13 +248,35 @@ def main(argv):
         print("%s costs (fitted to %s): %.2f ms fixed per step, %.2f ns CPU per byte moved, %.3f s per s of "
               "compute" % (name, fitted_to, 1000 * costs.overhead_s, 1e9 * costs.cpu_s_per_byte,
                            costs.compute_factor))
+    print("a process's further cores (fitted to %s): %.3f of a step's compute is serial, %.3f of the exchange's "
+          "cost spreads over a rank's cores" % (", ".join(os.path.basename(p) for p in FLAGS.fit_cores_to or
+                                                          CORES_FITTED_TO), profile.core_costs.serial_fraction,
+                                                profile.core_costs.exchange_spread))
     if checked:
         print("\nchecked against %s:\n" % ", ".join(os.path.basename(path) for path in FLAGS.check_against))
         print(checked)
-    print("predicted for %d host(s) x %d core(s), %g Gbit/s, %g us latency, dedup_lookups=%s:\n"
-          % (cluster.hosts, cluster.cores_per_host, cluster.link_gbps, FLAGS.latency_us, FLAGS.dedup_lookups))
-    print(format_table(cost_model.predict_all(profile, cluster)))
-    print("\npick: %s (%s)" % (strategy, reason))
+    print("predicted for %d host(s) x %d core(s), %g Gbit/s, %g us latency, dedup_lookups=%s, processes per host: %s:\n"
+          % (cluster.hosts, cluster.cores_per_host, cluster.link_gbps, FLAGS.latency_us, FLAGS.dedup_lookups,
+             FLAGS.ranks_per_host or "every divisor of the cores"))
+    print(format_table(layouts(profile, cluster)))
+    print("\npick: %s, %d process(es) per host of %d core(s) and thread(s) each (%s)"
+          % (best.strategy, best.ranks_per_host, best.threads, reason))
+
+
+def layouts(profile: cost_model.StepProfile, cluster: cost_model.Cluster) -> List[cost_model.Prediction]:
+    """The predictions to show: every strategy at the given processes per host, else at every layout."""
+    if cluster.ranks_per_host:
+        return cost_model.predict_all(profile, cluster)
+    return cost_model.predict_layouts(profile, cluster)
+
+
+def advise_layout(profile: cost_model.StepProfile, cluster: cost_model.Cluster
+                  ) -> Tuple[cost_model.Prediction, str]:
+    """The best prediction and why: at the given processes per host, or over every layout."""
+    if cluster.ranks_per_host:
+        strategy, reason = cost_model.choose(profile, cluster)
+        return cost_model.predict(strategy, profile, cluster), reason
+    return cost_model.choose_layout(profile, cluster)
 
 
 def _strategy_of(variant: dict) -> str:
@@ -245,12 +293,24 @@ def _median(values):
     return values[middle] if len(values) % 2 else 0.5 * (values[middle - 1] + values[middle])
 
 
+def _read(path: str) -> Dict:
+    with open(path) as f:
+        return json.load(f)["results"]
+
+
+def _batch(run: Dict, setup: Dict) -> int:
+    return run.get("batch", setup.get("batch", config_lib.DEFAULT_BATCH_SIZE))
+
+
 def result_batches(paths: Sequence[str]) -> List[int]:
-    """The per-replica batch of each results JSON (`benchmarks.scale_out`'s setup)."""
+    """The per-replica batches of each results JSON (`benchmarks.scale_out`'s setup, `benchmarks.multicore`'s runs)."""
     batches = []
     for path in paths:
-        with open(path) as f:
-            batches.append(json.load(f)["results"]["setup"].get("batch", config_lib.DEFAULT_BATCH_SIZE))
+        results = _read(path)
+        if "entries" in results:
+            batches.extend(sorted({_batch(entry, results["setup"]) for entry in results["entries"].values()}))
+        else:
+            batches.append(_batch({}, results["setup"]))
     return batches
 
 
@@ -272,73 +332,111 @@ def profile_at(profile: cost_model.StepProfile, batch: int,
 
 
 class Measured(NamedTuple):
-    """A 2-host variant of a scale-out run: what the cost model needs of it.
+    """A distributed run of a benchmark's results: what the cost model needs of it.
 
     Attributes:
       variant: its entry in the results JSON.
       strategy: the cost model's strategy.
-      profile: the step: the run's batch, its reference's compute, its rows' options.
+      cluster: its layout: hosts, cores per host, processes per host, the link.
+      profile: the step: the run's batch, its reference's compute on the
+        cores of one of its ranks (`compute_at(cluster.threads)`), its rows' options.
       beyond_s: median seconds its step took beyond that compute and its bytes' time on the link.
       handled_bytes: the bytes a process handles per step (`cost_model.traffic`).
     """
 
     variant: dict
     strategy: str
+    cluster: cost_model.Cluster
     profile: cost_model.StepProfile
     beyond_s: float
     handled_bytes: float
 
 
-def measured_variants(path: str, profile: cost_model.StepProfile, distinct_ids: Mapping[int, float]
-                      ) -> Tuple[cost_model.Cluster, Dict[str, Measured]]:
-    """`(cluster, {name: Measured})` of every 2-host variant with runs in a results JSON.
+def _runs_of(results: Dict) -> Dict[str, Tuple[dict, Optional[dict], int, int, int, int]]:
+    """Per distributed run: (its entry, its reference's entry, batch, hosts, cores per host, processes per host).
 
-    Compute = the variant's reference single variant's (else `single`'s)
-    median wall ms per step; rows follow its `--dedup_lookups` and
-    `--exchange_fp16`.
+    Reads `benchmarks.scale_out` results (variants; hosts of `setup.cores_per_host`, 1 before it was
+    recorded) and `benchmarks.multicore` results (entries, each with its layout and reference).
+    """
+    setup = results["setup"]
+    found = {}
+    if "entries" in results:
+        entries = results["entries"]
+        for key, entry in entries.items():
+            if entry["strategy"] == "single" or not entry["runs"]:
+                continue
+            reference = entries.get(entry.get("reference", ""))
+            if reference is None:
+                # Transcribed figures name no reference: single at the batch on the cores of one rank.
+                per_rank = entry["cores_per_host"] // entry["ranks_per_host"]
+                reference = next((e for e in entries.values() if e["strategy"] == "single" and
+                                  e["batch"] == entry["batch"] and e["cores_per_host"] == per_rank), None)
+            found[key] = (entry, reference, entry["batch"], entry["hosts"], entry["cores_per_host"],
+                          entry["ranks_per_host"])
+        return found
+    variants = results["variants"]
+    for name, variant in variants.items():
+        if variant["strategy"] == "single" or not variant["runs"]:
+            continue
+        reference = variants.get(variant["baseline"]) if variant["baseline"] in variants else None
+        if not reference or not reference["runs"]:
+            reference = variants.get(SINGLE_VARIANT)
+        found[name] = (variant, reference, _batch({}, setup), variant.get("hosts", 2),
+                       variant.get("cores_per_host", setup.get("cores_per_host", 1)),
+                       variant.get("ranks_per_host", setup.get("ranks_per_host", 1)))
+    return found
+
+
+def measured_variants(path: str, profile: cost_model.StepProfile, distinct_ids: Mapping[int, float]
+                      ) -> Dict[str, Measured]:
+    """`{name: Measured}` of every distributed run with runs and a measured reference in a results JSON.
+
+    Compute = the run's reference single process's (on the cores of one
+    of its ranks) median wall ms per step; rows follow its `--dedup_lookups`
+    and `--exchange_fp16`; hosts without a bandwidth limit get
+    `cost_model.DEFAULT_UNLIMITED_GBPS`.
 
     Raises:
       ValueError: the run's batch is not `profile`'s and has no distinct ids counted.
     """
-    with open(path) as f:
-        data = json.load(f)
-    variants = data["results"]["variants"]
-    setup = data["results"]["setup"]
-    at_batch = profile_at(profile, setup.get("batch", config_lib.DEFAULT_BATCH_SIZE), distinct_ids)
-    link_gbps = setup["link_gbps"] or cost_model.DEFAULT_UNLIMITED_GBPS
-    cluster = cost_model.Cluster(hosts=2, cores_per_host=1, link_gbps=link_gbps, latency_s=0.0)
+    results = _read(path)
+    link_gbps = results["setup"].get("link_gbps") or cost_model.DEFAULT_UNLIMITED_GBPS
     measured = {}
-    for name, variant in variants.items():
-        reference = (variants.get(variant["baseline"], {}).get("runs")
-                     or variants.get(SINGLE_VARIANT, {}).get("runs"))
-        if variant["strategy"] == "single" or not variant["runs"] or not reference:
+    for name, (variant, reference, batch, hosts, cores, ranks) in _runs_of(results).items():
+        if not reference or not reference["runs"]:
             continue
+        cluster = cost_model.Cluster(hosts=hosts, cores_per_host=cores, link_gbps=link_gbps, latency_s=0.0,
+                                     ranks_per_host=ranks)
+        at_batch = profile_at(profile, batch, distinct_ids)
+        share = cost_model.CoreCosts(*at_batch.core_costs).compute_share(cluster.threads)
         step = dataclasses.replace(
-            at_batch, compute_s=_median([r["step_ms"] for r in reference]) / 1000.0,
+            at_batch, compute_s=_median([r["step_ms"] for r in reference["runs"]]) / 1000.0 / share,
             dedup=DEDUP_FLAG in variant["train_flags"], exchange_fp16=FP16_EXCHANGE_FLAG in variant["train_flags"])
         strategy = _strategy_of(variant)
         link_bytes, handled, _ = cost_model.traffic(strategy, step, cluster)
-        beyond = (_median([r["step_ms"] for r in variant["runs"]]) / 1000.0 - step.compute_s
+        beyond = (_median([r["step_ms"] for r in variant["runs"]]) / 1000.0 - step.compute_at(cluster.threads)
                   - link_bytes / cluster.link_bytes_per_s)
-        measured[name] = Measured(variant, strategy, step, beyond, handled)
-    return cluster, measured
+        measured[name] = Measured(variant, strategy, cluster, step, beyond, handled)
+    return measured
 
 
 def fit(paths: Sequence[str], profile: cost_model.StepProfile,
         distinct_ids: Mapping[int, float]) -> cost_model.StepProfile:
     """`profile` with its step costs fitted to scale-out benchmarks' results.
 
-    Each strategy's costs are fitted to its `FIT_VARIANTS` in every file
-    (`cost_model.calibrate`); the hybrid strategy's take Horovod's cost per byte.
+    Each strategy's costs are fitted to its `FIT_VARIANTS` in every file,
+    at one core per process (`cost_model.calibrate`); the hybrid strategy's
+    take Horovod's cost per byte.
 
     Raises:
       ValueError: fewer than two configurations of a strategy's variants in all the files.
     """
     found = {strategy: [] for strategy in FIT_VARIANTS}
     for path in paths:
-        _, measured = measured_variants(path, profile, distinct_ids)
+        measured = measured_variants(path, profile, distinct_ids)
         for strategy, names in FIT_VARIANTS.items():
-            found[strategy] += [measured[name] for name in names if name in measured]
+            found[strategy] += [measured[name] for name in names if name in measured
+                                and measured[name].cluster.threads == 1]
     costs = {}
     for strategy in (cost_model.HOROVOD, cost_model.PS, cost_model.HYBRID):
         runs = found[strategy]
@@ -351,22 +449,86 @@ def fit(paths: Sequence[str], profile: cost_model.StepProfile,
     return dataclasses.replace(profile, step_costs=costs)
 
 
-def check(paths: Sequence[str], profile: cost_model.StepProfile, distinct_ids: Mapping[int, float]) -> str:
-    """Predictions with `profile`'s step costs next to each 2-host variant measured in `paths`, as markdown."""
-    lines = ["| run | batch | variant | predicted examples/sec | measured | error | predicted MB/step on the link "
-             "| measured tx MB/step |", "|---|---|---|---|---|---|---|---|"]
+def core_points(paths: Sequence[str], step_costs: Mapping[str, cost_model.StepCosts] = CALIBRATED_COSTS
+                ) -> Tuple[List[Tuple[int, float]], List[Tuple[int, float]]]:
+    """What `benchmarks.multicore` results say of a process's further cores.
+
+    Returns:
+      `(speed-ups, exchange ratios)`: per single run on T > 1 cores, `(T,
+      its examples/sec over single on one core's at its batch)`; per
+      distributed run at T > 1 cores per rank with the same strategy, hosts
+      and batch measured at one core per rank, `(T, the exchange's cost at
+      T over its cost at one)`, the exchange's cost being what the step
+      took beyond its reference's step and the share of it that grows
+      with the compute (`step_costs`' compute factor).
+    """
+    speedups, ratios = [], []
     for path in paths:
-        cluster, measured = measured_variants(path, profile, distinct_ids)
-        for name, m in measured.items():
+        entries = _read(path)["entries"]
+
+        def rate(entry):
+            return _median([r["examples_per_sec"] for r in entry["runs"]])
+
+        singles = {(e["batch"], e["cores_per_host"] // e["ranks_per_host"]): e for e in entries.values()
+                   if e["strategy"] == "single" and e["runs"]}
+        for (batch, threads), entry in singles.items():
+            if threads > 1 and (batch, 1) in singles:
+                speedups.append((threads, rate(entry) / rate(singles[(batch, 1)])))
+        for entry in entries.values():
+            threads = entry["cores_per_host"] // entry["ranks_per_host"]
+            if entry["strategy"] == "single" or threads == 1 or not entry["runs"]:
+                continue
+            one = next((e for e in entries.values() if e["strategy"] == entry["strategy"] and e["runs"] and
+                        e["hosts"] == entry["hosts"] and e["batch"] == entry["batch"] and
+                        e["ranks_per_host"] == entry["ranks_per_host"] and e["cores_per_host"] == e["ranks_per_host"]),
+                       None)
+            if one is None or (entry["batch"], threads) not in singles or (entry["batch"], 1) not in singles:
+                continue
+            factor = cost_model.StepCosts(*step_costs.get(_strategy_of(entry), step_costs.get(
+                cost_model.HOROVOD, cost_model.StepCosts()))).compute_factor
+            exchange = []
+            for run, cores in ((entry, threads), (one, 1)):
+                compute = _median([r["step_ms"] for r in singles[(run["batch"], cores)]["runs"]])
+                exchange.append(_median([r["step_ms"] for r in run["runs"]]) - compute * (1.0 + factor))
+            if exchange[1] > 0:
+                ratios.append((threads, exchange[0] / exchange[1]))
+    return speedups, ratios
+
+
+def fit_cores(paths: Sequence[str], step_costs: Mapping[str, cost_model.StepCosts] = CALIBRATED_COSTS
+              ) -> cost_model.CoreCosts:
+    """The `cost_model.CoreCosts` that fit `benchmarks.multicore` results (`core_points`).
+
+    Raises:
+      ValueError: no single run on more than one core with one on a core to compare, or no distributed
+        run at more cores per rank with its one-core counterpart.
+    """
+    speedups, ratios = core_points(paths, step_costs)
+    if not speedups:
+        raise ValueError("%s: no single run on several cores beside one on one core at the same batch"
+                         % ", ".join(paths))
+    if not ratios:
+        raise ValueError("%s: no distributed run at several cores per rank beside the same at one core per rank "
+                         "(benchmarks.multicore --one_vcpu_hosts)" % ", ".join(paths))
+    return cost_model.CoreCosts(serial_fraction=cost_model.fit_serial_fraction(speedups),
+                                exchange_spread=cost_model.fit_exchange_spread(ratios))
+
+
+def check(paths: Sequence[str], profile: cost_model.StepProfile, distinct_ids: Mapping[int, float]) -> str:
+    """Predictions with `profile`'s costs next to each distributed run measured in `paths`, as markdown."""
+    lines = ["| run | batch | variant | hosts x processes x cores | predicted examples/sec | measured | error "
+             "| predicted MB/step on the link | measured tx MB/step |", "|---|---|---|---|---|---|---|---|---|"]
+    for path in paths:
+        for name, m in measured_variants(path, profile, distinct_ids).items():
             step = dataclasses.replace(m.profile, step_costs=profile.step_costs)
-            prediction = cost_model.predict(m.strategy, step, cluster)
+            prediction = cost_model.predict(m.strategy, step, m.cluster)
             rate = _median([r["examples_per_sec"] for r in m.variant["runs"]])
-            tx = _median([r["tx_bytes_per_step"] for r in m.variant["runs"]])
-            lines.append("| %s | %s | %s | %s | %s | %+.0f%% | %.2f | %.2f |" % (
+            tx = [r["tx_bytes_per_step"] for r in m.variant["runs"] if "tx_bytes_per_step" in r]
+            lines.append("| %s | %s | %s | %dx%dx%d | %s | %s | %+.0f%% | %.2f | %s |" % (
                 os.path.splitext(os.path.basename(path))[0], format(step.batch_size, ","), name,
-                format(prediction.examples_per_sec, ",.0f"), format(rate, ",.0f"),
-                100 * cost_model.relative_error(prediction.examples_per_sec, rate), prediction.link_bytes / 1e6,
-                tx / 1e6))
+                m.cluster.hosts, m.cluster.ranks, m.cluster.threads, format(prediction.examples_per_sec, ",.0f"),
+                format(rate, ",.0f"), 100 * cost_model.relative_error(prediction.examples_per_sec, rate),
+                prediction.link_bytes / 1e6, "%.2f" % (_median(tx) / 1e6) if tx else "n/a"))
     return "\n".join(lines) + "\n"
 
 

@@ -2,12 +2,14 @@
 
 Pure arithmetic on one measured step (`StepProfile`: what one training step
 of one process on one core costs, and what it would exchange) and a cluster
-shape (`Cluster`). Every layout runs one training process per core
-(`hosts x cores_per_host` replicas of `batch_size` examples); a step of one
-process costs, with nothing overlapped:
+shape (`Cluster`: hosts, cores per host, training processes per host). A
+host of C cores runs R training processes (`ranks_per_host`, default one
+per core), each on T = C / R cores with T threads; `hosts x R` replicas of
+`batch_size` examples. A step of one process costs, with nothing overlapped:
 
-    step = compute x (1 + compute_factor) + overhead
-           + cpu_per_byte x bytes the process's cores handle
+    compute(T) = compute x (serial + (1 - serial) / T)
+    step = compute(T) x (1 + compute_factor)
+           + (overhead + cpu_per_byte x bytes the process handles) x (1 - spread + spread / T)
            + bytes on its host's link / link bandwidth + latency x rounds
 
 `overhead` (a distributed step's fixed cost: the collective's or RPC's
@@ -17,8 +19,14 @@ of the batch, Horovod's background thread cycling through the step, ranks
 waiting on each other's slower steps) are machine constants (`StepCosts`),
 one set for Horovod's collectives, one for the parameter servers' gRPC and
 one for the hybrid strategy's all-to-alls, fitted by `calibrate` to
-measured steps (`benchmarks/scale_out.py`): what a measured step took
-beyond its compute and its bytes' time on the link, waiting included.
+measured steps (`benchmarks.scale_out`): what a measured step took beyond
+its compute and its bytes' time on the link, waiting included. Two more
+(`CoreCosts`) say what a process's further cores give: `serial`, the share
+of a step's compute that one thread runs whatever the threads (Amdahl's
+law: `fit_serial_fraction` on one process's steps at 1 and T threads), and
+`spread`, the share of the exchange's own cost that spreads over the
+process's cores (Gloo's and Horovod's threads beside the step's:
+`fit_exchange_spread` on distributed steps at 1 and T cores per rank).
 
 * `horovod` (sparse): embedding gradients are `IndexedSlices`, allgathered
   (ring: each host link carries every other process's rows once), dense
@@ -38,11 +46,14 @@ beyond its compute and its bytes' time on the link, waiting included.
   exchange is the same size; dense gradients are ring-allreduced. The bytes
   a process handles per step do not grow with the number of processes.
   With `--exchange_fp16` the rows and their gradients move as float16.
-* `single`: one process on one core: `batch_size / compute`.
+* `single`: one process on the cores of one rank: `batch_size / compute(T)`.
 
 Rows per step are the distinct ids of a batch with `--dedup_lookups`,
-every id (batch x fields) without; `hybrid` always moves distinct ids. Efficiency = compute / step (a process
-of a multi-process job against one process alone on one core).
+every id (batch x fields) without; `hybrid` always moves distinct ids.
+Efficiency = compute(T) / step (a process of a multi-process job against
+one process alone on the same cores). `predict_layouts` and
+`choose_layout` try every number of processes per host that divides its
+cores.
 """
 
 import dataclasses
@@ -99,6 +110,34 @@ def instance_shape(instance_type: str) -> Tuple[int, float]:
     return INSTANCE_SHAPES[instance_type]
 
 
+class CoreCosts(NamedTuple):
+    """What a process's further cores give (machine constants; see the module docstring).
+
+    Attributes:
+      serial_fraction: the share of a step's compute one thread runs
+        whatever the threads (1: further threads give nothing).
+      exchange_spread: the share of a distributed step's fixed and
+        per-byte cost that spreads over the process's cores (0: none).
+    """
+
+    serial_fraction: float = 1.0
+    exchange_spread: float = 0.0
+
+    def check(self) -> None:
+        """Raises ValueError, naming the member, for a share outside [0, 1]."""
+        for member, value in self._asdict().items():
+            if not 0.0 <= value <= 1.0:
+                raise ValueError("core_costs: %s must be in [0, 1], got %r" % (member, value))
+
+    def compute_share(self, threads: int) -> float:
+        """compute(T) / compute(1): Amdahl's law with `serial_fraction`."""
+        return self.serial_fraction + (1.0 - self.serial_fraction) / threads
+
+    def exchange_share(self, threads: int) -> float:
+        """The exchange's fixed and per-byte cost at T cores per process over its cost at one."""
+        return 1.0 - self.exchange_spread + self.exchange_spread / threads
+
+
 class StepCosts(NamedTuple):
     """What a distributed step of one strategy costs beyond its compute and the link (machine constants).
 
@@ -139,6 +178,8 @@ class StepProfile:
         time on the link and its latency.
       dedup: whether lookups are deduplicated (`distinct_ids_per_step` rows move).
       exchange_fp16: `hybrid` moves its rows and their gradients as float16.
+      core_costs: what a process's further cores give (`CoreCosts`;
+        default: nothing, as if every process had one core).
     """
 
     compute_s: float
@@ -151,6 +192,7 @@ class StepProfile:
     step_costs: Mapping[str, StepCosts] = dataclasses.field(default_factory=dict)
     dedup: bool = True
     exchange_fp16: bool = False
+    core_costs: CoreCosts = CoreCosts()
 
     def __post_init__(self):
         if self.compute_s <= 0:
@@ -165,6 +207,11 @@ class StepProfile:
                 raise ValueError("step_costs: no costs for strategy %r; strategies with costs: %s"
                                  % (strategy, ", ".join(s for s in STRATEGIES if s != SINGLE)))
             StepCosts(*costs).check("step_costs[%r]" % strategy)
+        CoreCosts(*self.core_costs).check()
+
+    def compute_at(self, threads: int) -> float:
+        """Seconds of one step's compute on `threads` cores (`CoreCosts.compute_share`)."""
+        return self.compute_s * CoreCosts(*self.core_costs).compute_share(threads)
 
     def costs(self, strategy: str) -> StepCosts:
         """The `StepCosts` of a distributed step of `strategy`: its own, else Horovod's, else none."""
@@ -213,15 +260,18 @@ class Cluster:
 
     Attributes:
       hosts: hosts.
-      cores_per_host: cores of each host (one training process per core).
+      cores_per_host: cores of each host.
       link_gbps: each host's link, Gbit/s each way.
       latency_s: one-way latency of a message between hosts.
+      ranks_per_host: training processes per host, each on cores_per_host /
+        ranks_per_host cores with as many threads (0: one per core).
     """
 
     hosts: int
     cores_per_host: int
     link_gbps: float
     latency_s: float = DEFAULT_LATENCY_S
+    ranks_per_host: int = 0
 
     def __post_init__(self):
         if self.hosts < 1 or self.cores_per_host < 1:
@@ -231,14 +281,36 @@ class Cluster:
             raise ValueError("link_gbps must be > 0, got %r" % self.link_gbps)
         if self.latency_s < 0:
             raise ValueError("latency_s must be >= 0, got %r" % self.latency_s)
+        if self.ranks_per_host < 0 or self.cores_per_host % self.ranks:
+            raise ValueError("ranks_per_host must divide cores_per_host %d (each rank gets cores_per_host / "
+                             "ranks_per_host cores), got %r" % (self.cores_per_host, self.ranks_per_host))
+
+    @property
+    def ranks(self) -> int:
+        """Training processes per host."""
+        return self.ranks_per_host or self.cores_per_host
+
+    @property
+    def threads(self) -> int:
+        """Cores (and threads) of each training process."""
+        return self.cores_per_host // self.ranks
 
     @property
     def processes(self) -> int:
-        return self.hosts * self.cores_per_host
+        return self.hosts * self.ranks
 
     @property
     def link_bytes_per_s(self) -> float:
         return self.link_gbps * GIGA / BITS_PER_BYTE
+
+    def with_ranks(self, ranks_per_host: int) -> "Cluster":
+        """This cluster with `ranks_per_host` training processes per host."""
+        return dataclasses.replace(self, ranks_per_host=ranks_per_host)
+
+
+def divisors(count: int) -> List[int]:
+    """The numbers of processes per host a host of `count` cores can run with equal cores each."""
+    return [ranks for ranks in range(1, count + 1) if count % ranks == 0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,6 +320,8 @@ class Prediction:
     Attributes:
       strategy: one of `STRATEGIES`.
       processes: training processes.
+      ranks_per_host: training processes per host.
+      threads: cores (and threads) of each.
       compute_s: compute per step.
       cpu_comm_s: the step's cost beyond compute, the link and latency
         (`StepCosts`: CPU, and waiting that grows with the step).
@@ -261,6 +335,8 @@ class Prediction:
 
     strategy: str
     processes: int
+    ranks_per_host: int
+    threads: int
     compute_s: float
     cpu_comm_s: float
     link_s: float
@@ -303,13 +379,13 @@ def traffic(strategy: str, profile: StepProfile, cluster: Cluster) -> Tuple[floa
         reduced = 2.0 * (processes - 1) / processes * profile.dense_bytes
         # Each process's exchange with every other process, and its owner side of theirs.
         exchanged = (processes - 1) / processes * profile.hybrid_bytes
-        remote_share = (processes - cluster.cores_per_host) / processes
-        link = cluster.cores_per_host * (remote_share * profile.hybrid_bytes + remote * reduced)
+        remote_share = (processes - cluster.ranks) / processes
+        link = cluster.ranks * (remote_share * profile.hybrid_bytes + remote * reduced)
         return link, 2.0 * (exchanged + reduced), HYBRID_ALLTOALLS + 2 * (processes - 1)
     if strategy == PS:
         # Pull: ids out, rows and dense weights in; push: the same as gradients (with indices).
         per_worker = 2.0 * (profile.sparse_bytes + profile.dense_bytes)
-        link = cluster.cores_per_host * (hosts - 1) / hosts * per_worker
+        link = cluster.ranks * (hosts - 1) / hosts * per_worker
         # Worker and ps ends of every transfer run on the host's cores.
         return link, 2.0 * per_worker, 2 * PS_ROUND_TRIPS
     raise ValueError("strategy must be one of %s, got %r" % (", ".join(STRATEGIES), strategy))
@@ -318,20 +394,24 @@ def traffic(strategy: str, profile: StepProfile, cluster: Cluster) -> Tuple[floa
 def predict(strategy: str, profile: StepProfile, cluster: Cluster) -> Prediction:
     """Predicted examples/sec of `strategy` on `cluster` (see the module docstring).
 
-    `single` runs one process on one core whatever the cluster.
+    `single` runs one process on the cores of one of the cluster's ranks.
     """
     link_bytes, handled, rounds = traffic(strategy, profile, cluster)
     processes = 1 if strategy == SINGLE else cluster.processes
     latency = rounds * cluster.latency_s if cluster.hosts > 1 else 0.0
+    threads = cluster.threads
+    compute = profile.compute_at(threads)
     cpu = 0.0
     if strategy != SINGLE:
         costs = profile.costs(strategy)
-        cpu = costs.overhead_s + costs.cpu_s_per_byte * handled + costs.compute_factor * profile.compute_s
+        spread = CoreCosts(*profile.core_costs).exchange_share(threads)
+        cpu = (costs.overhead_s + costs.cpu_s_per_byte * handled) * spread + costs.compute_factor * compute
     link = link_bytes / cluster.link_bytes_per_s
-    step = profile.compute_s + cpu + link + latency
-    return Prediction(strategy=strategy, processes=processes, compute_s=profile.compute_s, cpu_comm_s=cpu,
-                      link_s=link, latency_s=latency, link_bytes=link_bytes, handled_bytes=handled,
-                      examples_per_sec=processes * profile.batch_size / step, efficiency=profile.compute_s / step)
+    step = compute + cpu + link + latency
+    return Prediction(strategy=strategy, processes=processes, ranks_per_host=1 if strategy == SINGLE else cluster.ranks,
+                      threads=threads, compute_s=compute, cpu_comm_s=cpu, link_s=link, latency_s=latency,
+                      link_bytes=link_bytes, handled_bytes=handled, examples_per_sec=processes * profile.batch_size / step,
+                      efficiency=compute / step)
 
 
 def predict_all(profile: StepProfile, cluster: Cluster) -> List[Prediction]:
@@ -354,6 +434,109 @@ def choose(profile: StepProfile, cluster: Cluster) -> Tuple[str, str]:
                       best.strategy, format(best.examples_per_sec, ",.0f"), best.efficiency, best.link_bytes / 1e6,
                       runner_up.strategy, format(runner_up.examples_per_sec, ",.0f"), runner_up.bottleneck()))
     return best.strategy, reason
+
+
+def predict_layouts(profile: StepProfile, cluster: Cluster,
+                    strategies: Sequence[str] = STRATEGIES) -> List[Prediction]:
+    """Every strategy at every number of processes per host that divides the host's cores, best first.
+
+    `single` is one process on all of one host's cores; a distributed
+    strategy needs two processes or more.
+    """
+    predictions = []
+    for ranks in divisors(cluster.cores_per_host):
+        shaped = cluster.with_ranks(ranks)
+        for strategy in strategies:
+            if (ranks != 1) if strategy == SINGLE else (shaped.processes < 2):
+                continue
+            predictions.append(predict(strategy, profile, shaped))
+    return sorted(predictions, key=lambda p: -p.examples_per_sec)
+
+
+def layout_name(prediction: Prediction) -> str:
+    """`hybrid 8x2`: the strategy, its processes per host x the cores of each."""
+    return "%s %dx%d" % (prediction.strategy, prediction.ranks_per_host, prediction.threads)
+
+
+def choose_layout(profile: StepProfile, cluster: Cluster,
+                  strategies: Sequence[str] = STRATEGIES) -> Tuple[Prediction, str]:
+    """`(prediction, reason)`: the strategy and processes per host with the highest predicted examples/sec.
+
+    Every number of processes per host that divides `cluster.cores_per_host`
+    is tried (`predict_layouts`); the reason names the pick's figures, the
+    best layout of one process per host and of one process per core, and
+    the runner-up.
+    """
+    ranked = predict_layouts(profile, cluster, strategies)
+    best = ranked[0]
+    alternatives = []
+    for ranks, what in ((1, "one process per host"), (cluster.cores_per_host, "one per core")):
+        shaped = [p for p in ranked if p.ranks_per_host == ranks and p is not best]
+        if shaped and ranks != best.ranks_per_host:
+            alternatives.append("%s %s (%s)" % (what, format(shaped[0].examples_per_sec, ",.0f"),
+                                                layout_name(shaped[0])))
+    runner_up = next((p for p in ranked[1:] if layout_name(p) != layout_name(best)), None)
+    reason = ("%s: %d process(es) per host of %d core(s) each, %s examples/sec predicted, efficiency %.2f against "
+              "one process on the same cores (a process's compute on %d core(s) is %.2fx its compute on one)"
+              % (layout_name(best), best.ranks_per_host, best.threads, format(best.examples_per_sec, ",.0f"),
+                 best.efficiency, best.threads, 1.0 / CoreCosts(*profile.core_costs).compute_share(best.threads)))
+    if alternatives:
+        reason += "; %s" % "; ".join(alternatives)
+    if runner_up is not None:
+        reason += "; next: %s (%s examples/sec, limited by %s)" % (
+            layout_name(runner_up), format(runner_up.examples_per_sec, ",.0f"), runner_up.bottleneck())
+    return best, reason
+
+
+def fit_serial_fraction(points: Sequence[Tuple[int, float]]) -> float:
+    """The serial share of a step's compute (Amdahl's law) that fits measured speed-ups best.
+
+    Args:
+      points: `(threads, speed-up)`: one process's examples/sec on that many
+        cores over its examples/sec on one (threads > 1).
+
+    Returns:
+      The least-squares `serial_fraction` of 1 / speed-up = s + (1 - s) / T, in [0, 1].
+
+    Raises:
+      ValueError: no point with more than one thread, or a speed-up <= 0.
+    """
+    x, y = [], []
+    for threads, speedup in points:
+        if speedup <= 0:
+            raise ValueError("a speed-up must be > 0, got %r at %r threads" % (speedup, threads))
+        if threads > 1:
+            x.append(1.0 - 1.0 / threads)
+            y.append(1.0 / speedup - 1.0 / threads)
+    if not x:
+        raise ValueError("fit_serial_fraction needs a speed-up at more than one thread, got %r" % (list(points),))
+    x, y = np.asarray(x), np.asarray(y)
+    return float(np.clip(np.dot(x, y) / np.dot(x, x), 0.0, 1.0))
+
+
+def fit_exchange_spread(points: Sequence[Tuple[int, float]]) -> float:
+    """The share of the exchange's cost that spreads over a process's cores, fitted to measured ratios.
+
+    Args:
+      points: `(cores per process, ratio)`: what a distributed step took
+        beyond its compute at that many cores per process, over the same at one.
+
+    Returns:
+      The least-squares `exchange_spread` of ratio = 1 - p + p / T, in [0, 1].
+
+    Raises:
+      ValueError: no point with more than one core per process.
+    """
+    x, y = [], []
+    for threads, ratio in points:
+        if threads > 1:
+            x.append(1.0 - 1.0 / threads)
+            y.append(1.0 - ratio)
+    if not x:
+        raise ValueError("fit_exchange_spread needs a ratio at more than one core per process, got %r"
+                         % (list(points),))
+    x, y = np.asarray(x), np.asarray(y)
+    return float(np.clip(np.dot(x, y) / np.dot(x, x), 0.0, 1.0))
 
 
 # The positions of the costs in `StepCosts`, the columns of `calibrate`'s least squares.
@@ -426,6 +609,7 @@ def as_row(prediction: Prediction) -> Dict[str, str]:
     """A prediction as strings for a table."""
     return {
         "strategy": prediction.strategy, "processes": str(prediction.processes),
+        "per host x cores": "%dx%d" % (prediction.ranks_per_host, prediction.threads),
         "examples/sec": format(prediction.examples_per_sec, ",.0f"), "efficiency": "%.2f" % prediction.efficiency,
         "step ms": "%.2f" % (1000 * prediction.step_s), "compute ms": "%.2f" % (1000 * prediction.compute_s),
         "exchange CPU and waiting ms": "%.2f" % (1000 * prediction.cpu_comm_s),

@@ -166,6 +166,94 @@ class PredictTest(tf.test.TestCase):
         self.assertEqual(cost_model.StepCosts(), _profile(step_costs={}).costs(cost_model.PS))
 
 
+class CoresAndRanksTest(tf.test.TestCase):
+    """Processes per host, each on its share of the host's cores (`CoreCosts`)."""
+
+    CORES = cost_model.CoreCosts(serial_fraction=0.25, exchange_spread=0.5)
+
+    def test_a_cluster_counts_processes_per_host_and_their_cores(self):
+        cluster = cost_model.Cluster(hosts=2, cores_per_host=16, link_gbps=1.0, ranks_per_host=4)
+        self.assertEqual((4, 4, 8), (cluster.ranks, cluster.threads, cluster.processes))
+        self.assertEqual((16, 1, 32), (_cluster(cores=16).ranks, _cluster(cores=16).threads,
+                                       _cluster(cores=16).processes))
+        with self.assertRaisesRegex(ValueError, "ranks_per_host must divide cores_per_host 16 .* got 3"):
+            cost_model.Cluster(hosts=1, cores_per_host=16, link_gbps=1.0, ranks_per_host=3)
+        self.assertEqual([1, 2, 3, 4, 6, 12], cost_model.divisors(12))
+
+    def test_compute_on_several_cores_follows_amdahl(self):
+        profile = _profile(core_costs=self.CORES)
+        # 1/4 serial: 4 threads take 0.25 + 0.75 / 4 = 0.4375 of one thread's time.
+        self.assertAlmostEqual(COMPUTE_S * 0.4375, profile.compute_at(4))
+        self.assertAlmostEqual(COMPUTE_S, profile.compute_at(1))
+        self.assertAlmostEqual(COMPUTE_S * 4, _profile().compute_at(4) * 4)
+        with self.assertRaisesRegex(ValueError, "core_costs: serial_fraction must be in \\[0, 1\\], got 1.5"):
+            _profile(core_costs=cost_model.CoreCosts(serial_fraction=1.5))
+
+    def test_a_rank_of_several_cores_spreads_part_of_its_exchange(self):
+        costs = cost_model.StepCosts(overhead_s=0.004, cpu_s_per_byte=1e-6, compute_factor=0.1)
+        profile = _profile(costs, core_costs=self.CORES)
+        cluster = cost_model.Cluster(hosts=2, cores_per_host=4, link_gbps=1.0, latency_s=0.0, ranks_per_host=1)
+        prediction = cost_model.predict(cost_model.HOROVOD, profile, cluster)
+        compute = COMPUTE_S * 0.4375
+        # Half the fixed and per-byte cost spreads over 4 cores: x (0.5 + 0.5 / 4).
+        self.assertAlmostEqual(compute, prediction.compute_s)
+        self.assertAlmostEqual((0.004 + 2 * 528 * 1e-6) * 0.625 + 0.1 * compute, prediction.cpu_comm_s)
+        self.assertEqual((2, 1, 4), (prediction.processes, prediction.ranks_per_host, prediction.threads))
+        self.assertAlmostEqual(compute / prediction.step_s, prediction.efficiency)
+        single = cost_model.predict(cost_model.SINGLE, profile, cluster)
+        self.assertAlmostEqual(BATCH / compute, single.examples_per_sec)
+
+    def test_ranks_of_a_host_share_its_link(self):
+        profile = _profile()
+        one, four = (cost_model.Cluster(hosts=2, cores_per_host=4, link_gbps=1.0, ranks_per_host=ranks)
+                     for ranks in (1, 4))
+        # hybrid: 4 processes per host, each 4/8 of whose rows go to the other host.
+        link, _, _ = cost_model.traffic(cost_model.HYBRID, profile, four)
+        reduced = 2.0 * 7 / 8 * 400
+        self.assertAlmostEqual(4 * (4 / 8 * profile.hybrid_bytes + reduced), link)
+        ps_one, _, _ = cost_model.traffic(cost_model.PS, profile, one)
+        ps_four, _, _ = cost_model.traffic(cost_model.PS, profile, four)
+        self.assertAlmostEqual(4 * ps_one, ps_four)
+
+    def test_every_layout_is_tried_and_the_best_is_chosen(self):
+        profile = _profile(cost_model.StepCosts(overhead_s=0.002), core_costs=self.CORES)
+        cluster = cost_model.Cluster(hosts=1, cores_per_host=4, link_gbps=1.0)
+        ranked = cost_model.predict_layouts(profile, cluster)
+        layouts = {(p.strategy, p.ranks_per_host) for p in ranked}
+        # single only as one process on the host's 4 cores; a distributed strategy needs 2 processes.
+        self.assertIn((cost_model.SINGLE, 1), layouts)
+        self.assertNotIn((cost_model.HOROVOD, 1), layouts)
+        self.assertEqual({1, 2, 4}, {p.ranks_per_host for p in ranked})
+        self.assertEqual(sorted((p.examples_per_sec for p in ranked), reverse=True),
+                         [p.examples_per_sec for p in ranked])
+        best, reason = cost_model.choose_layout(profile, cluster)
+        self.assertEqual(ranked[0], best)
+        self.assertIn(cost_model.layout_name(best), reason)
+        self.assertIn("process(es) per host", reason)
+        # Threads that give nothing and a costly exchange: one process on all the cores loses to one per core.
+        flat = _profile(cost_model.StepCosts(overhead_s=0.001), core_costs=cost_model.CoreCosts(1.0, 0.0))
+        best, _ = cost_model.choose_layout(flat, cluster)
+        self.assertEqual(4, best.ranks_per_host)
+        self.assertNotEqual(cost_model.SINGLE, best.strategy)
+        # Threads that scale perfectly: one process, no exchange.
+        ideal = _profile(cost_model.StepCosts(overhead_s=0.001), core_costs=cost_model.CoreCosts(0.0, 0.0))
+        self.assertEqual(cost_model.SINGLE, cost_model.choose_layout(ideal, cluster)[0].strategy)
+
+    def test_fits_recover_the_shares_that_made_the_points(self):
+        speedups = [(threads, 1.0 / self.CORES.compute_share(threads)) for threads in (2, 4, 16)]
+        self.assertAlmostEqual(0.25, cost_model.fit_serial_fraction(speedups))
+        ratios = [(threads, self.CORES.exchange_share(threads)) for threads in (2, 8)]
+        self.assertAlmostEqual(0.5, cost_model.fit_exchange_spread(ratios))
+        # One process on 4 cores at 2.36x one (issue 33's figure): about a quarter serial.
+        self.assertAlmostEqual(0.2316, cost_model.fit_serial_fraction([(4, 2.36)]), places=3)
+        with self.assertRaisesRegex(ValueError, "needs a speed-up at more than one thread"):
+            cost_model.fit_serial_fraction([(1, 1.0)])
+        with self.assertRaisesRegex(ValueError, "needs a ratio at more than one core per process"):
+            cost_model.fit_exchange_spread([])
+        with self.assertRaisesRegex(ValueError, "a speed-up must be > 0, got 0"):
+            cost_model.fit_serial_fraction([(4, 0)])
+
+
 class CalibrateTest(tf.test.TestCase):
 
     def test_recovers_the_costs_that_made_the_steps(self):
