@@ -46,24 +46,19 @@ from absl import app, flags
 
 from deepfm import config as config_lib
 from cli import entry
+from strategies import calibrated
 from strategies import cost_model
+from strategies import host_layout
 
 PROGRAM = "deepfm.advise"
 
 FLAGS = flags.FLAGS
-# The costs of a distributed step beyond compute and the link (`cost_model.StepCosts`), fitted by
-# `cost_model.calibrate` (`--fit_to`) to FITTED_TO, runs of benchmarks.scale_out at two batches.
-FITTED_TO = ("benchmarks/results/scale_out_costs_1024.json", "benchmarks/results/scale_out_costs_8192.json")
-CALIBRATED_COSTS = {
-    cost_model.HOROVOD: cost_model.StepCosts(overhead_s=3.88e-3, cpu_s_per_byte=0.904e-9, compute_factor=0.182),
-    cost_model.PS: cost_model.StepCosts(overhead_s=10.69e-3, cpu_s_per_byte=0.609e-9, compute_factor=0.1355),
-    cost_model.HYBRID: cost_model.StepCosts(overhead_s=21.83e-3, cpu_s_per_byte=0.904e-9, compute_factor=0.122),
-}
-# What a process's further cores give (`cost_model.CoreCosts`), fitted by `fit_cores` (`--fit_cores_to`) to
-# CORES_FITTED_TO: the serial share to single on 4 vCPUs (2.36x one), the spread to horovod at 2 hosts of 4 vCPUs
-# against 2 hosts of 1 (batch 1,024); the other rows of the file are held out.
-CORES_FITTED_TO = ("benchmarks/results/multicore_16vcpu_issue33.json",)
-CALIBRATED_CORE_COSTS = cost_model.CoreCosts(serial_fraction=0.2312, exchange_spread=0.4473)
+# The costs of a distributed step beyond compute and the link, and what a process's further cores give, as
+# fitted to FITTED_TO and CORES_FITTED_TO (`strategies.calibrated`).
+FITTED_TO = calibrated.FITTED_TO
+CALIBRATED_COSTS = calibrated.STEP_COSTS
+CORES_FITTED_TO = calibrated.CORES_FITTED_TO
+CALIBRATED_CORE_COSTS = calibrated.CORE_COSTS
 DEDUP_FLAG = "--dedup_lookups"
 FP16_EXCHANGE_FLAG = "--exchange_fp16"
 SINGLE_VARIANT = "single"
@@ -267,7 +262,7 @@ def layouts(profile: cost_model.StepProfile, cluster: cost_model.Cluster) -> Lis
     """The predictions to show: every strategy at the given processes per host, else at every layout."""
     if cluster.ranks_per_host:
         return cost_model.predict_all(profile, cluster)
-    return cost_model.predict_layouts(profile, cluster)
+    return host_layout.predict_layouts(profile, cluster)
 
 
 def advise_layout(profile: cost_model.StepProfile, cluster: cost_model.Cluster
@@ -276,7 +271,7 @@ def advise_layout(profile: cost_model.StepProfile, cluster: cost_model.Cluster
     if cluster.ranks_per_host:
         strategy, reason = cost_model.choose(profile, cluster)
         return cost_model.predict(strategy, profile, cluster), reason
-    return cost_model.choose_layout(profile, cluster)
+    return host_layout.choose_layout(profile, cluster)
 
 
 def _strategy_of(variant: dict) -> str:

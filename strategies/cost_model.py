@@ -51,9 +51,8 @@ process's cores (Gloo's and Horovod's threads beside the step's:
 Rows per step are the distinct ids of a batch with `--dedup_lookups`,
 every id (batch x fields) without; `hybrid` always moves distinct ids.
 Efficiency = compute(T) / step (a process of a multi-process job against
-one process alone on the same cores). `predict_layouts` and
-`choose_layout` try every number of processes per host that divides its
-cores.
+one process alone on the same cores). `strategies.host_layout` tries
+every number of processes per host that divides a host's cores.
 """
 
 import dataclasses
@@ -434,58 +433,6 @@ def choose(profile: StepProfile, cluster: Cluster) -> Tuple[str, str]:
                       best.strategy, format(best.examples_per_sec, ",.0f"), best.efficiency, best.link_bytes / 1e6,
                       runner_up.strategy, format(runner_up.examples_per_sec, ",.0f"), runner_up.bottleneck()))
     return best.strategy, reason
-
-
-def predict_layouts(profile: StepProfile, cluster: Cluster,
-                    strategies: Sequence[str] = STRATEGIES) -> List[Prediction]:
-    """Every strategy at every number of processes per host that divides the host's cores, best first.
-
-    `single` is one process on all of one host's cores; a distributed
-    strategy needs two processes or more.
-    """
-    predictions = []
-    for ranks in divisors(cluster.cores_per_host):
-        shaped = cluster.with_ranks(ranks)
-        for strategy in strategies:
-            if (ranks != 1) if strategy == SINGLE else (shaped.processes < 2):
-                continue
-            predictions.append(predict(strategy, profile, shaped))
-    return sorted(predictions, key=lambda p: -p.examples_per_sec)
-
-
-def layout_name(prediction: Prediction) -> str:
-    """`hybrid 8x2`: the strategy, its processes per host x the cores of each."""
-    return "%s %dx%d" % (prediction.strategy, prediction.ranks_per_host, prediction.threads)
-
-
-def choose_layout(profile: StepProfile, cluster: Cluster,
-                  strategies: Sequence[str] = STRATEGIES) -> Tuple[Prediction, str]:
-    """`(prediction, reason)`: the strategy and processes per host with the highest predicted examples/sec.
-
-    Every number of processes per host that divides `cluster.cores_per_host`
-    is tried (`predict_layouts`); the reason names the pick's figures, the
-    best layout of one process per host and of one process per core, and
-    the runner-up.
-    """
-    ranked = predict_layouts(profile, cluster, strategies)
-    best = ranked[0]
-    alternatives = []
-    for ranks, what in ((1, "one process per host"), (cluster.cores_per_host, "one per core")):
-        shaped = [p for p in ranked if p.ranks_per_host == ranks and p is not best]
-        if shaped and ranks != best.ranks_per_host:
-            alternatives.append("%s %s (%s)" % (what, format(shaped[0].examples_per_sec, ",.0f"),
-                                                layout_name(shaped[0])))
-    runner_up = next((p for p in ranked[1:] if layout_name(p) != layout_name(best)), None)
-    reason = ("%s: %d process(es) per host of %d core(s) each, %s examples/sec predicted, efficiency %.2f against "
-              "one process on the same cores (a process's compute on %d core(s) is %.2fx its compute on one)"
-              % (layout_name(best), best.ranks_per_host, best.threads, format(best.examples_per_sec, ",.0f"),
-                 best.efficiency, best.threads, 1.0 / CoreCosts(*profile.core_costs).compute_share(best.threads)))
-    if alternatives:
-        reason += "; %s" % "; ".join(alternatives)
-    if runner_up is not None:
-        reason += "; next: %s (%s examples/sec, limited by %s)" % (
-            layout_name(runner_up), format(runner_up.examples_per_sec, ",.0f"), runner_up.bottleneck())
-    return best, reason
 
 
 def fit_serial_fraction(points: Sequence[Tuple[int, float]]) -> float:

@@ -35,6 +35,7 @@ LAYERS = {
 }
 # Modules of the job layer (and those it uses) that must start without TensorFlow.
 TENSORFLOW_FREE = ("jobs", "cli", "strategies.strategy_names", "strategies.cluster", "strategies.cost_model",
+                   "strategies.calibrated", "strategies.host_layout",
                    "input_pipeline.schema", "input_pipeline.formats", "input_pipeline.sharding",
                    "deepfm.config", "deepfm.launch", "deepfm.sagemaker", "deepfm.kubernetes")
 

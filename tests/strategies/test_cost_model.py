@@ -215,30 +215,6 @@ class CoresAndRanksTest(tf.test.TestCase):
         ps_four, _, _ = cost_model.traffic(cost_model.PS, profile, four)
         self.assertAlmostEqual(4 * ps_one, ps_four)
 
-    def test_every_layout_is_tried_and_the_best_is_chosen(self):
-        profile = _profile(cost_model.StepCosts(overhead_s=0.002), core_costs=self.CORES)
-        cluster = cost_model.Cluster(hosts=1, cores_per_host=4, link_gbps=1.0)
-        ranked = cost_model.predict_layouts(profile, cluster)
-        layouts = {(p.strategy, p.ranks_per_host) for p in ranked}
-        # single only as one process on the host's 4 cores; a distributed strategy needs 2 processes.
-        self.assertIn((cost_model.SINGLE, 1), layouts)
-        self.assertNotIn((cost_model.HOROVOD, 1), layouts)
-        self.assertEqual({1, 2, 4}, {p.ranks_per_host for p in ranked})
-        self.assertEqual(sorted((p.examples_per_sec for p in ranked), reverse=True),
-                         [p.examples_per_sec for p in ranked])
-        best, reason = cost_model.choose_layout(profile, cluster)
-        self.assertEqual(ranked[0], best)
-        self.assertIn(cost_model.layout_name(best), reason)
-        self.assertIn("process(es) per host", reason)
-        # Threads that give nothing and a costly exchange: one process on all the cores loses to one per core.
-        flat = _profile(cost_model.StepCosts(overhead_s=0.001), core_costs=cost_model.CoreCosts(1.0, 0.0))
-        best, _ = cost_model.choose_layout(flat, cluster)
-        self.assertEqual(4, best.ranks_per_host)
-        self.assertNotEqual(cost_model.SINGLE, best.strategy)
-        # Threads that scale perfectly: one process, no exchange.
-        ideal = _profile(cost_model.StepCosts(overhead_s=0.001), core_costs=cost_model.CoreCosts(0.0, 0.0))
-        self.assertEqual(cost_model.SINGLE, cost_model.choose_layout(ideal, cluster)[0].strategy)
-
     def test_fits_recover_the_shares_that_made_the_points(self):
         speedups = [(threads, 1.0 / self.CORES.compute_share(threads)) for threads in (2, 4, 16)]
         self.assertAlmostEqual(0.25, cost_model.fit_serial_fraction(speedups))
