@@ -44,6 +44,7 @@ prints every run and its vCPUs and exits.
 import argparse
 import dataclasses
 import os
+import shutil
 import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -464,6 +465,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         plan = make_plan(args, len(order))
         order = order[:plan.cores]
         cores = check_plan(plan, order)
+        if shutil.which(layout.TASKSET) is None:
+            raise ValueError("%s is not on PATH (Debian package util-linux): it pins each rank to its vCPUs"
+                             % layout.TASKSET)
     except ValueError as e:
         print("error: %s" % e, file=sys.stderr)
         return 2

@@ -13,7 +13,8 @@
   names and runs only on emulated hosts.
 
 `open_hosts` makes either; `HOSTS_AUTO` makes emulated hosts where it can
-and says why not where it falls back to local ones.
+(namespaces made, and a command run in one: `probe`) and says why not
+where it falls back to local ones.
 """
 
 import contextlib
@@ -22,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from typing import Iterator, Optional, Sequence
 
 from benchmarks.scale_out import layout
@@ -31,6 +33,7 @@ from jobs import hosts as hosts_lib
 
 LOOPBACK = "lo"
 LOCAL_ADDRESS = "127.0.0.1"
+PROBE_TIMEOUT_S = 60
 
 
 class EmulatedHosts:
@@ -120,6 +123,29 @@ def local_reason() -> Optional[str]:
     return None
 
 
+def probe(hosts: EmulatedHosts, timeout_s: float = PROBE_TIMEOUT_S, argv: Optional[Sequence[str]] = None) -> None:
+    """Runs a do-nothing command (`argv`) in the first host: namespaces can be made yet not entered (a container).
+
+    Raises:
+      hosts_lib.HostSetupError: it did not exit with 0 within `timeout_s`; the message holds its output.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-hosts-probe-") as work:
+        log = os.path.join(work, "probe.log")
+        proc = hosts.start(0, list(argv or (sys.executable, "-c", "pass")), {"PATH": os.environ.get("PATH", "")}, (),
+                           "/", work, log)
+        try:
+            code = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            hosts.kill(proc)
+        if code != 0:
+            with open(log, errors="replace") as f:
+                raise hosts_lib.HostSetupError("a command in an emulated host %s: %s" % (
+                    "did not end in %.0f s" % timeout_s if code is None else "exited with %d" % code,
+                    f.read()[-500:].strip()))
+
+
 @contextlib.contextmanager
 def open_hosts(mode: str, count: int, link_gbps: float) -> Iterator[object]:
     """`count` hosts of `mode` (`HOSTS_AUTO`: emulated where they can be made, else local, saying why).
@@ -139,6 +165,12 @@ def open_hosts(mode: str, count: int, link_gbps: float) -> Iterator[object]:
             if reason:
                 raise hosts_lib.HostSetupError(reason)
             hosts = EmulatedHosts(count, link_gbps)
+            if mode == HOSTS_AUTO:
+                try:
+                    probe(hosts)
+                except hosts_lib.HostSetupError:
+                    hosts.close()
+                    raise
         except hosts_lib.HostSetupError as e:
             if mode != HOSTS_AUTO:
                 raise

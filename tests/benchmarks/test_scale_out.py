@@ -402,6 +402,25 @@ class SigtermTest(tf.test.TestCase):
         self.assertTrue(os.path.exists(marker))
 
 
+class OpenHostsTest(tf.test.TestCase):
+
+    def test_auto_makes_emulated_hosts_where_a_command_runs_in_them_else_local_ones(self):
+        from benchmarks.scale_out import hosts as run_hosts
+        reason = hosts_lib.check_privileges()
+        with run_hosts.open_hosts(bench.HOSTS_AUTO, 2, 0.0) as made:
+            self.assertEqual(bench.HOSTS_LOCAL if reason else bench.HOSTS_EMULATED, made.mode)
+            self.assertEqual(("algo-1", "algo-2"), made.names)
+            if not reason:
+                run_hosts.probe(made)
+                with self.assertRaisesRegex(hosts_lib.HostSetupError, "a command in an emulated host exited with 1"):
+                    run_hosts.probe(made, argv=["false"])
+            else:
+                self.assertIn("emulated hosts could not be made", made.note)
+        with run_hosts.open_hosts(bench.HOSTS_LOCAL, 2, 0.0) as made:
+            self.assertEqual((None, "lo"), (made.interface_of(1), made.interface_of(0)))
+            self.assertEqual("127.0.0.1", made.address("algo-2"))
+
+
 @pytest.mark.slow
 class RealRunTest(tf.test.TestCase):
     """`single` and `horovod` on two real emulated hosts, a few steps (needs root)."""
