@@ -4,7 +4,7 @@ Horovod ranks as for `horovod` (start them with `horovodrun`, `python -m
 deepfm.launch --strategy hybrid`, or SageMaker's `mpi` distribution with
 the hyperparameter `strategy=hybrid`), with one difference: every table a
 model_fn creates through `ModelContext.embedding` is split by rows over the
-ranks (`strategies.sharded_embedding`). Each rank holds and updates only
+ranks (`strategies.sharded`). Each rank holds and updates only
 its rows (id i on rank i % ranks), looked up with two all-to-alls per step
 (the distinct ids to their owners, the rows back); the gradient of a row
 flows back to its owner only. The dense variables are replicated and
@@ -19,7 +19,7 @@ docstring of `strategies.horovod` has the rules), plus:
 * Checkpoints hold every row, and every optimizer slot row, exactly once,
   as the full table under its single-process name: rank 0 gathers every
   rank's rows while it saves, so every rank saves at the same steps
-  (`sharded_embedding.ShardedCheckpointSaverHook`; the other ranks write
+  (`strategies.sharded.checkpoint.ShardedCheckpointSaverHook`; the other ranks write
   their own shards to their private directories). The layout does not
   depend on the number of ranks: a job restarted with another number of
   ranks re-shards on restore (rank 0 sends each rank its rows), and the
@@ -38,13 +38,19 @@ from typing import Dict, List, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
+from input_pipeline import schema
 from strategies import base
 from strategies import horovod
-from strategies import sharded_embedding
 from strategies import strategy_names as names
+from strategies.sharded import checkpoint as checkpoint_lib
+from strategies.sharded import exchange
+from strategies.sharded import pipeline as pipeline_lib
+from strategies.sharded import table as table_lib
 
 # The Estimator's default number of checkpoints kept.
 DEFAULT_KEEP_CHECKPOINT_MAX = 5
+# `--id_capacity`: sized from the first batch, or no padding; a positive value is the starting places.
+AUTO_ID_CAPACITY = -1
 NO_ID_CAPACITY = 0
 
 
@@ -54,41 +60,63 @@ class HybridOptions(horovod.RankOptions):
 
     Attributes:
       exchange_fp16: send the looked-up rows and their gradients as float16.
-      id_capacity: pad each rank's distinct ids sent to each owner in a
-        training step to this many places, a fixed shape for Horovod's
-        response cache (a training batch with more fails, naming it); 0: no
-        padding. Evaluation, whose batches are larger, exchanges its ids
-        unpadded.
+      id_capacity: the places per owner of a training step's id exchange,
+        a fixed shape that Horovod's response cache holds step after step:
+        -1 (`AUTO_ID_CAPACITY`) sizes them from the first batch, a positive
+        number starts there; either grows when a batch needs more. 0: no
+        padding (shapes of variable size). Evaluation, whose batches are
+        larger, exchanges its ids unpadded.
+      exchange_pipeline: exchange the next batch's ids while the current
+        batch trains (`strategies.sharded.pipeline`); training is unchanged.
+      exchange_staleness: 1 also exchanges the next batch's rows while the
+        current one trains, so a step trains on rows one update old; 0 (the
+        default) keeps training exact.
     """
 
     exchange_fp16: bool = base.option(False, "hybrid: send embedding rows and their gradients as float16.")
-    id_capacity: int = base.option(NO_ID_CAPACITY, "hybrid: pad the ids each rank sends each owner per training "
-                                                   "step to this many (a fixed shape); 0: no padding.")
+    id_capacity: int = base.option(AUTO_ID_CAPACITY, "hybrid: places per owner of a training step's id exchange "
+                                                     "(a fixed shape for Horovod's cache): -1 sized from the first "
+                                                     "batch, N starting at N, either grown when a batch needs more; "
+                                                     "0: no padding.")
+    exchange_pipeline: bool = base.option(True, "hybrid: exchange the next batch's ids while the current batch "
+                                                "trains (training unchanged).")
+    exchange_staleness: int = base.option(pipeline_lib.EXACT, "hybrid: 1 also exchanges the next batch's rows "
+                                                              "during the current step, training on rows one "
+                                                              "update old; 0: exact.")
 
     def __post_init__(self):
         super().__post_init__()
-        base.check_at_least("id_capacity", self.id_capacity, 0)
+        base.check_at_least("id_capacity", self.id_capacity, AUTO_ID_CAPACITY)
+        base.check_choice("exchange_staleness", self.exchange_staleness, pipeline_lib.STALENESS_LEVELS)
+        if self.exchange_staleness and not self.exchange_pipeline:
+            raise ValueError("--exchange_staleness %d needs --exchange_pipeline (the stale rows travel with the "
+                             "next batch's ids)" % self.exchange_staleness)
+
+    def start_capacity(self) -> Optional[int]:
+        """The `ShardedEmbedding.id_capacity` of a training step: None for no padding."""
+        if self.id_capacity == NO_ID_CAPACITY:
+            return None
+        return exchange.SIZE_FROM_FIRST_BATCH if self.id_capacity == AUTO_ID_CAPACITY else self.id_capacity
 
 
 class ShardedTable(base.EmbeddingTable):
     """A `ModelContext` table whose rows are sharded across the ranks (`ShardedEmbedding`)."""
 
-    def __init__(self, sharded: sharded_embedding.ShardedEmbedding, tables: "_Tables"):
+    def __init__(self, sharded: table_lib.ShardedEmbedding, tables: "_Tables"):
         super().__init__(sharded.name, [sharded.num_rows] + list(sharded.row_shape))
         self.sharded = sharded
         self._tables = tables
 
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
-        return self.sharded.lookup(ids, self._tables.routing(self.sharded, ids))
+        return self._tables.lookup([self.sharded], ids)[0]
 
     def lookup_with(self, others: Sequence[base.EmbeddingTable], ids: tf.Tensor) -> List[tf.Tensor]:
         """One exchange of rows for this table and `others` when they are sharded alike; else one each."""
         tables = [self] + list(others)
         if not all(isinstance(table, ShardedTable) and table._tables is self._tables
-                   and sharded_embedding.can_share_exchange(self.sharded, table.sharded) for table in tables):
+                   and table_lib.can_share_exchange(self.sharded, table.sharded) for table in tables):
             return super().lookup_with(others, ids)
-        return sharded_embedding.lookup_together([table.sharded for table in tables], ids,
-                                                 self._tables.routing(self.sharded, ids))
+        return self._tables.lookup([table.sharded for table in tables], ids)
 
     def variables(self) -> List[tf.Variable]:
         """This rank's shard."""
@@ -99,13 +127,16 @@ class _Tables:
     """The sharded tables of one model_fn call, and the id exchanges they share.
 
     Tables looked up with the same ids tensor (DeepFM's weights and factors)
-    share one id exchange. The id capacity applies in TRAIN only.
+    share one id exchange. In TRAIN the exchanges are padded (`--id_capacity`)
+    and, with an `ExchangePipeline`, the next batch's exchange runs during the
+    step.
     """
 
     def __init__(self, strategy: "HybridStrategy", mode: str):
         self._strategy = strategy
-        self._padded = mode == tf.estimator.ModeKeys.TRAIN
-        self.sharded: List[sharded_embedding.ShardedEmbedding] = []
+        self._training = mode == tf.estimator.ModeKeys.TRAIN
+        self.sharded: List[table_lib.ShardedEmbedding] = []
+        self.pipeline: Optional[pipeline_lib.ExchangePipeline] = None
         self._routes: Dict = {}
 
     def __call__(self, name: str, shape: Sequence[int], initializer=None) -> ShardedTable:
@@ -115,18 +146,23 @@ class _Tables:
         if len(shape) > 2:
             raise ValueError("strategy hybrid shards tables of rows of one dimension; %r has rows of shape %s"
                              % (name, list(shape[1:])))
-        table = sharded_embedding.ShardedEmbedding(
+        table = table_lib.ShardedEmbedding(
             name, shape[0], width, hvd.rank(), hvd.size(), hvd, initializer=initializer,
             exchange_fp16=options.exchange_fp16,
-            id_capacity=options.id_capacity if self._padded and options.id_capacity else None)
+            id_capacity=options.start_capacity() if self._training else table_lib.NOT_PADDED)
         self.sharded.append(table)
         return ShardedTable(table, self)
 
-    def routing(self, table: sharded_embedding.ShardedEmbedding, ids: tf.Tensor) -> sharded_embedding.IdRouting:
-        key = (ids.ref(), table.row_dtype)
+    def lookup(self, tables: Sequence[table_lib.ShardedEmbedding], ids: tf.Tensor) -> List[tf.Tensor]:
+        """The rows of `ids` in each of `tables` (which share exchange settings): pipelined where it applies."""
+        if self.pipeline is not None:
+            rows = self.pipeline.lookup(tables, ids)
+            if rows is not None:
+                return rows
+        key = (ids.ref(),) + tables[0].routing_settings
         if key not in self._routes:
-            self._routes[key] = table.route(ids)
-        return self._routes[key]
+            self._routes[key] = tables[0].route(ids)
+        return table_lib.lookup_together(tables, ids, self._routes[key])
 
 
 class LookupStatsHook(tf.estimator.SessionRunHook):
@@ -138,13 +174,15 @@ class LookupStatsHook(tf.estimator.SessionRunHook):
       rank: this rank.
     """
 
-    def __init__(self, stats: Sequence[sharded_embedding.LookupStats], rows_held: int, rank: int):
+    def __init__(self, stats: Sequence[exchange.LookupStats], rows_held: int, rank: int):
         self._fetches = {"distinct_ids": tf.add_n([s.distinct_ids for s in stats]),
-                         "rows_served": tf.add_n([s.rows_served for s in stats])}
+                         "rows_served": tf.add_n([s.rows_served for s in stats]),
+                         "places_per_owner": tf.reduce_max(tf.stack([s.places_per_owner for s in stats]))}
         self._rows_held = rows_held
         self._rank = rank
         self.steps = 0
         self.totals = {key: 0 for key in self._fetches}
+        self.places: List[int] = []
 
     def before_run(self, run_context):
         return tf.estimator.SessionRunArgs(self._fetches)
@@ -153,12 +191,17 @@ class LookupStatsHook(tf.estimator.SessionRunHook):
         self.steps += 1
         for key, value in run_values.results.items():
             self.totals[key] += int(value)
+        places = int(run_values.results["places_per_owner"])
+        if not self.places or places != self.places[-1]:
+            self.places.append(places)
 
     def end(self, session):
         if self.steps:
-            logging.info("hybrid rank %d: per step %.0f distinct ids looked up, %.0f rows served; %d rows held",
+            padding = ("; places per owner %s" % " -> ".join(map(str, self.places))
+                       if self.places and self.places[-1] else "")
+            logging.info("hybrid rank %d: per step %.0f distinct ids looked up, %.0f rows served; %d rows held%s",
                          self._rank, self.totals["distinct_ids"] / self.steps,
-                         self.totals["rows_served"] / self.steps, self._rows_held)
+                         self.totals["rows_served"] / self.steps, self._rows_held, padding)
 
 
 @base.register(names.HYBRID)
@@ -171,12 +214,18 @@ class HybridStrategy(horovod.HorovodStrategy):
         super().__init__(config)
         self._save_steps: Optional[int] = None
         self._keep_checkpoint_max = DEFAULT_KEEP_CHECKPOINT_MAX
+        self._input_ends = False
 
     def run_config(self, **kwargs) -> tf.estimator.RunConfig:
         """Horovod's `RunConfig`; every rank saves at rank 0's checkpoint steps (the save is a collective)."""
         self._save_steps = kwargs.get("save_checkpoints_steps")
         self._keep_checkpoint_max = kwargs.get("keep_checkpoint_max", DEFAULT_KEEP_CHECKPOINT_MAX)
         return super().run_config(**kwargs)
+
+    def finite_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """Horovod's marking of the last batch; the exchange pipeline, which reads one batch ahead, is off."""
+        self._input_ends = True
+        return super().finite_input(dataset)
 
     def optimizer_wrappers(self):
         """`hvd.DistributedOptimizer`; the shards' gradients stay local (`register_local_var`)."""
@@ -201,31 +250,49 @@ class HybridStrategy(horovod.HorovodStrategy):
             return wrapped
         return dataclasses.replace(context, optimizer_wrappers=(distributed,) + context.optimizer_wrappers)
 
+    def _pipeline(self, features, labels, mode: str) -> Optional[pipeline_lib.ExchangePipeline]:
+        """The exchange pipeline of a training step, or None (off, evaluation, an input that ends)."""
+        if mode != tf.estimator.ModeKeys.TRAIN or not self.options.exchange_pipeline or self._input_ends:
+            return None
+        if not isinstance(features, dict) or schema.FEAT_IDS not in features:
+            logging.info("hybrid: the features hold no %r: the id exchange runs within the step", schema.FEAT_IDS)
+            return None
+        return pipeline_lib.ExchangePipeline(features, labels, schema.FEAT_IDS, self.options.exchange_staleness)
+
     def replicate(self, model_fn: base.ModelFn) -> base.ModelFn:
-        """`model_fn`, with the sharded checkpoint, its saver hook and the lookup statistics in TRAIN and EVAL."""
+        """`model_fn`, with the exchange pipeline, the sharded checkpoint, its saver hook and the lookup statistics."""
         def sharded(features, labels, mode, params):
-            spec = model_fn(features, labels, mode, params)
             tables = base.ModelContext.of(params).embedding_factory
+            pipeline = self._pipeline(features, labels, mode) if isinstance(tables, _Tables) else None
+            if pipeline is not None:
+                tables.pipeline = pipeline
+                features, labels = pipeline.current()
+            spec = model_fn(features, labels, mode, params)
             if not isinstance(tables, _Tables):
                 return spec
             if not tables.sharded:
                 raise ValueError(
                     "strategy hybrid shards the tables a model_fn creates with ModelContext.embedding; %s created "
                     "none (use --strategy horovod)" % getattr(model_fn, "__name__", model_fn))
-            checkpoint = sharded_embedding.ShardedCheckpoint(tables.sharded, self.hvd)
+            checkpoint = checkpoint_lib.ShardedCheckpoint(tables.sharded, self.hvd)
             scaffold = tf.compat.v1.train.Scaffold(saver=checkpoint.saver(max_to_keep=self._keep_checkpoint_max))
             if mode != tf.estimator.ModeKeys.TRAIN:
                 return spec._replace(scaffold=scaffold)
             if self._save_steps is None or self.checkpoint_dir is None:
                 raise ValueError("strategy hybrid: build the Estimator with the strategy's run_config "
                                  "(save_checkpoints_steps), which its checkpoints need")
-            saver = sharded_embedding.ShardedCheckpointSaverHook(
-                self.checkpoint_dir, checkpoint, self._save_steps, scaffold)
-            stats = LookupStatsHook([table.lookup_stats for table in _distinct_exchanges(tables.sharded)],
-                                    sum(table.shard_rows for table in tables.sharded), self.rank)
+            hooks = []
+            if pipeline is not None:
+                train_op, prime_op = pipeline.finish(spec.train_op)
+                spec = spec._replace(train_op=train_op)
+                hooks.append(pipeline.prime_hook(prime_op))
+            saver = checkpoint_lib.ShardedCheckpointSaverHook(self.checkpoint_dir, checkpoint, self._save_steps,
+                                                              scaffold)
+            hooks.append(LookupStatsHook([table.lookup_stats for table in _distinct_exchanges(tables.sharded)],
+                                         sum(table.shard_rows for table in tables.sharded), self.rank))
             return spec._replace(scaffold=scaffold,
                                  training_chief_hooks=list(spec.training_chief_hooks) + [saver],
-                                 training_hooks=list(spec.training_hooks) + [stats])
+                                 training_hooks=list(spec.training_hooks) + hooks)
         return sharded
 
     def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
@@ -234,13 +301,17 @@ class HybridStrategy(horovod.HorovodStrategy):
 
     def _describe_options(self) -> str:
         options = self.options
-        return ", tables sharded over %d rank(s)%s%s" % (
-            self.hvd.size(), ", fp16 rows" if options.exchange_fp16 else "",
-            ", %d ids per owner" % options.id_capacity if options.id_capacity else "")
+        capacity = {AUTO_ID_CAPACITY: ", padded exchanges", NO_ID_CAPACITY: ""}.get(
+            options.id_capacity, ", padded exchanges from %d ids per owner" % options.id_capacity)
+        pipeline = ""
+        if options.exchange_pipeline:
+            pipeline = ", next batch's ids%s exchanged during the step" % (
+                " and rows (one step stale)" if options.exchange_staleness else "")
+        return ", tables sharded over %d rank(s)%s%s%s" % (
+            self.hvd.size(), ", fp16 rows" if options.exchange_fp16 else "", capacity, pipeline)
 
 
-def _distinct_exchanges(tables: Sequence[sharded_embedding.ShardedEmbedding]
-                        ) -> List[sharded_embedding.ShardedEmbedding]:
+def _distinct_exchanges(tables: Sequence[table_lib.ShardedEmbedding]) -> List[table_lib.ShardedEmbedding]:
     """One table per id exchange: tables whose lookups shared an exchange count once."""
     seen, distinct = set(), []
     for table in tables:

@@ -53,9 +53,18 @@ class OptionsTest(tf.test.TestCase):
         with self.assertRaisesRegex(ValueError, "--sparse_as_dense applies to --strategy horovod, not hybrid"):
             strategies.make_config(names.HYBRID, sparse_as_dense=True)
 
-    def test_negative_capacity_is_named(self):
-        with self.assertRaisesRegex(ValueError, "--id_capacity must be >= 0, got -1"):
-            hybrid.HybridOptions(id_capacity=-1)
+    def test_bad_exchange_options_are_named(self):
+        with self.assertRaisesRegex(ValueError, "--id_capacity must be >= -1, got -2"):
+            hybrid.HybridOptions(id_capacity=-2)
+        with self.assertRaisesRegex(ValueError, "--exchange_staleness must be one of 0, 1, got 2"):
+            hybrid.HybridOptions(exchange_staleness=2)
+        with self.assertRaisesRegex(ValueError, "--exchange_staleness 1 needs --exchange_pipeline"):
+            hybrid.HybridOptions(exchange_staleness=1, exchange_pipeline=False)
+
+    def test_places_per_owner_of_a_training_step(self):
+        self.assertEqual(0, hybrid.HybridOptions().start_capacity())  # sized from the first batch
+        self.assertEqual(64, hybrid.HybridOptions(id_capacity=64).start_capacity())
+        self.assertIsNone(hybrid.HybridOptions(id_capacity=0).start_capacity())
 
     def test_groups_hold_the_dense_gradients(self):
         # Unlike horovod's, hybrid's groups need no --sparse_as_dense: the shards' gradients stay local.

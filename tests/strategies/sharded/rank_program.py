@@ -1,9 +1,9 @@
 """One Horovod rank of the sharded-embedding tests, recording what they compare.
 
-`tests/strategies/test_sharded_embedding.py` starts it under horovodrun from
-the repository root::
+The tests of `tests/strategies/sharded/` start it under horovodrun from the
+repository root::
 
-    horovodrun --gloo -np 3 -H localhost:3 python -m tests.strategies.sharded_embedding_rank \
+    horovodrun --gloo -np 3 -H localhost:3 python -m tests.strategies.sharded.rank_program \
         --mode lookup --result_dir D
 
 * `--mode lookup`: for each case of `CASES`, the two tables of
@@ -11,6 +11,9 @@ the repository root::
   on the batches of `step_ids(step, rank, size)`. Writes
   `D/<case>-rank-<R>.npz`: the looked-up rows, counters and gradient
   indices of every step, and the final shards, slots and dense variable.
+* `--mode pipeline`: trains the `hybrid` strategy with and without its
+  exchange pipeline (`--data_dir`), each to `--first_steps` and resumed to
+  `--max_steps`; writes `D/<variant>-rank-<R>.npz`, every step's loss.
 * `--mode estimator`: trains the small model of `model_fn` with an
   Estimator (sharded checkpoints, `ShardedCheckpointSaverHook`) up to
   `--max_steps`, rank 0 in `--model_dir`, the others in private
@@ -25,6 +28,7 @@ compute the single-process result.
 
 import atexit
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -34,7 +38,9 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from strategies import sharded_embedding
+from strategies.sharded import checkpoint as checkpoint_lib
+from strategies.sharded import ownership
+from strategies.sharded import table as table_lib
 
 SCOPE = "model"
 NUM_ROWS = 301  # uneven shards at 2 and 3 ranks
@@ -64,6 +70,9 @@ class Case(NamedTuple):
 
 CASES = (Case("sgd", SGD), Case("adam", ADAM), Case("lazy_adam", LAZY_ADAM),
          Case("lazy_adam_padded", LAZY_ADAM, id_capacity=ID_CAPACITY),
+         # Places sized from the first batch, and too few to start with: the later steps need more.
+         Case("lazy_adam_places_from_first_batch", LAZY_ADAM, id_capacity=0),
+         Case("sgd_places_grow", SGD, id_capacity=2),
          Case("sgd_fp16", SGD, exchange_fp16=True),
          Case("lazy_adam_together", LAZY_ADAM, together=True),
          Case("adam_padded_fp16_together", ADAM, id_capacity=ID_CAPACITY, exchange_fp16=True, together=True))
@@ -138,7 +147,7 @@ def run_lookup_case(case: Case, hvd, result_dir: str) -> None:
     initial = initial_tables()
     with tf.Graph().as_default():
         with tf.compat.v1.variable_scope(SCOPE):
-            tables = {spec.name: sharded_embedding.ShardedEmbedding(
+            tables = {spec.name: table_lib.ShardedEmbedding(
                 spec.name, NUM_ROWS, spec.width, rank, size, hvd, exchange_fp16=case.exchange_fp16,
                 id_capacity=case.id_capacity) for spec in TABLES}
             dense = tf.compat.v1.get_variable(DENSE, initializer=initial[DENSE])
@@ -150,7 +159,7 @@ def run_lookup_case(case: Case, hvd, result_dir: str) -> None:
             ids = tf.constant(step_ids(step, rank, size))
             routing = tables["v"].route(ids)
             if case.together:
-                rows = dict(zip(tables, sharded_embedding.lookup_together(list(tables.values()), ids, routing)))
+                rows = dict(zip(tables, table_lib.lookup_together(list(tables.values()), ids, routing)))
             else:
                 rows = {name: table.lookup(ids, routing) for name, table in tables.items()}
             loss = rank_loss(rows, dense, step, rank)
@@ -162,9 +171,9 @@ def run_lookup_case(case: Case, hvd, result_dir: str) -> None:
                               train=train))
         record = {}
         with tf.compat.v1.Session(config=_session_config()) as session:
-            session.run(tf.compat.v1.global_variables_initializer())
+            session.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
             for name, table in tables.items():
-                owned = sharded_embedding.owned_ids(NUM_ROWS, rank, size)
+                owned = ownership.owned_ids(NUM_ROWS, rank, size)
                 session.run(table.variable.assign(initial[name][owned]))
             for step, fetches in enumerate(steps):
                 # The rows and gradients before this step's update.
@@ -222,7 +231,7 @@ def plain_variables() -> Dict[str, tf.Variable]:
 class _DumpHook(tf.estimator.SessionRunHook):
     """Writes every sharded variable after session start or at the end."""
 
-    def __init__(self, checkpoint: sharded_embedding.ShardedCheckpoint, path: str, at_start: bool):
+    def __init__(self, checkpoint: checkpoint_lib.ShardedCheckpoint, path: str, at_start: bool):
         self._checkpoint = checkpoint
         self._path = path
         self._at_start = at_start
@@ -249,14 +258,14 @@ def model_fn(features, labels, mode, params, hvd):
     """A tiny CTR model on two sharded tables, checkpointed by `ShardedCheckpoint`."""
     rank, size = hvd.rank(), hvd.size()
     with tf.compat.v1.variable_scope(SCOPE, reuse=tf.compat.v1.AUTO_REUSE):
-        tables = [sharded_embedding.ShardedEmbedding(spec.name, NUM_ROWS, spec.width, rank, size, hvd)
+        tables = [table_lib.ShardedEmbedding(spec.name, NUM_ROWS, spec.width, rank, size, hvd)
                   for spec in TABLES]
         dense = tf.compat.v1.get_variable(DENSE, [WIDTH])
         bias = tf.compat.v1.get_variable("bias", [], initializer=tf.compat.v1.zeros_initializer())
     routing = tables[0].route(features)
     output = logits({table.name: table.lookup(features, routing) for table in tables}, dense, bias)
     if mode == tf.estimator.ModeKeys.PREDICT:
-        checkpoint = sharded_embedding.ShardedCheckpoint(tables, hvd)
+        checkpoint = checkpoint_lib.ShardedCheckpoint(tables, hvd)
         return tf.estimator.EstimatorSpec(mode, predictions={"logits": output},
                                           scaffold=tf.compat.v1.train.Scaffold(saver=checkpoint.saver()))
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=output))
@@ -264,9 +273,9 @@ def model_fn(features, labels, mode, params, hvd):
     for table in tables:
         optimizer.register_local_var(table.variable)
     train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
-    checkpoint = sharded_embedding.ShardedCheckpoint(tables, hvd)
+    checkpoint = checkpoint_lib.ShardedCheckpoint(tables, hvd)
     scaffold = tf.compat.v1.train.Scaffold(saver=checkpoint.saver(max_to_keep=params["keep"]))
-    saver_hook = sharded_embedding.ShardedCheckpointSaverHook(
+    saver_hook = checkpoint_lib.ShardedCheckpointSaverHook(
         params["checkpoint_dir"], checkpoint, save_steps=params["save_steps"], scaffold=scaffold)
     hooks = [_DumpHook(checkpoint, params["dump_path"], at_start=True),
              _DumpHook(checkpoint, params["end_path"], at_start=False)]
@@ -277,7 +286,7 @@ def model_fn(features, labels, mode, params, hvd):
 def run_estimator(hvd, result_dir: str, model_dir: str, max_steps: int, save_steps: int, predict: bool) -> None:
     """Trains to `max_steps` on every rank, then optionally predicts `predict_ids()`."""
     rank = hvd.rank()
-    if rank != sharded_embedding.ROOT_RANK:
+    if rank != checkpoint_lib.ROOT_RANK:
         model_dir = tempfile.mkdtemp(prefix="sharded-rank%d-" % rank)
         atexit.register(shutil.rmtree, model_dir, ignore_errors=True)
     params = dict(checkpoint_dir=model_dir, save_steps=save_steps, keep=10,
@@ -301,8 +310,55 @@ def run_estimator(hvd, result_dir: str, model_dir: str, max_steps: int, save_ste
         np.savez(os.path.join(result_dir, "predictions-rank-%d.npz" % rank), logits=values)
 
 
+# --- the hybrid strategy with and without its exchange pipeline -----------------------------------
+
+PIPELINE_VARIANTS = (("pipelined", {"exchange_pipeline": True}), ("in_step", {"exchange_pipeline": False}))
+PIPELINE_BATCH = 32
+
+
+def run_pipeline_variants(data_dir: str, result_dir: str, first_steps: int, last_steps: int) -> None:
+    """Trains the `hybrid` strategy with and without its exchange pipeline, each to `first_steps`, then resumed.
+
+    Writes `<result_dir>/<variant>-rank-<R>.npz`: `losses`, every step's
+    training loss on this rank (both runs, in order), and `global_steps`.
+    """
+    import deepfm  # pylint: disable=import-outside-toplevel
+    import strategies  # pylint: disable=import-outside-toplevel
+    from deepfm.runtime import hooks  # pylint: disable=import-outside-toplevel
+    from input_pipeline import dataset  # pylint: disable=import-outside-toplevel
+
+    data = dataset.Dataset.open([data_dir], [])
+    model = deepfm.ModelConfig(feature_size=data.metadata.feature_size, field_size=data.metadata.field_size,
+                               embedding_size=4, deep_layers=(8,), dropout=(0.0,), learning_rate=0.01)
+    for variant, options in PIPELINE_VARIANTS:
+        strategy = strategies.make_config("hybrid", lr_scaling="none", intra_op_threads=1, inter_op_threads=1,
+                                          **options)
+        model_dir = os.path.join(result_dir, variant + "-model")
+        losses, global_steps = [], []
+        for phase, max_steps in enumerate((first_steps, last_steps)):
+            progress = os.path.join(result_dir, "%s-%d-{task}.jsonl" % (variant, phase))
+            deepfm.train_and_evaluate(
+                deepfm.TrainConfig(model_dir=model_dir, train_files=data.train_files, batch_size=PIPELINE_BATCH,
+                                   max_steps=max_steps, log_every_n_steps=1, save_checkpoints_steps=first_steps,
+                                   seed=17, progress_file=progress),
+                model, strategy=strategy)
+            with open(progress.replace(hooks.TASK_PLACEHOLDER, "rank%d" % _rank())) as f:
+                records = [json.loads(line) for line in f]
+            losses += [record["loss"] for record in records]
+            global_steps += [record["global_step"] for record in records]
+        np.savez(os.path.join(result_dir, "%s-rank-%d.npz" % (variant, _rank())), losses=np.array(losses),
+                 global_steps=np.array(global_steps))
+
+
+def _rank() -> int:
+    import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+    return hvd.rank()
+
+
 def define_flags() -> None:
-    flags.DEFINE_enum("mode", None, ["lookup", "estimator"], "What to run.")
+    flags.DEFINE_enum("mode", None, ["lookup", "estimator", "pipeline"], "What to run.")
+    flags.DEFINE_string("data_dir", None, "The dataset root (pipeline mode).")
+    flags.DEFINE_integer("first_steps", 6, "Pipeline mode: the first run's steps; the second resumes.")
     flags.DEFINE_string("result_dir", None, "Where the .npz records go.")
     flags.DEFINE_list("cases", [case.name for case in CASES], "Lookup cases to run, in this order.")
     flags.DEFINE_string("model_dir", None, "Rank 0's model_dir (estimator mode).")
@@ -320,6 +376,8 @@ def main(argv):
     if FLAGS.mode == "lookup":
         for name in FLAGS.cases:
             run_lookup_case(CASES_BY_NAME[name], hvd, FLAGS.result_dir)
+    elif FLAGS.mode == "pipeline":
+        run_pipeline_variants(FLAGS.data_dir, FLAGS.result_dir, FLAGS.first_steps, FLAGS.max_steps)
     else:
         if not FLAGS.model_dir:
             raise app.UsageError("--mode estimator needs --model_dir")
