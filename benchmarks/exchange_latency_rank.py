@@ -1,0 +1,135 @@
+"""One rank of `benchmarks.exchange_latency`: one exchange after another, each its own `session.run`.
+
+Started by `benchmarks.exchange_latency` under `mpirun` (Horovod's MPI
+controller, and MPI itself through mpi4py) or `horovodrun --gloo`, one rank
+per core. Each variant is timed over `--iterations` runs after `--warmup`,
+the ranks agreeing (a barrier) before each variant; rank 0 writes one JSON
+object with every variant's wall time and this process's CPU time per run
+(every thread: TensorFlow's, Horovod's background thread, Gloo's or MPI's).
+
+Variants (an exchange of `--rows` rows of `--width` float32 to every rank):
+
+* `session`: a `session.run` that exchanges nothing (what every run costs);
+* `horovod_alltoall_fixed`: `hvd.alltoall`, the same shape every run (Horovod's
+  response cache holds it);
+* `horovod_alltoall_variable`: the same, but the shape changes every run (a
+  full negotiation each time), as the distinct ids of a batch do;
+* `horovod_allreduce`: `hvd.allreduce` of the same bytes, fixed shape;
+* `mpi_alltoall_in_session` (MPI only): the same exchange by MPI directly
+  (mpi4py's `Alltoall`), inside the step through `tf.numpy_function`;
+* `mpi_alltoall` (MPI only): mpi4py's `Alltoall` alone, no TensorFlow: the
+  transport's floor.
+"""
+
+import json
+import os
+import resource
+import sys
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+CONTROLLERS = ("mpi", "gloo")
+MICROS = 1e6
+
+
+def define_flags() -> None:
+    flags.DEFINE_enum("controller", "gloo", list(CONTROLLERS), "How the ranks were started (mpirun: mpi).")
+    flags.DEFINE_integer("rows", 5000, "Rows sent to every rank per exchange.")
+    flags.DEFINE_integer("width", 33, "Floats per row (DeepFM's weight and factors at embedding 32).")
+    flags.DEFINE_integer("iterations", 300, "Timed runs per variant.")
+    flags.DEFINE_integer("warmup", 30, "Untimed runs per variant first.")
+    flags.DEFINE_string("output", None, "Rank 0 writes its JSON object here.")
+    flags.mark_flag_as_required("output")
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _time(run: Callable[[int], None], iterations: int, warmup: int) -> Dict[str, object]:
+    for i in range(warmup):
+        run(i)
+    walls: List[float] = []
+    cpu = _cpu_seconds()
+    for i in range(iterations):
+        start = time.perf_counter()
+        run(warmup + i)
+        walls.append(time.perf_counter() - start)
+    cpu = _cpu_seconds() - cpu
+    walls_us = np.array(walls) * MICROS
+    return {"median_us": float(np.median(walls_us)), "p10_us": float(np.percentile(walls_us, 10)),
+            "p90_us": float(np.percentile(walls_us, 90)), "cpu_us_per_run": cpu * MICROS / iterations}
+
+
+def run_variants(controller: str, rows: int, width: int, iterations: int, warmup: int) -> Dict[str, dict]:
+    """Times every variant on this rank; every rank must call it."""
+    comm = None
+    if controller == "mpi":
+        from mpi4py import MPI  # pylint: disable=import-outside-toplevel
+        comm = MPI.COMM_WORLD
+    import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    hvd.init()
+    size = hvd.size()
+    rng = np.random.RandomState(hvd.rank())
+    # Variable shapes: each run sends every rank between 0.9 and 1.1 x rows, a new count each run.
+    most = int(rows * 1.1) + 1
+    counts = [rng.randint(int(rows * 0.9), most) for _ in range(warmup + iterations)]
+    payload = rng.randn(size * most, width).astype(np.float32)
+    results = {}
+    with tf.Graph().as_default():
+        data = tf.compat.v1.placeholder(tf.float32, [None, width])
+        splits = tf.compat.v1.placeholder(tf.int32, [size])
+        fixed, _ = hvd.alltoall(data, splits=splits, name="fixed")
+        variable, _ = hvd.alltoall(data, splits=splits, name="variable")
+        reduced = hvd.allreduce(data, name="allreduce", op=hvd.Sum)
+        barrier = hvd.allreduce(tf.constant(1.0), name="barrier")
+        local = tf.identity(data)
+        ops = [("session", local, lambda i: rows), ("horovod_alltoall_fixed", fixed, lambda i: rows),
+               ("horovod_alltoall_variable", variable, lambda i: counts[i]),
+               ("horovod_allreduce", reduced, lambda i: rows)]
+        if comm is not None:
+            def mpi_alltoall(array):
+                received = np.empty_like(array)
+                comm.Alltoall(array, received)
+                return received
+            in_session = tf.numpy_function(mpi_alltoall, [data], tf.float32)
+            ops.append(("mpi_alltoall_in_session", in_session, lambda i: rows))
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+        with tf.compat.v1.Session(config=config) as session:
+            for name, op, count in ops:
+                session.run(barrier)
+
+                def run(i, op=op, count=count):
+                    n = count(i)
+                    session.run(op, {data: payload[:size * n], splits: [n] * size})
+                results[name] = _time(run, iterations, warmup)
+    if comm is not None:
+        comm.Barrier()
+        send = payload[:size * rows]
+        receive = np.empty_like(send)
+        results["mpi_alltoall"] = _time(lambda i: comm.Alltoall(send, receive), iterations, warmup)
+    for result in results.values():
+        result["bytes_sent"] = (size - 1) * rows * width * 4
+    return results
+
+
+def main(argv):
+    del argv
+    results = run_variants(FLAGS.controller, FLAGS.rows, FLAGS.width, FLAGS.iterations, FLAGS.warmup)
+    rank = int(os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+    if rank == 0:
+        with open(FLAGS.output, "w") as f:
+            json.dump({"controller": FLAGS.controller, "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "1"),
+                       "results": results}, f)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

@@ -1,0 +1,56 @@
+"""Tests of `benchmarks.exchange_latency`: its launches, its summary, and one tiny run at two real ranks."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from benchmarks import exchange_latency
+from tests import paths
+
+
+class LaunchTest(tf.test.TestCase):
+
+    def test_each_rank_is_pinned_to_its_own_core(self):
+        gloo = exchange_latency.launch_argv("gloo", 2, ["--rows=10"])
+        self.assertIn("--gloo", gloo)
+        self.assertIn("exec taskset -c $HOROVOD_RANK", gloo[-1])
+        self.assertTrue(gloo[-1].endswith("-m %s --rows=10" % exchange_latency.RANK_MODULE))
+        mpi = exchange_latency.launch_argv("mpi", 3, [])
+        self.assertEqual("mpirun", mpi[0])
+        self.assertEqual("3", mpi[mpi.index("-np") + 1])
+        self.assertIn("exec taskset -c $OMPI_COMM_WORLD_RANK", mpi[-1])
+
+    def test_summary_keeps_the_variant_order_and_every_round(self):
+        round_result = {name: {"median_us": 10.0 * i, "cpu_us_per_run": 1.0, "p90_us": 20.0 * i}
+                        for i, name in enumerate(reversed(exchange_latency.VARIANT_ORDER[:4]))}
+        summary = exchange_latency.summarize({"gloo, cycle 1 ms": [round_result, round_result]})
+        variants = summary["gloo, cycle 1 ms"]
+        self.assertEqual(list(exchange_latency.VARIANT_ORDER[:4]), list(variants))
+        self.assertEqual([30.0, 30.0], variants["session"]["wall_us"])
+
+
+@pytest.mark.slow
+class TinyRunTest(tf.test.TestCase):
+
+    def test_two_ranks_report_every_horovod_variant(self):
+        if (os.cpu_count() or 1) < 2:
+            self.skipTest("one rank per core needs 2 cores; this machine has %d" % (os.cpu_count() or 1))
+        results = self.get_temp_dir()
+        command = [sys.executable, "-m", "benchmarks.exchange_latency", "--runs", "1", "--iterations", "5",
+                   "--warmup", "2", "--rows", "50", "--cycle_times", "1", "--controllers", "gloo",
+                   "--name", "tiny", "--results_dir", results]
+        completed = subprocess.run(command, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=300,
+                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        self.assertEqual(0, completed.returncode, completed.stderr[-3000:])
+        with open(os.path.join(results, "tiny.json")) as f:
+            summary = json.load(f)["results"]["summary"]["gloo, cycle 1 ms"]
+        self.assertEqual(sorted(["session", "horovod_alltoall_fixed", "horovod_alltoall_variable",
+                                 "horovod_allreduce"]), sorted(summary))
+        for variant, values in summary.items():
+            self.assertGreater(values["wall_us"][0], 0, variant)
+        with open(os.path.join(results, "tiny.md")) as f:
+            self.assertIn("python -m benchmarks.exchange_latency --ranks 2 --rows 50", f.read())
