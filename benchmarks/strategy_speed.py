@@ -57,7 +57,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy
 
 from benchmarks import common
-from jobs import processes
+from jobs.local import processes
 
 NAME = "strategies"
 QUICK_NAME = "strategies_quick"
@@ -398,7 +398,7 @@ def run_variant(variant: Variant, config: BenchmarkConfig) -> RunResult:
     """Runs `variant` once in a fresh process tree and measures it.
 
     Raises:
-      jobs.processes.TaskFailedError: the job failed (the message holds the
+      jobs.local.processes.TaskFailedError: the job failed (the message holds the
         end of its log).
       TimeoutError: it ran longer than `config.timeout_s`.
       ValueError: its progress files do not allow a measurement window.

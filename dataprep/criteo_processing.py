@@ -4,7 +4,7 @@
     python -m dataprep.criteo_processing convert --min_count 10 --shards 4
     python -m dataprep.criteo_processing combine
 
-Each stage is one Processing job; `jobs.sagemaker_processing` builds the
+Each stage is one Processing job; `jobs.sagemaker.processing` builds the
 three jobs, runs them on emulated hosts or submits them. A stage reads the
 Processing container contract: `/opt/ml/config/resourceconfig.json`
 (`current_host`, `hosts`), its inputs under `/opt/ml/processing/input/<name>`

@@ -5,7 +5,7 @@ One training job is described by the same arguments wherever it runs:
 `mpi` with `--processes_per_host`, or `auto`), `--channel NAME=PATH`
 (repeatable), `--input_mode`, `--distribution_type` and the
 hyperparameters after `--`. `define_job_flags` defines them once;
-`parse_spec` turns them into a `jobs.sagemaker_job.JobSpec`.
+`parse_spec` turns them into a `jobs.spec.JobSpec`.
 """
 
 import os
@@ -14,7 +14,7 @@ from typing import Optional, Sequence, Tuple
 from absl import flags
 
 from jobs import auto_distribution
-from jobs import sagemaker_job
+from jobs import spec as spec_lib
 
 CHANNEL_SEPARATOR = "="
 TRAIN_CHANNEL_PREFIX = "train"
@@ -24,8 +24,8 @@ def define_job_flags() -> None:
     """Defines the flags of a job (the program's own flags are defined by the program)."""
     flags.DEFINE_string("job_name", None, "Training job name (default: deepfm-<time>).")
     flags.DEFINE_integer("instance_count", 1, "Hosts (SageMaker: algo-1 .. algo-N; Kubernetes: training pods).")
-    flags.DEFINE_enum("distribution", sagemaker_job.DISTRIBUTION_NONE,
-                      list(sagemaker_job.DISTRIBUTIONS) + [auto_distribution.AUTO],
+    flags.DEFINE_enum("distribution", spec_lib.DISTRIBUTION_NONE,
+                      list(spec_lib.DISTRIBUTIONS) + [auto_distribution.AUTO],
                       "none, parameter_server, mpi (Horovod), or auto: the one deepfm.advise predicts fastest "
                       "for the instances (measured on --auto_data).")
     flags.DEFINE_string("auto_data", None, "--distribution auto: a local dataset root to measure a step on "
@@ -33,17 +33,17 @@ def define_job_flags() -> None:
     flags.DEFINE_integer("processes_per_host", 1, "mpi: processes per host.")
     flags.DEFINE_string("custom_mpi_options", "", "mpi: extra mpirun options.")
     flags.DEFINE_multi_string("channel", [], "NAME=PATH; repeatable (where PATH lives depends on the command).")
-    flags.DEFINE_enum("input_mode", sagemaker_job.FILE_MODE, list(sagemaker_job.INPUT_MODES),
+    flags.DEFINE_enum("input_mode", spec_lib.FILE_MODE, list(spec_lib.INPUT_MODES),
                       "File or Pipe, for every channel without its own --channel_input_mode.")
     flags.DEFINE_multi_string("channel_input_mode", [], "NAME=File|Pipe: that channel's own input mode (e.g. "
                               "--input_mode Pipe --channel_input_mode validation=File); repeatable.")
-    flags.DEFINE_enum("distribution_type", sagemaker_job.FULLY_REPLICATED, list(sagemaker_job.S3_DISTRIBUTIONS),
+    flags.DEFINE_enum("distribution_type", spec_lib.FULLY_REPLICATED, list(spec_lib.S3_DISTRIBUTIONS),
                       "S3 distribution of the training channels (train, train_<k>); others are replicated.")
     flags.DEFINE_bool("checkpoints", True, "Configure a checkpoint location that a restarted job resumes from.")
-    flags.DEFINE_string("region", sagemaker_job.DEFAULT_REGION, "AWS region.")
+    flags.DEFINE_string("region", spec_lib.DEFAULT_REGION, "AWS region.")
     flags.DEFINE_string("source_dir", None, "A directory of your own files (an entry-point script, a model "
                         "module) shipped at the root of the job's source, beside this project's packages.")
-    flags.DEFINE_string("entry_point", sagemaker_job.ENTRY_POINT, "The script the container runs: this "
+    flags.DEFINE_string("entry_point", spec_lib.ENTRY_POINT, "The script the container runs: this "
                         "project's entry point, or a file of --source_dir (e.g. one that calls "
                         "sagemaker_entry_point.main(model_fn=...)).")
 
@@ -61,7 +61,7 @@ def _name_value_pairs(flag: str, values: Sequence[str], what: str) -> dict:
 
 
 def parse_channels(values: Sequence[str], distribution_type: str,
-                   input_modes: Sequence[str] = ()) -> Tuple[sagemaker_job.Channel, ...]:
+                   input_modes: Sequence[str] = ()) -> Tuple[spec_lib.Channel, ...]:
     """`--channel NAME=PATH` values as `Channel`s; `distribution_type` applies to training channels.
 
     Args:
@@ -79,8 +79,8 @@ def parse_channels(values: Sequence[str], distribution_type: str,
         name, separator, uri = value.partition(CHANNEL_SEPARATOR)
         if not separator or not name or not uri:
             raise ValueError("--channel %r must be NAME=PATH" % value)
-        distribution = distribution_type if name.startswith(TRAIN_CHANNEL_PREFIX) else sagemaker_job.FULLY_REPLICATED
-        channels.append(sagemaker_job.Channel(name=name, uri=uri, distribution=distribution,
+        distribution = distribution_type if name.startswith(TRAIN_CHANNEL_PREFIX) else spec_lib.FULLY_REPLICATED
+        channels.append(spec_lib.Channel(name=name, uri=uri, distribution=distribution,
                                               input_mode=modes.pop(name, None)))
     if modes:
         raise ValueError("--channel_input_mode names channel(s) %s, which no --channel gives"
@@ -89,7 +89,7 @@ def parse_channels(values: Sequence[str], distribution_type: str,
 
 
 def parse_spec(flag_values, hyperparameter_args: Sequence[str], instance_type: str,
-               choice: Optional[auto_distribution.Choice] = None) -> sagemaker_job.JobSpec:
+               choice: Optional[auto_distribution.Choice] = None) -> spec_lib.JobSpec:
     """The `JobSpec` of the parsed flags and the arguments after `--`.
 
     Args:
@@ -103,13 +103,13 @@ def parse_spec(flag_values, hyperparameter_args: Sequence[str], instance_type: s
       ValueError: a bad flag or hyperparameter, named.
     """
     f = flag_values
-    hyperparameters = sagemaker_job.parse_hyperparameters(hyperparameter_args)
+    hyperparameters = spec_lib.parse_hyperparameters(hyperparameter_args)
     distribution, processes_per_host = f.distribution, f.processes_per_host
     if choice is not None:
         distribution, processes_per_host = choice.distribution, choice.processes_per_host
         hyperparameters = dict(choice.hyperparameters, **hyperparameters)
-    return sagemaker_job.JobSpec(
-        job_name=f.job_name or sagemaker_job.default_job_name(), instance_count=f.instance_count,
+    return spec_lib.JobSpec(
+        job_name=f.job_name or spec_lib.default_job_name(), instance_count=f.instance_count,
         instance_type=instance_type, distribution=distribution, processes_per_host=processes_per_host,
         custom_mpi_options=f.custom_mpi_options, input_mode=f.input_mode,
         channels=parse_channels(f.channel, f.distribution_type, f.channel_input_mode),

@@ -15,10 +15,10 @@ one), `--mount_path`, `--cpu`/`--memory`/`--gpus`, `--num_ps`,
 `--backoff_limit`, `--min_replicas`/`--max_replicas` and `--metrics_port`.
 It writes a TFJob (parameter servers) or an MPIJob (Horovod), a JobSet, the
 PersistentVolumeClaim and the image's Dockerfile to `--output_dir`
-(`jobs.kubernetes_manifests`).
+(`jobs.kubernetes.manifests`).
 
 `local` runs one rendered manifest (a TFJob, an MPIJob or a JobSet) on
-emulated hosts, one per pod (root needed; see `jobs.kubernetes_local`):
+emulated hosts, one per pod (root needed; see `jobs.kubernetes.local`):
 `--volume_dir` stands for the claim, mounted by every pod at the manifest's
 path, and the run's logs go to `--output_dir`. It exits with the job's exit
 code.
@@ -32,7 +32,7 @@ from cli import entry
 from deepfm import job_flags
 from strategies import cost_model
 from jobs import auto_distribution
-from jobs import kubernetes_manifests as manifests
+from jobs.kubernetes import manifests
 
 COMMANDS = ("render", "local")
 INSTANCE_TYPE = "kubernetes"
@@ -112,9 +112,10 @@ def run_render(hyperparameter_args) -> int:
 
 def run_local(extra_args) -> int:
     """Runs a rendered manifest on emulated hosts; returns the job's exit code."""
-    from jobs import kubernetes_local  # pylint: disable=import-outside-toplevel
-    from jobs import hosts as hosts_lib  # pylint: disable=import-outside-toplevel
-    from jobs import processes  # pylint: disable=import-outside-toplevel
+    from jobs.kubernetes.local import faults  # pylint: disable=import-outside-toplevel
+    from jobs.kubernetes.local import run as kubernetes_local  # pylint: disable=import-outside-toplevel
+    from jobs.local import hosts as hosts_lib  # pylint: disable=import-outside-toplevel
+    from jobs.local import processes  # pylint: disable=import-outside-toplevel
     if extra_args:
         raise app.UsageError("local takes no arguments after --: the manifest holds the job's (got %s)"
                              % " ".join(extra_args))
@@ -125,7 +126,7 @@ def run_local(extra_args) -> int:
         config = kubernetes_local.LocalConfig(
             manifest=FLAGS.manifest, volume_dir=FLAGS.volume_dir, output_dir=FLAGS.output_dir,
             timeout_s=FLAGS.timeout_s, stop_grace_s=FLAGS.stop_grace_s,
-            faults=tuple(kubernetes_local.Fault.parse(text) for text in FLAGS.fault))
+            faults=tuple(faults.Fault.parse(text) for text in FLAGS.fault))
         local_run = kubernetes_local.run(config)
     except (ValueError, FileExistsError, hosts_lib.HostSetupError) as e:
         print("deepfm.kubernetes local: %s" % e, file=sys.stderr)

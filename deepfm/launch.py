@@ -46,7 +46,9 @@ import tempfile
 from absl import app, flags
 
 from cli import entry
-from jobs import elastic, local, processes
+from jobs import elastic
+from jobs.local import launcher as local
+from jobs.local import processes
 
 PROGRAM = "deepfm.launch"
 

@@ -18,12 +18,12 @@ them.
 
 `local` runs SageMaker's own training toolkit on `algo-1..N`, each a network
 namespace pinned to `--cpus_per_host` cores (root needed; see
-`jobs.sagemaker_local`); its outputs, checkpoints and one log per host go to
+`jobs.sagemaker.local`); its outputs, checkpoints and one log per host go to
 `--output_dir`, and it exits with the job's exit code. `submit` builds the
 job with the SageMaker Python SDK and submits it, with its checkpoints at
 `<output_path>/<job_name>/checkpoints` unless `--checkpoint_s3_uri` or
 `--nocheckpoints` says otherwise, and the metric definitions that plot its
-training curves (`jobs.sagemaker_metrics`); `--tune NAME=RANGE` (repeatable)
+training curves (`jobs.sagemaker.metrics`); `--tune NAME=RANGE` (repeatable)
 submits a hyperparameter tuning job maximizing the validation AUC instead.
 `--dry_run` prints the `CreateTrainingJob` (or
 `CreateHyperParameterTuningJob`) request as JSON and contacts nothing.
@@ -38,10 +38,10 @@ from cli import entry
 from deepfm import job_flags
 from strategies import cost_model
 from jobs import auto_distribution
-from jobs import hosts as hosts_lib
-from jobs import processes
-from jobs import sagemaker_job
-from jobs import sagemaker_submit
+from jobs.local import hosts as hosts_lib
+from jobs.local import processes
+from jobs import spec as spec_lib
+from jobs.sagemaker import submit as sagemaker_submit
 
 PROGRAM = "deepfm.sagemaker"
 
@@ -99,9 +99,9 @@ def auto_choice(flag_values, command: str, instance_type: str) -> auto_distribut
     return job_flags.auto_choice(f, cores, link, data=None)
 
 
-def run_local(spec: sagemaker_job.JobSpec) -> int:
+def run_local(spec: spec_lib.JobSpec) -> int:
     """Runs the job on emulated hosts; returns its exit code."""
-    from jobs import sagemaker_local  # pylint: disable=import-outside-toplevel
+    from jobs.sagemaker import local as sagemaker_local  # pylint: disable=import-outside-toplevel
     if not FLAGS.output_dir:
         raise app.UsageError("local needs --output_dir")
     try:
@@ -123,7 +123,7 @@ def run_local(spec: sagemaker_job.JobSpec) -> int:
     return 0
 
 
-def run_submit(spec: sagemaker_job.JobSpec) -> int:
+def run_submit(spec: spec_lib.JobSpec) -> int:
     """Submits the job (or prints its request); returns 0."""
     for flag in ("role", "output_path"):
         if not getattr(FLAGS, flag):
@@ -155,7 +155,7 @@ def main(argv):
         raise app.UsageError("the first argument must be one of %s, got %r"
                              % (", ".join(COMMANDS), argv[1] if len(argv) > 1 else None))
     command, hyperparameter_args = argv[1], argv[2:]
-    instance_type = FLAGS.instance_type if command == "submit" else sagemaker_job.LOCAL_INSTANCE_TYPE
+    instance_type = FLAGS.instance_type if command == "submit" else spec_lib.LOCAL_INSTANCE_TYPE
     try:
         choice = None
         if FLAGS.distribution == auto_distribution.AUTO:

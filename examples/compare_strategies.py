@@ -37,7 +37,7 @@ from typing import Dict, List, Optional
 from benchmarks import common
 from benchmarks import strategy_speed
 from input_pipeline import schema
-from jobs import local as launcher
+from jobs.local import launcher
 from strategies import strategy_names
 
 HYBRID_NOTE = "%d ranks, Gloo, tables sharded across them" % strategy_speed.REPLICAS

@@ -9,7 +9,7 @@ every host.
 Two steps:
 
 1. The container's environment becomes `deepfm.train` flags
-   (`jobs.sagemaker_env.training_args` has the table): the channels'
+   (`jobs.sagemaker.env.training_args` has the table): the channels'
    directories, the model and output directories, the checkpoint location,
    the distribution (horovod or ps) and the cores. The hyperparameters
    follow, so they win; any `deepfm.train` flag is a hyperparameter.
@@ -38,7 +38,7 @@ or submit the same job with `python -m deepfm.sagemaker submit`
 import os
 import sys
 
-from jobs import sagemaker_env
+from jobs.sagemaker import env as sagemaker_env
 
 
 def main(model_fn=None) -> None:

@@ -9,7 +9,7 @@ estimator and `TrainingInput` channels, as a script of yours would.
 By default nothing is contacted and no credentials are needed: the SDK's
 SageMaker client is stubbed with botocore's `Stubber`, which checks the
 `CreateTrainingJob` request against the SageMaker API model, and the request
-is printed as JSON (`jobs.sagemaker_submit.open_session` does the
+is printed as JSON (`jobs.sagemaker.submit.open_session` does the
 capturing). With `--submit` the same request goes to SageMaker, and the
 project's source tarball to S3 (AWS credentials needed)::
 
@@ -25,7 +25,11 @@ import argparse
 import os
 import tempfile
 
-from jobs import sagemaker_job, sagemaker_metrics, sagemaker_submit
+from jobs.sagemaker import container as container_lib
+from jobs import source as source_lib
+from jobs import spec as spec_lib
+from jobs.sagemaker import metrics as sagemaker_metrics
+from jobs.sagemaker import submit as sagemaker_submit
 
 PLACEHOLDER_ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 PLACEHOLDER_BUCKET = "my-bucket"
@@ -51,7 +55,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.submit and (args.role == PLACEHOLDER_ROLE or args.bucket == PLACEHOLDER_BUCKET):
         raise SystemExit("submit_with_sdk: --submit needs your own --role and --bucket")
-    job_name = args.job_name or sagemaker_job.default_job_name()
+    job_name = args.job_name or spec_lib.default_job_name()
     base = "s3://%s/%s" % (args.bucket, args.prefix)
     dry_run = not args.submit
 
@@ -66,12 +70,12 @@ def main(argv=None) -> None:
 
     # The source: the entry point at the archive's root, this project's packages beside it.
     # It goes to S3 here (not in a dry run), so the SDK uploads nothing itself.
-    source_uri = "%s/%s/source/%s" % (base, job_name, sagemaker_job.SOURCE_TARBALL)
+    source_uri = "%s/%s/source/%s" % (base, job_name, source_lib.SOURCE_TARBALL)
     with tempfile.TemporaryDirectory() as tmp:
-        sdk.upload(sagemaker_job.write_source_tarball(os.path.join(tmp, sagemaker_job.SOURCE_TARBALL)), source_uri)
+        sdk.upload(source_lib.write_source_tarball(os.path.join(tmp, source_lib.SOURCE_TARBALL)), source_uri)
 
     estimator = TensorFlow(
-        entry_point=sagemaker_job.ENTRY_POINT,                # sagemaker_entry_point.py
+        entry_point=spec_lib.ENTRY_POINT,                # sagemaker_entry_point.py
         source_dir=source_uri,
         framework_version=sagemaker_submit.FRAMEWORK_VERSION,  # TensorFlow 2.14
         py_version=sagemaker_submit.PY_VERSION,                # py310
@@ -87,8 +91,8 @@ def main(argv=None) -> None:
         # Checkpoints synced with S3, so that a stopped or spot-interrupted job resumes; the
         # entry point trains in this local path (`model_dir`).
         checkpoint_s3_uri="%s/%s/checkpoints" % (base, job_name),
-        checkpoint_local_path=sagemaker_job.CHECKPOINT_LOCAL_PATH,
-        model_dir=sagemaker_job.CHECKPOINT_LOCAL_PATH,
+        checkpoint_local_path=container_lib.CHECKPOINT_LOCAL_PATH,
+        model_dir=container_lib.CHECKPOINT_LOCAL_PATH,
         sagemaker_session=sdk.session,
         disable_profiler=True,
         debugger_hook_config=False,

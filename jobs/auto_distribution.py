@@ -26,7 +26,7 @@ import sys
 from typing import Dict, Mapping, Optional, Sequence
 
 from strategies import cost_model
-from jobs import sagemaker_job
+from jobs import spec as spec_lib
 
 AUTO = "auto"
 ADVISE_MODULE = "deepfm.advise"
@@ -69,13 +69,13 @@ def from_advice(advice: Mapping[str, object], instance_count: int, cores_per_hos
     """
     pick, reason = advice["pick"], str(advice["reason"])
     if pick == cost_model.HOROVOD:
-        return Choice(sagemaker_job.DISTRIBUTION_MPI, cores_per_host, {}, pick, reason)
+        return Choice(spec_lib.DISTRIBUTION_MPI, cores_per_host, {}, pick, reason)
     if pick == cost_model.HOROVOD_DENSE:
-        return Choice(sagemaker_job.DISTRIBUTION_MPI, cores_per_host, {SPARSE_AS_DENSE: True}, pick, reason)
+        return Choice(spec_lib.DISTRIBUTION_MPI, cores_per_host, {SPARSE_AS_DENSE: True}, pick, reason)
     if pick == cost_model.HYBRID:
-        return Choice(sagemaker_job.DISTRIBUTION_MPI, cores_per_host, {STRATEGY: cost_model.HYBRID}, pick, reason)
+        return Choice(spec_lib.DISTRIBUTION_MPI, cores_per_host, {STRATEGY: cost_model.HYBRID}, pick, reason)
     if pick == cost_model.PS:
-        return Choice(sagemaker_job.DISTRIBUTION_PS, 1, {}, pick, reason)
+        return Choice(spec_lib.DISTRIBUTION_PS, 1, {}, pick, reason)
     if pick == cost_model.SINGLE:
         raise ValueError("--distribution auto: the cost model predicts one process on one core beats every "
                          "layout of %d instances (%s); use --instance_count 1" % (instance_count, reason))
@@ -114,7 +114,7 @@ def choose(data: Optional[str], instance_count: int, cores_per_host: int, link_g
       ValueError: no `data` for several instances, or as `from_advice` and `advise`.
     """
     if instance_count == 1:
-        return Choice(sagemaker_job.DISTRIBUTION_NONE, 1, {}, cost_model.SINGLE,
+        return Choice(spec_lib.DISTRIBUTION_NONE, 1, {}, cost_model.SINGLE,
                       "one instance: scale up before scaling out; the training's --strategy auto uses its "
                       "devices")
     if not data:

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from deepfm.runtime import interrupt
 from tests import command_line, paths
-from tests.jobs import launch_testing
+from tests.jobs.local import launch_testing
 
 # The run's AUC is TensorFlow's streaming AUC (2,000 thresholds); the CSV's is exact.
 AUC_TOLERANCE = 1e-3

@@ -172,10 +172,10 @@ class LayoutTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(["a", "b", "c", "a"], find_cycle(graph))
 
     def test_relative_and_attribute_imports_resolve(self):
-        tree = ast.parse("from . import base\nfrom strategies.base import Strategy\nimport jobs.hosts\n")
+        tree = ast.parse("from . import base\nfrom strategies.base import Strategy\nimport jobs.local.hosts\n")
         modules = project_modules()
         names = [resolve(n, modules) for n, _ in imported_names(tree, "strategies.tower", False)]
-        self.assertCountEqual(["strategies.base", "strategies.base", "jobs.hosts"], names)
+        self.assertCountEqual(["strategies.base", "strategies.base", "jobs.local.hosts"], names)
 
     @parameterized.parameters(*TENSORFLOW_FREE)
     def test_starts_without_tensorflow(self, prefix):

@@ -30,7 +30,7 @@ def format_progress(step: int, total: Optional[int], examples_per_sec: float, lo
     """One progress line: step / total (`?` when unknown), epoch, examples/sec, loss, elapsed and remaining time.
 
     Numbers are plain (no thousands separators): SageMaker reads the loss
-    and examples/sec of this line as metrics (`jobs.sagemaker_metrics`).
+    and examples/sec of this line as metrics (`jobs.sagemaker.metrics`).
     """
     parts = ["step %d/%s" % (step, "?" if total is None else total)]
     if epoch is not None:

@@ -1,6 +1,6 @@
 """The entry point of the job's training containers on Kubernetes.
 
-    python -m jobs.kubernetes_entry -- python -m deepfm.train --strategy=ps ...
+    python -m jobs.kubernetes.entry -- python -m deepfm.train --strategy=ps ...
 
 Runs the command after `--` as a child and, like a container's init, passes
 SIGTERM, SIGINT and SIGHUP on to it, so that training saves a checkpoint
@@ -35,7 +35,7 @@ TASK_TYPE_VARIABLE = "DEEPFM_TF_TASK_TYPE"
 INDEX_VARIABLE = "JOB_COMPLETION_INDEX"
 TF_CONFIG_VARIABLE = "TF_CONFIG"
 # deepfm.runtime.interrupt.INTERRUPTED_EXIT_CODE and deepfm.runtime.watchdog.PEER_LOST_EXIT_CODE (those import
-# TensorFlow; tests/jobs/test_kubernetes_entry.py checks they are equal).
+# TensorFlow; tests/jobs/kubernetes/test_entry.py checks they are equal).
 INTERRUPTED_EXIT_CODE = 75
 PEER_LOST_EXIT_CODE = 69
 RETRYABLE_EXIT_CODES = (INTERRUPTED_EXIT_CODE, PEER_LOST_EXIT_CODE)
@@ -103,13 +103,13 @@ def run(command: Sequence[str], environ: Mapping[str, str]) -> int:
 
 def main(argv: List[str]) -> int:
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        print("usage: python -m jobs.kubernetes_entry -- COMMAND [ARG...]", file=sys.stderr)
+        print("usage: python -m jobs.kubernetes.entry -- COMMAND [ARG...]", file=sys.stderr)
         return EXIT_USAGE
     command = argv[argv.index("--") + 1:]
     try:
         return run(command, os.environ)
     except ValueError as e:
-        print("jobs.kubernetes_entry: %s" % e, file=sys.stderr)
+        print("jobs.kubernetes.entry: %s" % e, file=sys.stderr)
         return EXIT_USAGE
 
 

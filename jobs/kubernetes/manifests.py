@@ -1,6 +1,6 @@
 """The job of `deepfm.sagemaker` as Kubernetes manifests: a Kubeflow TFJob or MPIJob, a JobSet, a volume.
 
-`KubernetesJob` wraps a `jobs.sagemaker_job.JobSpec` (the same job
+`KubernetesJob` wraps a `jobs.spec.JobSpec` (the same job
 arguments) with what a cluster needs: the image, the namespace, the
 ReadWriteMany volume that holds the data and the checkpoints, the requests,
 the parameter servers, the retry budget and the elastic bounds. `render`
@@ -14,13 +14,13 @@ used here), and the Kubeflow Trainer API's JobSet models
 
 * Parameter servers: a TFJob (`Chief`, `Worker`, `PS`; container
   `tensorflow`, port 2222; the operator writes `TF_CONFIG`) and a JobSet
-  (replicated jobs `chief`, `worker`, `ps`; `jobs.kubernetes_entry` builds
+  (replicated jobs `chief`, `worker`, `ps`; `jobs.kubernetes.entry` builds
   `TF_CONFIG` from the pods' stable host names).
 * Horovod: an MPIJob (a launcher running `mpirun` over the operator's
   hostfile, workers running sshd) and a JobSet (workers first, then the
   launcher, the hostfile in a ConfigMap, the ssh keys in a Secret the user
   creates).
-* Restarts follow the exit codes (`jobs.kubernetes_entry`): a stop after a
+* Restarts follow the exit codes (`jobs.kubernetes.entry`): a stop after a
   checkpoint and a lost parameter server leave the pod with a code in the
   operators' retryable range, as a killed pod does; any other failure (a bad
   flag, bad data) is permanent. TFJob: `restartPolicy: ExitCode`. JobSet: a
@@ -39,8 +39,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from jobs import kubernetes_entry
-from jobs import sagemaker_job
+from jobs.kubernetes import entry as kubernetes_entry
+from jobs import source as source_lib
+from jobs import spec as spec_lib
 from strategies import strategy_names as names
 
 TFJOB_API_VERSION = "kubeflow.org/v1"
@@ -67,11 +68,11 @@ PVC_SUFFIX = "-data"
 READ_WRITE_MANY = "ReadWriteMany"
 PYTHON = "python"
 TRAIN_MODULE = "deepfm.train"
-ENTRY_MODULE = "jobs.kubernetes_entry"
-STRATEGY_OF = {sagemaker_job.DISTRIBUTION_PS: names.PS, sagemaker_job.DISTRIBUTION_MPI: names.HOROVOD,
-               sagemaker_job.DISTRIBUTION_NONE: names.SINGLE}
+ENTRY_MODULE = "jobs.kubernetes.entry"
+STRATEGY_OF = {spec_lib.DISTRIBUTION_PS: names.PS, spec_lib.DISTRIBUTION_MPI: names.HOROVOD,
+               spec_lib.DISTRIBUTION_NONE: names.SINGLE}
 # The strategies a distribution may run instead of its own, chosen by the hyperparameter `strategy`.
-STRATEGY_CHOICES = {sagemaker_job.DISTRIBUTION_MPI: names.HOROVOD_RANKS}
+STRATEGY_CHOICES = {spec_lib.DISTRIBUTION_MPI: names.HOROVOD_RANKS}
 MODEL_DIR, EXPORT_DIR, METRICS_FILE = "model", "export", "metrics.json"
 TRAIN_CHANNEL, VALIDATION_CHANNEL = "train", "validation"
 STRATEGY_HYPERPARAMETER = "strategy"
@@ -200,7 +201,7 @@ class KubernetesJob:
       metrics_port: the chief's Prometheus port (0: none).
     """
 
-    spec: sagemaker_job.JobSpec
+    spec: spec_lib.JobSpec
     image: str
     namespace: str = DEFAULT_NAMESPACE
     pvc: str = ""
@@ -232,7 +233,7 @@ class KubernetesJob:
             raise ValueError("--volume_size %r is not a Kubernetes quantity (e.g. 100Gi)" % self.volume_size)
         if not os.path.isabs(self.mount_path):
             raise ValueError("--mount_path %r must be an absolute path" % self.mount_path)
-        if self.spec.input_mode != sagemaker_job.FILE_MODE:
+        if self.spec.input_mode != spec_lib.FILE_MODE:
             raise ValueError("--input_mode %s: Kubernetes pods read their channels as files in the volume"
                              % self.spec.input_mode)
         for channel in self.spec.channels:
@@ -242,7 +243,7 @@ class KubernetesJob:
             if os.path.isabs(channel.uri) or channel.uri.split("/")[0] == "..":
                 raise ValueError("--channel %s=%s: give a path inside the volume, relative to --mount_path %s"
                                  % (channel.name, channel.uri, self.mount_path))
-        if self.spec.source_dir or self.spec.entry_point != sagemaker_job.ENTRY_POINT:
+        if self.spec.source_dir or self.spec.entry_point != spec_lib.ENTRY_POINT:
             raise ValueError("--source_dir/--entry_point: a Kubernetes job runs the code of its image; add your "
                              "files to the image (the rendered Dockerfile) and pass their flags as hyperparameters")
         strategy = self.spec.hyperparameters.get(STRATEGY_HYPERPARAMETER)
@@ -256,7 +257,7 @@ class KubernetesJob:
         if not 1 <= self.min_workers <= self.spec.instance_count <= self.max_workers:
             raise ValueError("--min_replicas %d, --instance_count %d, --max_replicas %d: need 1 <= min <= count <= max"
                              % (self.min_workers, self.spec.instance_count, self.max_workers))
-        if self.elastic and self.spec.distribution == sagemaker_job.DISTRIBUTION_NONE:
+        if self.elastic and self.spec.distribution == spec_lib.DISTRIBUTION_NONE:
             raise ValueError("--min_replicas/--max_replicas need --distribution parameter_server or mpi")
         if self.backoff_limit < 0:
             raise ValueError("--backoff_limit must be >= 0, got %r" % self.backoff_limit)
@@ -374,7 +375,7 @@ def _container(job: KubernetesJob, name: str, command: Sequence[str], args: Sequ
 
 
 def entry_command() -> List[str]:
-    """The training containers' command: `jobs.kubernetes_entry`, which runs its arguments after `--`."""
+    """The training containers' command: `jobs.kubernetes.entry`, which runs its arguments after `--`."""
     return [PYTHON, "-m", ENTRY_MODULE, "--"]
 
 
@@ -401,7 +402,7 @@ def _tf_replicas(job: KubernetesJob) -> List[Tuple[str, int]]:
     replicas = [(CHIEF, 1)]
     if job.spec.instance_count > 1:
         replicas.append((WORKER, job.spec.instance_count - 1))
-    if job.spec.distribution == sagemaker_job.DISTRIBUTION_PS:
+    if job.spec.distribution == spec_lib.DISTRIBUTION_PS:
         replicas.append((PS, job.num_ps))
     return replicas
 
@@ -410,7 +411,7 @@ def _run_policy(job: KubernetesJob):
     from kubeflow.training import models  # pylint: disable=import-outside-toplevel
     scheduling = None
     if job.elastic:
-        fixed = job.num_ps if job.spec.distribution == sagemaker_job.DISTRIBUTION_PS else 1
+        fixed = job.num_ps if job.spec.distribution == spec_lib.DISTRIBUTION_PS else 1
         scheduling = models.KubeflowOrgV1SchedulingPolicy(min_available=job.min_workers + fixed)
     return models.KubeflowOrgV1RunPolicy(backoff_limit=job.backoff_limit, clean_pod_policy=CLEAN_POD_POLICY,
                                          scheduling_policy=scheduling)
@@ -480,7 +481,7 @@ def _indexed_job(job: KubernetesJob, template, count: int, failure_container: Op
 def _jobset_roles(job: KubernetesJob) -> List[Tuple[str, int, object, Optional[str]]]:
     """(replicated job, pods, pod template, container whose exit codes are judged), in start order."""
     client = _client()
-    if job.spec.distribution == sagemaker_job.DISTRIBUTION_MPI:
+    if job.spec.distribution == spec_lib.DISTRIBUTION_MPI:
         env = [client.V1EnvVar(name=name, value=value) for name, value in OPEN_MPI_ENV]
         env.append(client.V1EnvVar(name=OPEN_MPI_SLOTS_ENV, value=str(job.spec.processes_per_host)))
         config = client.V1Volume(name="mpi-job-config", config_map=client.V1ConfigMapVolumeSource(
@@ -537,7 +538,7 @@ def jobset(job: KubernetesJob) -> List[dict]:
             raise ValueError("the JobSet models of kubeflow-trainer-api dropped %s of the %s Job template: a "
                              "version mismatch with the kubernetes client" % (", ".join(dropped), name))
         replicated.append(models.JobsetV1alpha2ReplicatedJob(name=name, replicas=1, template=model))
-    mpi = job.spec.distribution == sagemaker_job.DISTRIBUTION_MPI
+    mpi = job.spec.distribution == spec_lib.DISTRIBUTION_MPI
     finished = JOBSET_LAUNCHER if mpi else JOBSET_CHIEF
     spec = models.JobsetV1alpha2JobSetSpec(
         replicated_jobs=replicated,
@@ -586,7 +587,7 @@ def render(job: KubernetesJob) -> Dict[str, List[dict]]:
     files: Dict[str, List[dict]] = {}
     if not job.pvc:
         files["pvc.yaml"] = [persistent_volume_claim(job)]
-    if job.spec.distribution == sagemaker_job.DISTRIBUTION_MPI:
+    if job.spec.distribution == spec_lib.DISTRIBUTION_MPI:
         files["mpijob.yaml"] = [mpijob(job)]
     else:
         files["tfjob.yaml"] = [tfjob(job)]
@@ -597,13 +598,13 @@ def render(job: KubernetesJob) -> Dict[str, List[dict]]:
 def dockerfile(job: KubernetesJob, path: str = DOCKERFILE) -> str:
     """The job image's Dockerfile: the SageMaker TensorFlow 2.14 training image (CPU, or GPU where the job asks
     for GPUs) of the job's region, plus this project: every package a SageMaker job ships
-    (`jobs.sagemaker_job.SOURCE_PACKAGES`, the one list of them).
+    (`jobs.source.SOURCE_PACKAGES`, the one list of them).
 
     Args:
       job: the job.
       path: the Dockerfile's path as `docker build -f` takes it from the project's root.
     """
-    copies = "\n".join("COPY %s %s" % (package, package) for package in sagemaker_job.SOURCE_PACKAGES)
+    copies = "\n".join("COPY %s %s" % (package, package) for package in source_lib.SOURCE_PACKAGES)
     return DOCKERFILE_TEMPLATE.format(job=job.name, path=path, image=job.image, account=SAGEMAKER_IMAGE_ACCOUNT,
                                       region=job.spec.region, tag=SAGEMAKER_TF_IMAGE_TAGS[job.resources.gpus > 0],
                                       ssh_path=SSH_PATH, project_files=" ".join(PROJECT_FILES),
@@ -617,7 +618,7 @@ def build_path(output_dir: str, root: Optional[str] = None) -> str:
     packages are) when `output_dir` is inside it (`k8s/ctr-ps/Dockerfile`
     for `--output_dir k8s/ctr-ps` run from the root), else absolute.
     """
-    root = os.path.abspath(root or sagemaker_job.project_root())
+    root = os.path.abspath(root or source_lib.project_root())
     path = os.path.abspath(os.path.join(output_dir, DOCKERFILE))
     relative = os.path.relpath(path, root)
     return path if relative.split(os.sep, 1)[0] == os.pardir else relative

@@ -1,6 +1,6 @@
-"""The init process of an emulated host (see `jobs.hosts`).
+"""The init process of an emulated host (see `jobs.local.hosts`).
 
-    python -m jobs.host_init SPEC.json
+    python -m jobs.local.host_init SPEC.json
 
 Runs as PID 1 of the host's own PID namespace, inside its network, mount
 and UTS namespaces: sets the host name, bind-mounts the host's directories
@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 
-from jobs import hosts
+from jobs.local import hosts
 
 MOUNT = "mount"
 EXIT_SETUP_FAILED = 125
@@ -37,7 +37,7 @@ def _set_up(spec: hosts.InitSpec) -> None:
 
 def main(argv) -> int:
     if len(argv) != 2:
-        print("usage: python -m jobs.host_init SPEC.json", file=sys.stderr)
+        print("usage: python -m jobs.local.host_init SPEC.json", file=sys.stderr)
         return EXIT_SETUP_FAILED
     spec = hosts.InitSpec.read(argv[1])
     try:

@@ -11,7 +11,7 @@ limits each host's egress bandwidth with a token-bucket filter.
 
 Processes run in a host through `HostNetwork.command`: `ip netns exec` into
 its network namespace, then `unshare` into new PID, mount and UTS
-namespaces, where `jobs.host_init` becomes the host's init: it sets the
+namespaces, where `jobs.local.host_init` becomes the host's init: it sets the
 host name, bind-mounts the host's directories (its `/opt/ml`, a private
 `/tmp`), pins itself to the host's cores and runs the host's command.
 Killing that init kills everything in the host.
@@ -55,7 +55,7 @@ TOKEN_BUCKET_BURST_BYTES = 512 * 1024
 TOKEN_BUCKET_LATENCY_MS = 10
 STOP_GRACE_SECONDS = 5.0
 REQUIRED_TOOLS = ("ip", "unshare", "mount")
-HOST_INIT_MODULE = "jobs.host_init"
+HOST_INIT_MODULE = "jobs.local.host_init"
 # Directories every host has of its own (its init bind-mounts them): what this machine holds there is hidden.
 HOST_PRIVATE_DIRS = ("/tmp", "/opt/ml")
 
@@ -322,7 +322,7 @@ class HostNetwork:
             open(os.path.join(etc, "environment"), "w").close()
 
     def command(self, host: Host, init_spec: str, python: str = sys.executable) -> List[str]:
-        """The command line that runs `jobs.host_init` with `init_spec` as `host`'s init.
+        """The command line that runs `jobs.local.host_init` with `init_spec` as `host`'s init.
 
         Args:
           host: the host.
@@ -347,7 +347,7 @@ class HostNetwork:
 
 @dataclasses.dataclass(frozen=True)
 class InitSpec:
-    """What `jobs.host_init` does in a host before running its command.
+    """What `jobs.local.host_init` does in a host before running its command.
 
     Attributes:
       hostname: the host name to set (in the host's own UTS namespace).

@@ -1,7 +1,7 @@
 """Local multi-process jobs: a parameter-server cluster or Horovod ranks on this machine.
 
 The library behind `python -m deepfm.launch` (see there for the command
-line). Every process is supervised by `jobs.processes.ProcessGroup`.
+line). Every process is supervised by `jobs.local.processes.ProcessGroup`.
 
 Restarts (`LaunchConfig.max_restarts`, torchrun's `--max_restarts`): when a
 task fails, every task is stopped (the training tasks first, so that a chief
@@ -30,7 +30,8 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from jobs import elastic
-from jobs import processes
+from jobs import source as source_lib
+from jobs.local import processes
 from strategies import cluster as cluster_lib
 from strategies import strategy_names as names
 
@@ -200,7 +201,7 @@ def task_environment(environ: Mapping[str, str]) -> Dict[str, str]:
     cluster itself.
     """
     env = {key: value for key, value in environ.items() if key != cluster_lib.TF_CONFIG_VARIABLE}
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package_root = source_lib.project_root()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, environ.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     # Several processes share this machine's GPUs.

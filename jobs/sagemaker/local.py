@@ -3,7 +3,7 @@
 `run(config)` does what SageMaker does for a TensorFlow 2.14 training job,
 without Docker or an AWS account:
 
-* one emulated host per instance (`jobs.hosts`: `algo-1` .. `algo-N`, each a
+* one emulated host per instance (`jobs.local.hosts`: `algo-1` .. `algo-N`, each a
   network namespace with its own address and name resolution, its own PID,
   mount and UTS namespaces, optionally pinned to its own cores);
 * each host's `/opt/ml` is `<output_dir>/<host>/`, bind-mounted at
@@ -30,13 +30,13 @@ The job's exit code is 0 when every host's toolkit exits with 0; otherwise
 every host is stopped and `JobFailedError` names the first host that
 failed and the end of its log (`<output_dir>/logs/<host>.log`). Whatever
 the end, the metric definitions a submitted job carries
-(`jobs.sagemaker_metrics`) are applied to each host's log, as SageMaker
+(`jobs.sagemaker.metrics`) are applied to each host's log, as SageMaker
 applies them, and the series found are written to
 `<output_dir>/metric_series.json` (`{host: {metric: [values]}}`).
 
 `run_on_hosts` (start the hosts, supervise them, stop and remove them
 whatever happens) and the file helpers are shared with the Processing jobs
-of `jobs.sagemaker_processing`.
+of `jobs.sagemaker.processing`.
 """
 
 import contextlib
@@ -49,10 +49,12 @@ import subprocess
 import sys
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from jobs import hosts as hosts_lib
-from jobs import processes
-from jobs import sagemaker_job
-from jobs import sagemaker_metrics
+from jobs.local import hosts as hosts_lib
+from jobs.local import processes
+from jobs.sagemaker import container as container_lib
+from jobs import source as source_lib
+from jobs import spec as spec_lib
+from jobs.sagemaker import metrics as sagemaker_metrics
 
 BASE_DIR = "/opt/ml"
 LOGS = "logs"
@@ -133,7 +135,7 @@ class LocalConfig:
         SIGKILL (SageMaker gives 120 s).
     """
 
-    spec: sagemaker_job.JobSpec
+    spec: spec_lib.JobSpec
     output_dir: str
     cpus_per_host: int = 0
     link_gbps: float = 0.0
@@ -148,7 +150,7 @@ class LocalConfig:
         for channel in self.spec.channels:
             if not os.path.exists(channel.uri):
                 raise ValueError("--channel %s=%s: no such file or directory" % (channel.name, channel.uri))
-        for channel in self.spec.channels_in(sagemaker_job.PIPE_MODE):
+        for channel in self.spec.channels_in(spec_lib.PIPE_MODE):
             kinds = sorted({os.path.splitext(name)[1] or name for name in channel_files(channel.uri)})
             if len(kinds) > 1:
                 raise ValueError(
@@ -184,7 +186,7 @@ def host_share(files: Sequence[str], distribution: str, host_index: int, num_hos
       ValueError: a sharded channel with fewer files than hosts (a host would
         get none).
     """
-    if distribution != sagemaker_job.SHARDED_BY_S3_KEY:
+    if distribution != spec_lib.SHARDED_BY_S3_KEY:
         return list(files)
     if len(files) < num_hosts:
         raise ValueError("a ShardedByS3Key channel has %d file(s) for %d hosts: every host needs at least one"
@@ -270,7 +272,7 @@ class LocalJob:
         if not self.use_namespaces and self.spec.instance_count > 1:
             raise hosts_lib.HostSetupError(
                 "--instance_count %d: %s" % (self.spec.instance_count, hosts_lib.check_privileges()))
-        if not self.use_namespaces and self.spec.distribution == sagemaker_job.DISTRIBUTION_MPI:
+        if not self.use_namespaces and self.spec.distribution == spec_lib.DISTRIBUTION_MPI:
             raise hosts_lib.HostSetupError(
                 "--distribution mpi: the toolkit's hostname shim reads /opt/ml itself, so even one host "
                 "needs its own mount namespace: %s" % hosts_lib.check_privileges())
@@ -300,25 +302,25 @@ class LocalJob:
         for index, host in enumerate(self.spec.hosts):
             root = self.host_dir(host)
             # Where S3 would hold the source tarball: a path each host can read.
-            tarball = os.path.join(root, SOURCE, sagemaker_job.SOURCE_TARBALL)
+            tarball = os.path.join(root, SOURCE, source_lib.SOURCE_TARBALL)
             os.makedirs(os.path.dirname(tarball))
-            sagemaker_job.write_source_tarball(tarball, source_dir=self.spec.source_dir)
+            source_lib.write_source_tarball(tarball, source_dir=self.spec.source_dir)
             seen_as = tarball if not self.use_namespaces else os.path.join(
-                BASE_DIR, SOURCE, sagemaker_job.SOURCE_TARBALL)
-            hyperparameters = sagemaker_job.encoded_hyperparameters(
-                self.spec, seen_as, sagemaker_job.model_dir_for(self.spec))
+                BASE_DIR, SOURCE, source_lib.SOURCE_TARBALL)
+            hyperparameters = container_lib.encoded_hyperparameters(
+                self.spec, seen_as, container_lib.model_dir_for(self.spec))
             config_dir = os.path.join(root, "input", "config")
             write_json(os.path.join(config_dir, "hyperparameters.json"), hyperparameters)
             write_json(os.path.join(config_dir, "resourceconfig.json"),
-                       sagemaker_job.resource_config(self.spec, host))
-            write_json(os.path.join(config_dir, "inputdataconfig.json"), sagemaker_job.input_data_config(self.spec))
+                       container_lib.resource_config(self.spec, host))
+            write_json(os.path.join(config_dir, "inputdataconfig.json"), container_lib.input_data_config(self.spec))
             if self.spec.checkpoints:
                 write_json(os.path.join(config_dir, "checkpointconfig.json"),
-                           sagemaker_job.checkpoint_config("file://" + self.checkpoint_dir))
+                           container_lib.checkpoint_config("file://" + self.checkpoint_dir))
             for name in ("model", os.path.join("output", "data"), "code", CHECKPOINTS):
                 os.makedirs(os.path.join(root, name), exist_ok=True)
             os.makedirs(os.path.join(root, "input", "data"), exist_ok=True)
-            for channel in self.spec.channels_in(sagemaker_job.FILE_MODE):
+            for channel in self.spec.channels_in(spec_lib.FILE_MODE):
                 target = os.path.join(root, "input", "data", channel.name)
                 os.makedirs(target, exist_ok=True)
                 for name in self.host_files(channel, index):
@@ -327,7 +329,7 @@ class LocalJob:
             home_ssh = os.path.join(self.private_dir, host, "tmp", HOME_IN_TMP, ".ssh")
             shutil.copytree(os.path.join(self.private_dir, SSH), home_ssh)
 
-    def host_files(self, channel: sagemaker_job.Channel, host_index: int) -> List[str]:
+    def host_files(self, channel: spec_lib.Channel, host_index: int) -> List[str]:
         """The files of `channel` that host `host_index` receives, relative to the channel."""
         return host_share(channel_files(channel.uri), channel.distribution, host_index, self.spec.instance_count)
 
@@ -341,7 +343,7 @@ class LocalJob:
         home = os.path.join("/tmp", HOME_IN_TMP) if self.use_namespaces else os.path.join(
             self.private_dir, host, "tmp", HOME_IN_TMP)
         env = container_environment(self.python, self.spec.region, home)
-        env["SAGEMAKER_TRAINING_MODULE"] = sagemaker_job.TRAINING_MODULE
+        env["SAGEMAKER_TRAINING_MODULE"] = container_lib.TRAINING_MODULE
         if not self.use_namespaces:
             env["SAGEMAKER_BASE_DIR"] = self.host_dir(host)
         return env
@@ -355,7 +357,7 @@ class LocalJob:
         return [self.python, train]
 
     def init_spec(self, host: hosts_lib.Host) -> hosts_lib.InitSpec:
-        """What `jobs.host_init` sets up in `host` before the entry command."""
+        """What `jobs.local.host_init` sets up in `host` before the entry command."""
         private = os.path.join(self.private_dir, host.name)
         binds = ((self.host_dir(host.name), BASE_DIR),
                  (self.checkpoint_dir, os.path.join(BASE_DIR, CHECKPOINTS)),
@@ -373,7 +375,7 @@ class LocalJob:
         started = []
         for index, host in enumerate(self.spec.hosts):
             channels = {}
-            for channel in self.spec.channels_in(sagemaker_job.PIPE_MODE):
+            for channel in self.spec.channels_in(spec_lib.PIPE_MODE):
                 base = channel.uri if os.path.isdir(channel.uri) else os.path.dirname(channel.uri)
                 channels[channel.name] = [os.path.join(base, name) for name in self.host_files(channel, index)]
             started.append(pipe_feeder.PipeFeeder(self.host_dir(host), channels,
@@ -407,7 +409,7 @@ def run(config: LocalConfig, python: str = sys.executable) -> None:
     try:
         run_on_hosts(job, config.spec.hosts, cpus, link_gbps=config.link_gbps, timeout_s=config.timeout_s,
                      stop_grace_s=config.stop_grace_s, python=python, machine_dirs=(SSHD_PRIVSEP_DIR, BASE_DIR),
-                     start_services=job.feeders if config.spec.channels_in(sagemaker_job.PIPE_MODE) else None)
+                     start_services=job.feeders if config.spec.channels_in(spec_lib.PIPE_MODE) else None)
     finally:
         write_metric_series(job.output_dir, config.spec.hosts)
 

@@ -1,9 +1,9 @@
 """SageMaker Processing jobs: run on emulated hosts here, or submitted with the SageMaker Python SDK.
 
-    python -m jobs.sagemaker_processing local --input data/raw --instance_count 2 \\
+    python -m jobs.sagemaker.processing local --input data/raw --instance_count 2 \\
         --output_dir runs/criteo-processing --min_count 2 --shards 2
 
-    python -m jobs.sagemaker_processing submit --input s3://bucket/criteo/raw --instance_count 8 \\
+    python -m jobs.sagemaker.processing submit --input s3://bucket/criteo/raw --instance_count 8 \\
         --output_path s3://bucket/criteo/converted --role arn:aws:iam::123456789012:role/SageMaker --dry_run
 
 Both run the distributed Criteo conversion of `dataprep.criteo_processing`
@@ -17,8 +17,8 @@ The dataset root is output `data`: `<output_dir>/data` here,
 `<output_path>/<job_name>/data` on SageMaker.
 
 `local` runs each job as SageMaker Processing would, on the emulated hosts
-of `jobs.hosts` (root needed), sharing the host machinery of
-`jobs.sagemaker_local`: `algo-1` .. `algo-N`, each with its own network,
+of `jobs.local.hosts` (root needed), sharing the host machinery of
+`jobs.sagemaker.local`: `algo-1` .. `algo-N`, each with its own network,
 PID, mount and UTS namespaces and a private `/tmp`; each host's `/opt/ml` is
 `<job_dir>/<host>/`, holding `config/resourceconfig.json` and
 `config/processingjobconfig.json` as SageMaker writes them, every input at
@@ -38,7 +38,7 @@ code, the counts and the parts is `<output_dir>/{code,counts,parts}`.
 `ProcessingInput` and `ProcessingOutput`, uploads the code archive and runs
 the jobs one after the other, each waiting for the one before;
 `--dry_run` prints the three `CreateProcessingJob` requests as JSON and
-contacts nothing (botocore's `Stubber`, as `jobs.sagemaker_submit` does for
+contacts nothing (botocore's `Stubber`, as `jobs.sagemaker.submit` does for
 training). The SDK is imported only there.
 """
 
@@ -57,13 +57,14 @@ from cli import entry
 from input_pipeline import schema
 from dataprep import criteo
 from dataprep import criteo_processing as stages
-from jobs import hosts as hosts_lib
-from jobs import processes
-from jobs import sagemaker_job
-from jobs import sagemaker_local
-from jobs import sagemaker_submit
+from jobs.local import hosts as hosts_lib
+from jobs.local import processes
+from jobs import source as source_lib
+from jobs import spec as spec_lib
+from jobs.sagemaker import local as sagemaker_local
+from jobs.sagemaker import submit as sagemaker_submit
 
-PROGRAM = "jobs.sagemaker_processing"
+PROGRAM = "jobs.sagemaker.processing"
 
 COMMANDS = ("local", "submit")
 LOCAL, SUBMIT = COMMANDS
@@ -110,7 +111,7 @@ class Input:
     name: str
     source: str
     destination: str
-    distribution: str = sagemaker_job.FULLY_REPLICATED
+    distribution: str = spec_lib.FULLY_REPLICATED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,14 +155,14 @@ class ProcessingJobSpec:
     inputs: Tuple[Input, ...] = ()
     outputs: Tuple[Output, ...] = ()
     instance_count: int = 1
-    instance_type: str = sagemaker_job.LOCAL_INSTANCE_TYPE
+    instance_type: str = spec_lib.LOCAL_INSTANCE_TYPE
     image_uri: str = LOCAL_IMAGE_URI
-    region: str = sagemaker_job.DEFAULT_REGION
+    region: str = spec_lib.DEFAULT_REGION
     max_runtime_s: int = DEFAULT_MAX_RUN_S
     volume_size_gb: int = DEFAULT_VOLUME_SIZE_GB
 
     def __post_init__(self):
-        if not sagemaker_job.JOB_NAME.match(self.job_name):
+        if not spec_lib.JOB_NAME.match(self.job_name):
             raise ValueError("job name %r must be 1-63 letters, digits and hyphens, starting with a letter or digit"
                              % self.job_name)
         if self.instance_count < 1:
@@ -175,9 +176,9 @@ class ProcessingJobSpec:
             if duplicates:
                 raise ValueError("job %s: %s(s) %s given more than once" % (self.job_name, kind, ", ".join(duplicates)))
         for item in self.inputs:
-            if item.distribution not in sagemaker_job.S3_DISTRIBUTIONS:
+            if item.distribution not in spec_lib.S3_DISTRIBUTIONS:
                 raise ValueError("input %s: distribution must be one of %s, got %r"
-                                 % (item.name, ", ".join(sagemaker_job.S3_DISTRIBUTIONS), item.distribution))
+                                 % (item.name, ", ".join(spec_lib.S3_DISTRIBUTIONS), item.distribution))
         for kind, name, path in ([("input", i.name, i.destination) for i in self.inputs]
                                  + [("output", o.name, o.source) for o in self.outputs]):
             if not path.startswith(PROCESSING_DIR + "/"):
@@ -191,7 +192,7 @@ class ProcessingJobSpec:
     @property
     def hosts(self) -> List[str]:
         """The host names SageMaker gives the instances."""
-        return sagemaker_job.host_names(self.instance_count)
+        return spec_lib.host_names(self.instance_count)
 
 
 def _uri(location: str) -> str:
@@ -328,7 +329,7 @@ class LocalProcessingJob:
         return env
 
     def init_spec(self, host: hosts_lib.Host) -> hosts_lib.InitSpec:
-        """What `jobs.host_init` sets up in `host`: its `/opt/ml` and private `/tmp`."""
+        """What `jobs.local.host_init` sets up in `host`: its `/opt/ml` and private `/tmp`."""
         binds = ((self.host_dir(host.name), BASE_DIR), (os.path.join(self.private_dir, host.name, "tmp"), "/tmp"))
         return hosts_lib.InitSpec(hostname=host.name, argv=tuple(self.entry_command()),
                                   env=self.environment(host.name), binds=binds, cpus=host.cpus, cwd="/")
@@ -441,7 +442,7 @@ class ConversionConfig:
     options: stages.StageOptions = stages.StageOptions()
     instance_count: int = DEFAULT_INSTANCE_COUNT
     job_name: str = ""
-    region: str = sagemaker_job.DEFAULT_REGION
+    region: str = spec_lib.DEFAULT_REGION
     cpus_per_host: int = 0
     timeout_s: float = 0.0
     role: Optional[str] = None
@@ -455,9 +456,9 @@ class ConversionConfig:
         if self.command not in COMMANDS:
             raise ValueError("the command must be one of %s, got %r" % (", ".join(COMMANDS), self.command))
         if not self.job_name:
-            object.__setattr__(self, "job_name", sagemaker_job.default_job_name())
+            object.__setattr__(self, "job_name", spec_lib.default_job_name())
         for name in self.job_names:
-            if not sagemaker_job.JOB_NAME.match(name):
+            if not spec_lib.JOB_NAME.match(name):
                 raise ValueError("--job_name %r: each job adds -<stage>, and %r is not 1-63 letters, digits and "
                                  "hyphens starting with a letter or digit" % (self.job_name, name))
         if self.instance_count < 1:
@@ -493,7 +494,7 @@ class ConversionConfig:
         if self.command == SUBMIT:
             base = posixpath.join(base, self.job_name)
         where = {name: posixpath.join(base, name) for name in (stages.COUNTS, stages.PARTS, stages.DATA)}
-        where[CODE] = posixpath.join(base, CODE, sagemaker_job.SOURCE_ZIP)
+        where[CODE] = posixpath.join(base, CODE, source_lib.SOURCE_ZIP)
         where[stages.RAW] = self.input
         return where
 
@@ -502,12 +503,12 @@ def conversion_jobs(config: ConversionConfig, image_uri: str = LOCAL_IMAGE_URI) 
     """The count, convert and combine jobs, in the order they run."""
     where = config.locations()
     code = Input(CODE, where[CODE], posixpath.join(stages.INPUT_DIR, CODE))
-    environment = {"PYTHONPATH": posixpath.join(code.destination, sagemaker_job.SOURCE_ZIP)}
+    environment = {"PYTHONPATH": posixpath.join(code.destination, source_lib.SOURCE_ZIP)}
     jobs = []
     for stage, job_name in zip(stages.STAGES, config.job_names):
         inputs = (code,) + tuple(
             Input(name, where[name], posixpath.join(stages.INPUT_DIR, name),
-                  sagemaker_job.SHARDED_BY_S3_KEY if name == stages.RAW else sagemaker_job.FULLY_REPLICATED)
+                  spec_lib.SHARDED_BY_S3_KEY if name == stages.RAW else spec_lib.FULLY_REPLICATED)
             for name in stages.STAGE_INPUTS[stage])
         outputs = tuple(Output(name, posixpath.join(stages.OUTPUT_DIR, name), where[name])
                         for name in stages.STAGE_OUTPUTS[stage])
@@ -515,7 +516,7 @@ def conversion_jobs(config: ConversionConfig, image_uri: str = LOCAL_IMAGE_URI) 
             job_name=job_name, entrypoint=ENTRYPOINT,
             arguments=tuple(config.options.arguments(stage)), environment=environment, inputs=inputs,
             outputs=outputs, instance_count=1 if stage == stages.COMBINE else config.instance_count,
-            instance_type=config.instance_type if config.command == SUBMIT else sagemaker_job.LOCAL_INSTANCE_TYPE,
+            instance_type=config.instance_type if config.command == SUBMIT else spec_lib.LOCAL_INSTANCE_TYPE,
             image_uri=image_uri, region=config.region, max_runtime_s=config.max_run_s,
             volume_size_gb=config.volume_size_gb))
     return jobs
@@ -533,7 +534,7 @@ def run_conversion(config: ConversionConfig, python: str = sys.executable) -> st
         raise FileExistsError("--output_dir %s is not empty: use a new directory" % config.output)
     where = config.locations()
     os.makedirs(os.path.dirname(os.path.abspath(where[CODE])))
-    sagemaker_job.write_source_zip(where[CODE])
+    source_lib.write_source_zip(where[CODE])
     for spec, stage in zip(conversion_jobs(config), stages.STAGES):
         start = time.monotonic()
         collected = run_job(spec, os.path.join(output, JOBS, stage), cpus_per_host=config.cpus_per_host,
@@ -551,7 +552,7 @@ def build_processor(spec: ProcessingJobSpec, role: str, session):
         role=role, image_uri=spec.image_uri, instance_count=spec.instance_count, instance_type=spec.instance_type,
         entrypoint=list(spec.entrypoint), volume_size_in_gb=spec.volume_size_gb,
         max_runtime_in_seconds=spec.max_runtime_s, env=dict(spec.environment), sagemaker_session=session,
-        base_job_name=sagemaker_job.JOB_NAME_PREFIX)
+        base_job_name=spec_lib.JOB_NAME_PREFIX)
 
 
 def sdk_run_arguments(spec: ProcessingJobSpec) -> dict:
@@ -587,7 +588,7 @@ def submit_conversion(config: ConversionConfig) -> List[dict]:
         [{"ProcessingJobArn": sagemaker_submit.dry_run_arn(config.region, "processing-job", spec.job_name)}
          for spec in jobs])
     with tempfile.TemporaryDirectory() as tmp:
-        sdk.upload(sagemaker_job.write_source_zip(os.path.join(tmp, sagemaker_job.SOURCE_ZIP)),
+        sdk.upload(source_lib.write_source_zip(os.path.join(tmp, source_lib.SOURCE_ZIP)),
                    config.locations()[CODE])
     for spec in jobs:
         build_processor(spec, config.role, sdk.session).run(wait=not config.dry_run, logs=False,
@@ -607,7 +608,7 @@ def define_flags() -> None:
                         "(submit). ShardedByS3Key: at least one file per instance.")
     flags.DEFINE_integer("instance_count", DEFAULT_INSTANCE_COUNT, "Instances of the count and convert jobs.")
     flags.DEFINE_string("job_name", None, "The jobs' common name (default: deepfm-<time>); each adds -<stage>.")
-    flags.DEFINE_string("region", sagemaker_job.DEFAULT_REGION, "AWS region.")
+    flags.DEFINE_string("region", spec_lib.DEFAULT_REGION, "AWS region.")
     flags.DEFINE_float("val_fraction", defaults.val_fraction, "Share of lines for the validation split.")
     flags.DEFINE_integer("min_count", defaults.min_count, "Frequency cutoff of the vocabulary, over all parts.")
     flags.DEFINE_integer("shards", defaults.shards, "Shard files per split and format written by each instance.")
@@ -655,13 +656,13 @@ def run_local(config: ConversionConfig) -> int:
     try:
         root = run_conversion(config)
     except (ValueError, FileExistsError, hosts_lib.HostSetupError) as e:
-        print("jobs.sagemaker_processing local: %s" % e, file=sys.stderr)
+        print("%s local: %s" % (PROGRAM, e), file=sys.stderr)
         return EXIT_USAGE
     except (sagemaker_local.JobFailedError, TimeoutError) as e:
-        print("jobs.sagemaker_processing local: %s failed: %s" % (config.job_name, e), file=sys.stderr)
+        print("%s local: %s failed: %s" % (PROGRAM, config.job_name, e), file=sys.stderr)
         return getattr(e, "returncode", EXIT_FAILURE) or EXIT_FAILURE
     except processes.Terminated as e:
-        print("jobs.sagemaker_processing local: stopped by %s; every host was stopped" % e, file=sys.stderr)
+        print("%s local: stopped by %s; every host was stopped" % (PROGRAM, e), file=sys.stderr)
         return processes.SIGNAL_EXIT_BASE + e.signum
     print("conversion %s completed: dataset root %s\n%s" % (config.job_name, root, dataset_summary(root)))
     return 0

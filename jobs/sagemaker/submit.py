@@ -4,13 +4,13 @@ The job is built with the SDK's own `sagemaker.tensorflow.TensorFlow`
 estimator (TensorFlow 2.14, py310), its `distribution` for parameter servers
 or MPI, and `TrainingInput` channels (File or Pipe mode, `FullyReplicated`
 or `ShardedByS3Key`). The project is shipped as the source tarball of
-`sagemaker_job.write_source_tarball`, uploaded to
+`jobs.source.write_source_tarball`, uploaded to
 `<output_path>/<job_name>/source/sourcedir.tar.gz` and given to the SDK as
 an `s3://` `source_dir`, so the SDK itself uploads nothing.
 
 The job keeps its checkpoints at `<output_path>/<job_name>/checkpoints`
 unless told otherwise (`checkpoint_s3_uri`, or none with `spec.checkpoints`
-off), and carries the metric definitions of `jobs.sagemaker_metrics`, so
+off), and carries the metric definitions of `jobs.sagemaker.metrics`, so
 that the SageMaker console and CloudWatch plot its loss, examples/sec and
 validation AUC and logloss. With a `TuningConfig` the same job becomes the
 training job of a hyperparameter tuning job: the SDK's
@@ -25,10 +25,10 @@ tarball is written locally instead of uploaded. The SDK's telemetry is
 switched off through its own configuration.
 
 `open_session` (the SDK session, the dry run's stub and the captured
-requests) is shared with the Processing jobs of `jobs.sagemaker_processing`.
+requests) is shared with the Processing jobs of `jobs.sagemaker.processing`.
 
 The SDK is an optional dependency (`pip install 'deepfm-strategies[sdk]'`):
-it is imported only here (and by `jobs.sagemaker_processing` through
+it is imported only here (and by `jobs.sagemaker.processing` through
 `import_sdk`), and only when a job is submitted.
 """
 
@@ -41,8 +41,10 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from jobs import sagemaker_job
-from jobs import sagemaker_metrics
+from jobs.sagemaker import container as container_lib
+from jobs import source as source_lib
+from jobs import spec as spec_lib
+from jobs.sagemaker import metrics as sagemaker_metrics
 
 FRAMEWORK_VERSION = "2.14"
 PY_VERSION = "py310"
@@ -195,7 +197,7 @@ class SubmitConfig:
       tuning: make the job the training job of a hyperparameter tuning job.
     """
 
-    spec: sagemaker_job.JobSpec
+    spec: spec_lib.JobSpec
     role: str
     output_path: str
     instance_type: str = DEFAULT_INSTANCE_TYPE
@@ -247,7 +249,7 @@ class SubmitConfig:
     def source_uri(self) -> str:
         """Where the source tarball goes."""
         return "%s/%s/source/%s" % (self.output_path.rstrip("/"), self.spec.job_name,
-                                    sagemaker_job.SOURCE_TARBALL)
+                                    source_lib.SOURCE_TARBALL)
 
     @property
     def checkpoint_uri(self) -> Optional[str]:
@@ -290,6 +292,16 @@ def split_s3(uri: str):
     return bucket, key
 
 
+def sdk_distribution(spec: spec_lib.JobSpec) -> Optional[Dict[str, dict]]:
+    """The `distribution` argument of the SDK's `TensorFlow` estimator for the job's distribution."""
+    if spec.distribution == spec_lib.DISTRIBUTION_PS:
+        return {"parameter_server": {"enabled": True}}
+    if spec.distribution == spec_lib.DISTRIBUTION_MPI:
+        return {"mpi": {"enabled": True, "processes_per_host": spec.processes_per_host,
+                        "custom_mpi_options": spec.custom_mpi_options}}
+    return None
+
+
 def build_estimator(config: SubmitConfig, session):
     """The SDK's `TensorFlow` estimator of the job, bound to `session`."""
     _, _, _, tensorflow = import_sdk()
@@ -297,7 +309,7 @@ def build_estimator(config: SubmitConfig, session):
     tuned = set(config.tuning.names) if config.tuning else set()
     kwargs = dict(
         entry_point=spec.entry_point,
-        source_dir=os.path.dirname(config.source_uri) + "/" + sagemaker_job.SOURCE_TARBALL,
+        source_dir=os.path.dirname(config.source_uri) + "/" + source_lib.SOURCE_TARBALL,
         role=config.role,
         instance_count=spec.instance_count,
         instance_type=config.instance_type,
@@ -309,16 +321,16 @@ def build_estimator(config: SubmitConfig, session):
         metric_definitions=[dict(definition) for definition in sagemaker_metrics.METRIC_DEFINITIONS],
         max_run=config.max_run_s,
         sagemaker_session=session,
-        base_job_name=sagemaker_job.JOB_NAME_PREFIX,
-        model_dir=sagemaker_job.CHECKPOINT_LOCAL_PATH if config.checkpoint_uri else False,
+        base_job_name=spec_lib.JOB_NAME_PREFIX,
+        model_dir=container_lib.CHECKPOINT_LOCAL_PATH if config.checkpoint_uri else False,
         disable_profiler=True,
         debugger_hook_config=False,
     )
-    if spec.sdk_distribution():
-        kwargs["distribution"] = spec.sdk_distribution()
+    if sdk_distribution(spec):
+        kwargs["distribution"] = sdk_distribution(spec)
     if config.checkpoint_uri:
         kwargs.update(checkpoint_s3_uri=config.checkpoint_uri,
-                      checkpoint_local_path=sagemaker_job.CHECKPOINT_LOCAL_PATH)
+                      checkpoint_local_path=container_lib.CHECKPOINT_LOCAL_PATH)
     if config.use_spot:
         kwargs.update(use_spot_instances=True, max_wait=config.max_wait_s or config.max_run_s)
     return tensorflow.TensorFlow(**kwargs)
@@ -333,7 +345,7 @@ def build_tuner(config: SubmitConfig, estimator):
         hyperparameter_ranges={r.name: r.sdk_parameter(tuner_module) for r in tuning.ranges},
         metric_definitions=[dict(definition) for definition in sagemaker_metrics.METRIC_DEFINITIONS],
         strategy=TUNING_STRATEGY, objective_type=sagemaker_metrics.OBJECTIVE_TYPE, max_jobs=tuning.max_jobs,
-        max_parallel_jobs=tuning.max_parallel_jobs, base_tuning_job_name=sagemaker_job.JOB_NAME_PREFIX)
+        max_parallel_jobs=tuning.max_parallel_jobs, base_tuning_job_name=spec_lib.JOB_NAME_PREFIX)
 
 
 def training_inputs(config: SubmitConfig) -> Dict[str, object]:
@@ -442,7 +454,7 @@ def submit(config: SubmitConfig, region: Optional[str] = None) -> dict:
             "HyperParameterTuningJobArn": dry_run_arn(region, "hyper-parameter-tuning-job", name)}
     sdk = open_session(region, split_s3(config.output_path)[0], operation, config.dry_run, [response])
     with tempfile.TemporaryDirectory() as tmp:
-        tarball = sagemaker_job.write_source_tarball(os.path.join(tmp, sagemaker_job.SOURCE_TARBALL),
+        tarball = source_lib.write_source_tarball(os.path.join(tmp, source_lib.SOURCE_TARBALL),
                                                      source_dir=config.spec.source_dir)
         sdk.upload(tarball, config.source_uri)
     estimator = build_estimator(config, sdk.session)

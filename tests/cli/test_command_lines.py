@@ -84,7 +84,7 @@ ENTRY_POINTS = (
                ((), "expected one stage")),
     EntryPoint("input_pipeline.pipe_feeder", "pipe-feeder", (("--epochs", "0"), "--epochs=0"),
                (("--channel", "train=x"), "--base_dir")),
-    EntryPoint("jobs.sagemaker_processing", "criteo-processing", (("bogus",), "expected one command"),
+    EntryPoint("jobs.sagemaker.processing", "criteo-processing", (("bogus",), "expected one command"),
                ((), "expected one command")),
 )
 BY_MODULE = {point.module: point for point in ENTRY_POINTS}

@@ -20,7 +20,7 @@ from absl.testing import parameterized
 
 import deepfm
 from tests.examples import examples_testing
-from tests.jobs import launch_testing
+from tests.jobs.local import launch_testing
 
 CUSTOM = "custom"
 DCN = "dcn"

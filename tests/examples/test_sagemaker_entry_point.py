@@ -1,10 +1,10 @@
 """A model_fn of your own in a SageMaker job: an entry point of three lines around `examples/sagemaker_entry_point.py`.
 
-The container is emulated as `tests/jobs/test_sagemaker_env.py` does (its
+The container is emulated as `tests/jobs/sagemaker/test_env.py` does (its
 channels, model and output directories in the environment); the source
 directory holds the user's entry point beside `sagemaker_entry_point.py` and
 the model's module (`examples/custom_model.py`). The entry point itself, with
-the built-in model, is tested there and in `tests/jobs/test_sagemaker_local.py`.
+the built-in model, is tested there and in `tests/jobs/sagemaker/test_local.py`.
 """
 
 import glob

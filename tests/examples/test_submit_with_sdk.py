@@ -2,17 +2,19 @@
 
 The SDK's SageMaker client is stubbed by botocore's `Stubber`, which
 validates the `CreateTrainingJob` request against the SageMaker API model
-before it answers (`jobs.sagemaker_submit.open_session`).
+before it answers (`jobs.sagemaker.submit.open_session`).
 """
 
 import json
 
 import tensorflow as tf
 
-from jobs import sagemaker_job
-from jobs import sagemaker_metrics
+from jobs.sagemaker import container as container_lib
+from jobs import source as source_lib
+from jobs import spec as spec_lib
+from jobs.sagemaker import metrics as sagemaker_metrics
 from tests.examples import examples_testing
-from tests.jobs import test_sagemaker_submit
+from tests.jobs.sagemaker import test_submit as test_sagemaker_submit
 
 JOB = "example-job"
 # No credentials anywhere: a dry run needs none.
@@ -42,14 +44,14 @@ class SubmitWithSdkTest(tf.test.TestCase):
                          request["AlgorithmSpecification"]["MetricDefinitions"])
         self.assertEqual(3, request["ResourceConfig"]["InstanceCount"])
         hyperparameters = request["HyperParameters"]
-        self.assertEqual('"%s"' % sagemaker_job.ENTRY_POINT, hyperparameters["sagemaker_program"])
-        self.assertEqual('"s3://data-bucket/deepfm/%s/source/%s"' % (JOB, sagemaker_job.SOURCE_TARBALL),
+        self.assertEqual('"%s"' % spec_lib.ENTRY_POINT, hyperparameters["sagemaker_program"])
+        self.assertEqual('"s3://data-bucket/deepfm/%s/source/%s"' % (JOB, source_lib.SOURCE_TARBALL),
                          hyperparameters["sagemaker_submit_directory"])
         self.assertEqual("true", hyperparameters["sagemaker_mpi_enabled"])
         self.assertEqual("1", hyperparameters["sagemaker_mpi_num_of_processes_per_host"])
-        self.assertEqual('"%s"' % sagemaker_job.CHECKPOINT_LOCAL_PATH, hyperparameters["model_dir"])
+        self.assertEqual('"%s"' % container_lib.CHECKPOINT_LOCAL_PATH, hyperparameters["model_dir"])
         self.assertEqual("2", hyperparameters["num_epochs"])
-        self.assertEqual({"LocalPath": sagemaker_job.CHECKPOINT_LOCAL_PATH,
+        self.assertEqual({"LocalPath": container_lib.CHECKPOINT_LOCAL_PATH,
                           "S3Uri": "s3://data-bucket/deepfm/%s/checkpoints" % JOB}, request["CheckpointConfig"])
         channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request["InputDataConfig"]}
         self.assertEqual({"train": "s3://data-bucket/deepfm/data/train",

@@ -11,8 +11,9 @@ from absl.testing import parameterized
 
 from strategies import cost_model
 from dataprep import synthetic
-from jobs import auto_distribution, sagemaker_job
-from tests.jobs import test_sagemaker_submit
+from jobs import auto_distribution
+from jobs import spec as spec_lib
+from tests.jobs.sagemaker import test_submit as test_sagemaker_submit
 
 REPO_ROOT = test_sagemaker_submit.REPO_ROOT
 
@@ -20,11 +21,11 @@ REPO_ROOT = test_sagemaker_submit.REPO_ROOT
 class FromAdviceTest(parameterized.TestCase, tf.test.TestCase):
 
     @parameterized.named_parameters(
-        ("horovod", cost_model.HOROVOD, sagemaker_job.DISTRIBUTION_MPI, 36, {}),
-        ("horovod_dense", cost_model.HOROVOD_DENSE, sagemaker_job.DISTRIBUTION_MPI, 36,
+        ("horovod", cost_model.HOROVOD, spec_lib.DISTRIBUTION_MPI, 36, {}),
+        ("horovod_dense", cost_model.HOROVOD_DENSE, spec_lib.DISTRIBUTION_MPI, 36,
          {auto_distribution.SPARSE_AS_DENSE: True}),
-        ("ps", cost_model.PS, sagemaker_job.DISTRIBUTION_PS, 1, {}),
-        ("hybrid", cost_model.HYBRID, sagemaker_job.DISTRIBUTION_MPI, 36,
+        ("ps", cost_model.PS, spec_lib.DISTRIBUTION_PS, 1, {}),
+        ("hybrid", cost_model.HYBRID, spec_lib.DISTRIBUTION_MPI, 36,
          {auto_distribution.STRATEGY: cost_model.HYBRID}),
     )
     def test_pick_becomes_a_distribution(self, pick, distribution, processes_per_host, hyperparameters):
@@ -44,7 +45,7 @@ class FromAdviceTest(parameterized.TestCase, tf.test.TestCase):
 
     def test_one_instance_needs_no_measurement(self):
         choice = auto_distribution.choose(None, 1, 36, 25.0)
-        self.assertEqual(sagemaker_job.DISTRIBUTION_NONE, choice.distribution)
+        self.assertEqual(spec_lib.DISTRIBUTION_NONE, choice.distribution)
 
     def test_several_instances_need_data(self):
         with self.assertRaisesRegex(ValueError, "on 2 instances needs a local dataset root.*--auto_data"):
@@ -79,7 +80,7 @@ class AutoDryRunTest(tf.test.TestCase):
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
         self.assertIn("--distribution auto: %s" % expected.distribution, proc.stderr)
         hyperparameters = json.loads(proc.stdout)["HyperParameters"]
-        if expected.distribution == sagemaker_job.DISTRIBUTION_MPI:
+        if expected.distribution == spec_lib.DISTRIBUTION_MPI:
             self.assertEqual("true", hyperparameters["sagemaker_mpi_enabled"])
             self.assertEqual("36", hyperparameters["sagemaker_mpi_num_of_processes_per_host"])
         else:

@@ -19,7 +19,8 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
-from jobs import local as launch, processes
+from jobs.local import launcher as launch
+from jobs.local import processes
 from input_pipeline import formats, pipeline, schema
 from dataprep import synthetic
 from strategies import horovod

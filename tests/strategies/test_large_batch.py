@@ -21,7 +21,8 @@ from absl.testing import parameterized
 import strategies
 from dataprep import synthetic
 from deepfm.runtime import run_config
-from jobs import local as launch, processes
+from jobs.local import launcher as launch
+from jobs.local import processes
 from strategies import base, large_batch
 from tests import paths
 from tests.strategies import replica_testing as rt

@@ -16,7 +16,7 @@ import tensorflow as tf
 from absl import logging
 from absl.testing import parameterized
 
-from jobs import local as launch
+from jobs.local import launcher as launch
 from dataprep import synthetic
 from tests import paths
 

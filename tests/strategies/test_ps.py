@@ -21,13 +21,13 @@ from absl.testing import parameterized
 import strategies
 from deepfm.models import ctr
 from deepfm.models import deepfm as model_lib
-from jobs import processes
+from jobs.local import processes
 from deepfm.config import ModelConfig
 from input_pipeline import schema
 from dataprep import synthetic
 from strategies import cluster as cluster_lib
 from strategies import ps
-from tests.jobs import launch_testing
+from tests.jobs.local import launch_testing
 
 CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3", "localhost:4"]}
 FEATURE_SIZE = 2000

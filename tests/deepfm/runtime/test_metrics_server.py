@@ -16,7 +16,7 @@ import tensorflow as tf
 from deepfm.runtime import hooks as hooks_lib
 from deepfm.runtime import metrics_server
 from dataprep import synthetic
-from jobs import processes
+from jobs.local import processes
 from tests import paths
 
 REPO_ROOT = paths.REPO_ROOT

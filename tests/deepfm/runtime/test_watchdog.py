@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from deepfm.runtime import watchdog
 from dataprep import synthetic
-from jobs import local, processes
+from jobs.local import launcher as local
+from jobs.local import processes
 
 INTERVAL_S = 0.05
 LOST_AFTER_S = 0.3

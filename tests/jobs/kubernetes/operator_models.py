@@ -28,7 +28,7 @@ from typing import Any, List
 
 import pydantic
 
-from jobs import kubernetes_manifests as manifests
+from jobs.kubernetes import manifests
 
 OPENAPI_LIST = re.compile(r"^list\[(.*)\]$")
 OPENAPI_DICT = re.compile(r"^dict\(str, (.*)\)$")

@@ -8,7 +8,7 @@ import sys
 import time
 import unittest
 
-from jobs import kubernetes_entry
+from jobs.kubernetes import entry as kubernetes_entry
 from tests import paths
 
 REPO_ROOT = paths.REPO_ROOT
@@ -17,7 +17,7 @@ CLUSTER = {"chief": ["js-chief-0-0.js:2222"], "worker": ["js-worker-0-0.js:2222"
 
 
 def entry(*command, env=None):
-    return [sys.executable, "-m", "jobs.kubernetes_entry", "--"] + list(command), dict(
+    return [sys.executable, "-m", "jobs.kubernetes.entry", "--"] + list(command), dict(
         os.environ, PYTHONPATH=REPO_ROOT, **(env or {}))
 
 

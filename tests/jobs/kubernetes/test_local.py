@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from dataprep import synthetic
-from jobs import hosts
+from jobs.local import hosts
 from tests import paths
 
 REPO_ROOT = paths.REPO_ROOT

@@ -4,7 +4,7 @@ Built-in kinds (PersistentVolumeClaim, Service, ConfigMap, the Jobs of a
 JobSet, the pod templates of a TFJob's or MPIJob's replicas) go through
 `kubernetes-validate --strict` (the Kubernetes OpenAPI schemas it ships;
 unknown fields are errors). The operator kinds are validated strictly against
-their official client models (`tests/jobs/operator_models.py`): the Kubeflow
+their official client models (`tests/jobs/kubernetes/operator_models.py`): the Kubeflow
 training SDK's for TFJob and MPIJob, the Kubeflow Trainer API's for JobSet.
 """
 
@@ -20,11 +20,12 @@ import unittest
 
 import yaml
 
-from jobs import kubernetes_entry
-from jobs import kubernetes_manifests as manifests
-from jobs import sagemaker_job
+from jobs.kubernetes import entry as kubernetes_entry
+from jobs.kubernetes import manifests
+from jobs import source as source_lib
+from jobs import spec as spec_lib
 from tests import command_line, paths
-from tests.jobs import operator_models
+from tests.jobs.kubernetes import operator_models
 
 API_VERSIONS = {manifests.TFJOB: manifests.TFJOB_API_VERSION, manifests.MPIJOB: manifests.MPIJOB_API_VERSION,
                 manifests.JOBSET: manifests.JOBSET_API_VERSION}
@@ -64,25 +65,25 @@ def kubernetes_validate(documents):
 
 def job_of(distribution, instance_count, **kwargs):
     hyperparameters = kwargs.pop("hyperparameters", {"num_epochs": 1, "batch_norm": True})
-    spec = sagemaker_job.JobSpec(
+    spec = spec_lib.JobSpec(
         job_name=kwargs.pop("job_name", "deepfm-test"), instance_count=instance_count, distribution=distribution,
         processes_per_host=kwargs.pop("processes_per_host", 1),
-        channels=(sagemaker_job.Channel("train", "data/synthetic"),
-                  sagemaker_job.Channel("validation", "data/synthetic/validation")),
+        channels=(spec_lib.Channel("train", "data/synthetic"),
+                  spec_lib.Channel("validation", "data/synthetic/validation")),
         hyperparameters=hyperparameters)
     return manifests.KubernetesJob(spec=spec, image="registry.example/deepfm:1", **kwargs)
 
 
 VARIANTS = {
-    "ps, one worker": lambda: job_of(sagemaker_job.DISTRIBUTION_PS, 1),
+    "ps, one worker": lambda: job_of(spec_lib.DISTRIBUTION_PS, 1),
     "ps, three workers, elastic, metrics, requests": lambda: job_of(
-        sagemaker_job.DISTRIBUTION_PS, 3, num_ps=2, min_replicas=1, max_replicas=4, metrics_port=9090,
+        spec_lib.DISTRIBUTION_PS, 3, num_ps=2, min_replicas=1, max_replicas=4, metrics_port=9090,
         resources=manifests.Resources(cpu="4", memory="8Gi", gpus=1), storage_class="fsx-lustre"),
-    "mpi, one worker": lambda: job_of(sagemaker_job.DISTRIBUTION_MPI, 1, pvc="shared"),
+    "mpi, one worker": lambda: job_of(spec_lib.DISTRIBUTION_MPI, 1, pvc="shared"),
     "mpi, three workers of two slots, elastic, metrics": lambda: job_of(
-        sagemaker_job.DISTRIBUTION_MPI, 3, processes_per_host=2, min_replicas=2, metrics_port=9090,
+        spec_lib.DISTRIBUTION_MPI, 3, processes_per_host=2, min_replicas=2, metrics_port=9090,
         resources=manifests.Resources(cpu="500m")),
-    "one process": lambda: job_of(sagemaker_job.DISTRIBUTION_NONE, 1),
+    "one process": lambda: job_of(spec_lib.DISTRIBUTION_NONE, 1),
 }
 
 
@@ -173,7 +174,7 @@ class TFJobTest(unittest.TestCase):
 
     def test_the_training_command(self):
         container = self.tfjob["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
-        self.assertEqual(["python", "-m", "jobs.kubernetes_entry", "--"], container["command"])
+        self.assertEqual(["python", "-m", "jobs.kubernetes.entry", "--"], container["command"])
         args = container["args"]
         self.assertEqual(["python", "-m", "deepfm.train"], args[:3])
         for flag in ("--strategy=ps", "--train_data=/mnt/deepfm/data/synthetic",
@@ -191,7 +192,7 @@ class TFJobTest(unittest.TestCase):
         self.assertNotIn("annotations", specs["Worker"]["template"]["metadata"])
 
     def test_hyperparameters_win(self):
-        job = job_of(sagemaker_job.DISTRIBUTION_PS, 1, hyperparameters={"model_dir": "/mnt/deepfm/elsewhere"})
+        job = job_of(spec_lib.DISTRIBUTION_PS, 1, hyperparameters={"model_dir": "/mnt/deepfm/elsewhere"})
         self.assertIn("--model_dir=/mnt/deepfm/elsewhere", job.train_args())
         self.assertNotIn("--model_dir=/mnt/deepfm/deepfm-test/model", job.train_args())
 
@@ -270,7 +271,7 @@ class BadInputTest(unittest.TestCase):
     def test_errors_name_the_flag(self):
         for make, message in (
                 (lambda: job_of("parameter_server", 2, job_name="Deepfm_X"), "--job_name"),
-                (lambda: manifests.KubernetesJob(spec=sagemaker_job.JobSpec(job_name="j"), image=""), "--image"),
+                (lambda: manifests.KubernetesJob(spec=spec_lib.JobSpec(job_name="j"), image=""), "--image"),
                 (lambda: job_of("parameter_server", 2, min_replicas=3), "--min_replicas"),
                 (lambda: job_of("parameter_server", 2, pvc="claim", storage_class="efs"), "--pvc"),
                 (lambda: job_of("parameter_server", 2, metrics_port=70000), "--metrics_port"),
@@ -290,7 +291,7 @@ class BadInputTest(unittest.TestCase):
             self.assertIn("ARG BASE_IMAGE=%s\n" % uri, manifests.dockerfile(make()))
 
     def test_channels_live_in_the_volume(self):
-        spec = sagemaker_job.JobSpec(job_name="deepfm-test", channels=(sagemaker_job.Channel("train", "/data/x"),))
+        spec = spec_lib.JobSpec(job_name="deepfm-test", channels=(spec_lib.Channel("train", "/data/x"),))
         with self.assertRaisesRegex(ValueError, "inside the volume"):
             manifests.KubernetesJob(spec=spec, image="i")
 
@@ -312,7 +313,7 @@ import os, sys
 sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
 sys.path_hooks[:] = [h for h in sys.path_hooks if not getattr(h, "__module__", "").startswith("__editable__")]
 sys.path_importer_cache.clear()
-import deepfm.train, jobs.kubernetes_entry
+import deepfm.train, jobs.kubernetes.entry
 projects = %r
 outside = sorted(name for name, module in sys.modules.items()
                  if name.split(".")[0] in projects and getattr(module, "__file__", None)
@@ -344,11 +345,11 @@ class ImageTest(unittest.TestCase):
     """The image the rendered Dockerfile builds holds every package training needs."""
 
     def test_one_list_of_packages_for_setup_cfg_the_source_tarball_and_the_image(self):
-        self.assertEqual(setup_cfg_packages(), set(sagemaker_job.SOURCE_PACKAGES))
-        shipped = {name.split("/")[0] for name, _ in sagemaker_job.source_files()} - {sagemaker_job.ENTRY_POINT}
-        self.assertEqual(shipped, set(sagemaker_job.SOURCE_PACKAGES))
+        self.assertEqual(setup_cfg_packages(), set(source_lib.SOURCE_PACKAGES))
+        shipped = {name.split("/")[0] for name, _ in source_lib.source_files()} - {spec_lib.ENTRY_POINT}
+        self.assertEqual(shipped, set(source_lib.SOURCE_PACKAGES))
         copies = dockerfile_copies(manifests.dockerfile(VARIANTS["ps, one worker"]()))
-        self.assertEqual(list(manifests.PROJECT_FILES) + list(sagemaker_job.SOURCE_PACKAGES), copies)
+        self.assertEqual(list(manifests.PROJECT_FILES) + list(source_lib.SOURCE_PACKAGES), copies)
 
     def test_the_build_command_names_the_dockerfile_from_the_project_root(self):
         root = paths.REPO_ROOT
@@ -379,7 +380,7 @@ class ImageTest(unittest.TestCase):
                                     ignore=shutil.ignore_patterns("__pycache__"))
                 else:
                     shutil.copy(path, os.path.join(image, source))
-            probe = IMAGE_IMPORT_PROBE % (tuple(sagemaker_job.SOURCE_PACKAGES),)
+            probe = IMAGE_IMPORT_PROBE % (tuple(source_lib.SOURCE_PACKAGES),)
             result = command_line.run(["python", "-c", probe], image, timeout=300)
             self.assertEqual(0, result.returncode, command_line.describe("import deepfm.train", result))
 

@@ -1,4 +1,4 @@
-"""Tests of jobs.hosts: emulated hosts in network namespaces (root needed; skipped with the reason otherwise)."""
+"""Tests of jobs.local.hosts: emulated hosts in network namespaces (root needed; skipped with the reason otherwise)."""
 
 import json
 import os
@@ -11,7 +11,7 @@ from unittest import mock
 from absl.testing import parameterized
 import tensorflow as tf
 
-from jobs import hosts
+from jobs.local import hosts
 
 SERVER = """
 import socket, sys

@@ -22,11 +22,11 @@ from absl.testing import parameterized
 
 from deepfm.runtime import trainer
 from jobs import elastic
-from jobs import local as launch
+from jobs.local import launcher as launch
 from dataprep import synthetic
 from strategies import cluster as cluster_lib
 from strategies import strategy_names
-from tests.jobs import launch_testing
+from tests.jobs.local import launch_testing
 
 FEATURE_SIZE = 1000
 TRAIN_FLAGS = ["--batch_size", "64", "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0"]

@@ -12,7 +12,8 @@ import psutil
 import tensorflow as tf
 from absl.testing import parameterized
 
-from jobs import processes
+from jobs.local import processes
+from tests import paths
 
 GRACE_S = 1.0
 WAIT_S = 30
@@ -137,7 +138,7 @@ class ProcessGroupTest(tf.test.TestCase, parameterized.TestCase):
         pid_file = os.path.join(self.create_tempdir().full_path, "task.pid")
         supervisor = subprocess.Popen(python("""
             import os, sys, time
-            from jobs import processes
+            from jobs.local import processes
             group = processes.ProcessGroup(%r)
             task = group.start("worker_0", [sys.executable, "-c", %r])
             with open(%r + ".tmp", "w") as f:
@@ -145,7 +146,7 @@ class ProcessGroupTest(tf.test.TestCase, parameterized.TestCase):
             os.replace(%r + ".tmp", %r)
             time.sleep(60)
         """ % (self.create_tempdir().full_path, SLEEP_FOREVER, pid_file, pid_file, pid_file)),
-            cwd=os.path.dirname(os.path.dirname(processes.__file__)))
+            cwd=paths.REPO_ROOT)
         self.addCleanup(supervisor.kill)
         deadline = time.monotonic() + WAIT_S
         while not os.path.exists(pid_file) and time.monotonic() < deadline:

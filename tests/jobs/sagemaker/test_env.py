@@ -1,4 +1,4 @@
-"""Tests of jobs.sagemaker_env and the entry point run as the container runs it, on tiny data."""
+"""Tests of jobs.sagemaker.env and the entry point run as the container runs it, on tiny data."""
 
 import json
 import os
@@ -9,7 +9,7 @@ from absl.testing import parameterized
 import tensorflow as tf
 
 from dataprep import synthetic
-from jobs import sagemaker_env
+from jobs.sagemaker import env as sagemaker_env
 from tests import paths
 
 REPO_ROOT = paths.REPO_ROOT

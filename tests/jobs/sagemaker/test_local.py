@@ -22,7 +22,10 @@ from absl.testing import parameterized
 
 from dataprep import synthetic
 from input_pipeline import schema
-from jobs import hosts, sagemaker_job, sagemaker_local, sagemaker_metrics
+from jobs.local import hosts
+from jobs import spec as spec_lib
+from jobs.sagemaker import local as sagemaker_local
+from jobs.sagemaker import metrics as sagemaker_metrics
 from strategies import strategy_names
 from tests import paths
 
@@ -335,8 +338,8 @@ class HostShareTest(tf.test.TestCase):
     def test_a_pipe_mode_channel_of_several_kinds_of_files_is_refused(self):
         data = self.create_tempdir().full_path
         synthetic.generate(300, data, feature_size=FEATURE_SIZE, seed=1, shards=1)
-        spec = sagemaker_job.JobSpec(job_name="pipe", input_mode="Pipe", channels=(
-            sagemaker_job.Channel("train", os.path.join(data, "train")),))
+        spec = spec_lib.JobSpec(job_name="pipe", input_mode="Pipe", channels=(
+            spec_lib.Channel("train", os.path.join(data, "train")),))
         with self.assertRaisesRegex(ValueError, "Pipe mode streams every file of a channel into its FIFO, as "
                                     "SageMaker does, and this one holds .json, .libsvm, .tfrecord, .tfrecord-packed files"):
             sagemaker_local.LocalConfig(spec=spec, output_dir=self.create_tempdir().full_path)

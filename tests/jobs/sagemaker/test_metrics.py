@@ -1,4 +1,4 @@
-"""Tests of jobs.sagemaker_metrics against the lines training really prints.
+"""Tests of jobs.sagemaker.metrics against the lines training really prints.
 
 The lines are made by the functions that print them (the progress line, an
 evaluation, the summary): a change of their format that the metric
@@ -10,7 +10,7 @@ import re
 import tensorflow as tf
 
 from deepfm.runtime import console, early_stopping, trainer
-from jobs import sagemaker_metrics as metrics
+from jobs.sagemaker import metrics
 
 MPI_PREFIX = "[1,0]<stdout>:"
 

@@ -22,7 +22,10 @@ from input_pipeline import files, formats, schema
 from dataprep import criteo
 from dataprep import criteo_processing as stages
 from dataprep import raw_criteo
-from jobs import hosts, sagemaker_job, sagemaker_local, sagemaker_processing
+from jobs.local import hosts
+from jobs import source as source_lib
+from jobs.sagemaker import local as sagemaker_local
+from jobs.sagemaker import processing as sagemaker_processing
 from tests.input_pipeline import dataset_io
 from tests import paths
 
@@ -200,7 +203,7 @@ class SpecTest(tf.test.TestCase):
             sagemaker_processing.ConversionConfig(command="local", input=REPO_ROOT, output="out", job_name="x" * 60)
 
     def test_the_jobs_layer_imports_no_tensorflow(self):
-        probe = "import sys, jobs.sagemaker_processing; print('tensorflow' in sys.modules)"
+        probe = "import sys, jobs.sagemaker.processing; print('tensorflow' in sys.modules)"
         result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT,
                                 timeout=120)
         self.assertEqual(0, result.returncode, result.stderr)
@@ -262,16 +265,16 @@ class LocalProcessingJobTest(EmulatedHostsTestCase):
     """One Processing job on emulated hosts: what its containers see, and what is collected."""
 
     def spec(self, root, argument):
-        code = os.path.join(root, "code", sagemaker_job.SOURCE_ZIP)
+        code = os.path.join(root, "code", source_lib.SOURCE_ZIP)
         os.makedirs(os.path.dirname(code), exist_ok=True)
-        sagemaker_job.write_source_zip(code)
+        source_lib.write_source_zip(code)
         raw = os.path.join(root, "raw")
         for name in ("a", "b", "c"):
             self.create_tempfile(os.path.join(raw, name), content=name)
         code_dir = "/opt/ml/processing/input/code"
         return sagemaker_processing.ProcessingJobSpec(
             job_name="contract", entrypoint=("python3", "-c", CONTAINER_SCRIPT), arguments=(argument,),
-            environment={"PYTHONPATH": posixpath.join(code_dir, sagemaker_job.SOURCE_ZIP)}, instance_count=2,
+            environment={"PYTHONPATH": posixpath.join(code_dir, source_lib.SOURCE_ZIP)}, instance_count=2,
             inputs=(sagemaker_processing.Input("code", code, code_dir),
                     sagemaker_processing.Input("raw", raw, "/opt/ml/processing/input/raw", "ShardedByS3Key")),
             outputs=(sagemaker_processing.Output("seen", "/opt/ml/processing/output/seen",
@@ -291,7 +294,7 @@ class LocalProcessingJobTest(EmulatedHostsTestCase):
             self.assertEqual(share, seen["raw"])
             self.assertEqual(["own"], seen["arguments"])
             # The container imports the project from its code input, not from this checkout.
-            self.assertEqual("/opt/ml/processing/input/code/%s/input_pipeline/__init__.py" % sagemaker_job.SOURCE_ZIP,
+            self.assertEqual("/opt/ml/processing/input/code/%s/input_pipeline/__init__.py" % source_lib.SOURCE_ZIP,
                              seen["package"])
 
     def test_two_hosts_writing_one_file_fail_the_collection(self):
@@ -303,7 +306,7 @@ class LocalProcessingJobTest(EmulatedHostsTestCase):
 
 @pytest.mark.slow
 class LocalConversionTest(EmulatedHostsTestCase):
-    """The three jobs on emulated hosts, as `python -m jobs.sagemaker_processing local` runs them."""
+    """The three jobs on emulated hosts, as `python -m jobs.sagemaker.processing local` runs them."""
 
     def config(self, raw_dir, output, **options):
         return sagemaker_processing.ConversionConfig(
@@ -363,7 +366,7 @@ class LocalConversionTest(EmulatedHostsTestCase):
         root = self.create_tempdir().full_path
         write_raw(os.path.join(root, "raw"), bad_file=1)
         output = os.path.join(root, "out")
-        argv = [sys.executable, "-m", "jobs.sagemaker_processing", "local", "--input", os.path.join(root, "raw"),
+        argv = [sys.executable, "-m", "jobs.sagemaker.processing", "local", "--input", os.path.join(root, "raw"),
                 "--output_dir", output, "--instance_count", str(INSTANCES), "--job_name", JOB_NAME,
                 "--workers", "1", "--timeout_s", str(JOB_TIMEOUT_S)]
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
@@ -404,7 +407,7 @@ class SubmitDryRunTest(tf.test.TestCase):
             self.skipTest("the SageMaker Python SDK (the 'sdk' extra) is not installed: %s" % e)
 
     def submit(self, *args):
-        argv = [sys.executable, "-m", "jobs.sagemaker_processing", "submit", "--dry_run", "--role", ROLE, *args]
+        argv = [sys.executable, "-m", "jobs.sagemaker.processing", "submit", "--dry_run", "--role", ROLE, *args]
         return subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
                               env=dict(os.environ, **NO_CREDENTIALS))
 
@@ -436,9 +439,9 @@ class SubmitDryRunTest(tf.test.TestCase):
             self.assertRegex(app_spec["ImageUri"], r"tensorflow-training:2\.14-cpu-py310$")
             self.assertEqual(["python3", "-m", "dataprep.criteo_processing"], app_spec["ContainerEntrypoint"])
             self.assertEqual(stage, app_spec["ContainerArguments"][0])
-            self.assertEqual("/opt/ml/processing/input/code/%s" % sagemaker_job.SOURCE_ZIP,
+            self.assertEqual("/opt/ml/processing/input/code/%s" % source_lib.SOURCE_ZIP,
                              request["Environment"]["PYTHONPATH"])
-            self.assertEqual("s3://bucket/criteo/out/%s/code/%s" % (JOB_NAME, sagemaker_job.SOURCE_ZIP),
+            self.assertEqual("s3://bucket/criteo/out/%s/code/%s" % (JOB_NAME, source_lib.SOURCE_ZIP),
                              {i["InputName"]: i["S3Input"]["S3Uri"] for i in request["ProcessingInputs"]}["code"])
         self.assertEqual(["convert", "--min_count", "3", "--shards", "8"],
                          convert["AppSpecification"]["ContainerArguments"][:5])

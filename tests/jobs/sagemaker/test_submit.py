@@ -13,8 +13,9 @@ import sys
 from absl.testing import parameterized
 import tensorflow as tf
 
-from jobs import sagemaker_job
-from jobs import sagemaker_metrics
+from jobs.sagemaker import container as container_lib
+from jobs import spec as spec_lib
+from jobs.sagemaker import metrics as sagemaker_metrics
 from tests import paths
 
 REPO_ROOT = paths.REPO_ROOT
@@ -144,11 +145,11 @@ class SubmitDryRunTest(parameterized.TestCase, tf.test.TestCase):
     def test_same_hyperparameters_as_the_local_job(self):
         request = self.dry_run("--instance_count", "2", "--distribution", "mpi",
                                hyperparameters=("--num_epochs", "2", "--deep_layers", "64,32", "--batch_norm"))
-        spec = sagemaker_job.JobSpec(job_name=JOB, instance_count=2, distribution="mpi",
-                                     hyperparameters=sagemaker_job.parse_hyperparameters(
+        spec = spec_lib.JobSpec(job_name=JOB, instance_count=2, distribution="mpi",
+                                     hyperparameters=spec_lib.parse_hyperparameters(
                                          ["--num_epochs", "2", "--deep_layers", "64,32", "--batch_norm"]))
-        local = sagemaker_job.encoded_hyperparameters(spec, "/opt/ml/source/sourcedir.tar.gz",
-                                                      sagemaker_job.model_dir_for(spec))
+        local = container_lib.encoded_hyperparameters(spec, "/opt/ml/source/sourcedir.tar.gz",
+                                                      container_lib.model_dir_for(spec))
         submitted = dict(request["HyperParameters"])
         self.assertEqual(submitted.pop("sagemaker_submit_directory"),
                          '"s3://bucket/jobs/%s/source/sourcedir.tar.gz"' % JOB)

@@ -14,7 +14,7 @@ from typing import Dict, List
 import numpy as np
 import tensorflow as tf
 
-from jobs import processes
+from jobs.local import processes
 from tests import paths
 
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")

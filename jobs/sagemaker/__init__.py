@@ -1,0 +1,9 @@
+"""A SageMaker training job: the container's files and environment, a local run under the toolkit, submission.
+
+`container`: what SageMaker writes into a training container; `env`: what a
+training script reads back from it; `local`: the job on emulated hosts under
+SageMaker's own training toolkit; `submit`: the job sent with the SageMaker
+Python SDK (`--dry_run` contacts nothing); `metrics`: the metric definitions
+a job's log is read with; `processing`: the Criteo conversion as SageMaker
+Processing jobs. Nothing here imports TensorFlow.
+"""
