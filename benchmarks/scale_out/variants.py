@@ -4,7 +4,7 @@ A variant is a strategy at a layout (hosts, and optionally its own cores
 and ranks per host) with extra `deepfm.train` flags and environment. Adding
 one is one line in `VARIANTS`, e.g. a new `hybrid` option:
 
-    Variant("hybrid+pipeline", names.HYBRID, "--pipeline_ids", ("--pipeline_ids",)),
+    Variant("hybrid+stale", names.HYBRID, "--exchange_staleness 1", ("--exchange_staleness", "1")),
 
 and, to have the report compare it, one line in `LEVER_COMPARISONS`.
 Strategy names come from the names table (`strategies.strategy_names`).
@@ -195,6 +195,16 @@ VARIANTS = (
     Variant("hybrid+lr_none", names.HYBRID, "--lr_scaling none (learning rate x1)", ("--lr_scaling", "none")),
     Variant("hybrid+levers", names.HYBRID, "--id_capacity (as +capacity) --hvd_cycle_time_ms 0.2 --exchange_fp16",
             ("--id_capacity", ID_CAPACITY, "--hvd_cycle_time_ms", "0.2", "--exchange_fp16")),
+    # The exchange pipeline and padded exchanges (the defaults), each turned off, and both: the step of before.
+    Variant("hybrid+in_step", names.HYBRID, "--noexchange_pipeline --id_capacity 0 (every exchange in the step, "
+            "shapes of variable size)", ("--noexchange_pipeline", "--id_capacity", "0")),
+    Variant("hybrid+no_pipeline", names.HYBRID, "--noexchange_pipeline (the id exchange in the step)",
+            ("--noexchange_pipeline",)),
+    Variant("hybrid+unpadded", names.HYBRID, "--id_capacity 0 (exchanges of variable size)", ("--id_capacity", "0")),
+    Variant("hybrid+stale", names.HYBRID, "--exchange_staleness 1 (the next batch's rows exchanged during the step, "
+            "one update old)", ("--exchange_staleness", "1")),
+    Variant("hybrid+stale+cycle5ms", names.HYBRID, "--exchange_staleness 1 --hvd_cycle_time_ms 5",
+            ("--exchange_staleness", "1", "--hvd_cycle_time_ms", "5")),
 )
 
 
@@ -233,4 +243,9 @@ LEVER_COMPARISONS = (
     ("learning rate x1 instead of x1.5, hybrid", "hybrid+lr_none", "hybrid"),
     ("capacity + cycle time 0.2 ms + fp16 exchange, hybrid", "hybrid+levers", "hybrid"),
     ("hybrid with its levers instead of horovod", "hybrid+levers", "horovod"),
+    ("exchange pipeline + padded exchanges (the defaults), hybrid", "hybrid", "hybrid+in_step"),
+    ("exchange pipeline, hybrid", "hybrid", "hybrid+no_pipeline"),
+    ("padded exchanges, hybrid", "hybrid", "hybrid+unpadded"),
+    ("rows one step stale, hybrid", "hybrid+stale", "hybrid"),
+    ("cycle time 5 ms with stale rows, hybrid", "hybrid+stale+cycle5ms", "hybrid+stale"),
 )
