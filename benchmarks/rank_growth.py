@@ -8,7 +8,7 @@
 What a rank costs as the job grows, with the hardware held fixed: N Horovod
 ranks (one TensorFlow thread each) share the machine's first two cores, and
 `single` (one TensorFlow thread) runs on one of them. Each rank runs in an
-emulated host of its own (`jobs.hosts`, the machinery of
+emulated host of its own (`jobs.local.hosts`, the machinery of
 `benchmarks.scale_out`: `algo-1` ... `algo-8`, every one pinned to the same
 two cores, a 25 Gbit/s token bucket each), so each rank's bytes are its own
 host's interface counters. Needs root.
@@ -190,7 +190,7 @@ def _stats(runs: Sequence[scale_out.RunResult], field: str, unit: float = 1.0) -
 
 def _setup_text(config: scale_out.BenchmarkConfig, load: Optional[Tuple[float, float]]) -> str:
     if config.shared_cores:
-        where = ("N Horovod ranks, each in an emulated host of its own (`jobs.hosts`, a 25 Gbit/s token bucket per "
+        where = ("N Horovod ranks, each in an emulated host of its own (`jobs.local.hosts`, a 25 Gbit/s token bucket per "
                  "host, no latency model), every host pinned to the same %d cores; `single` on one of them. One "
                  "TensorFlow thread per process (`--intra_op_threads 1 --inter_op_threads 1`) unless the variant "
                  "says otherwise." % config.shared_cores)

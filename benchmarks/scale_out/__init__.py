@@ -5,7 +5,7 @@
                                    [--cores_per_host 1] [--ranks_per_host 1] [--hosts_mode emulated]
                                    [--variants a,b] [--data_dir data/synthetic_300k]
 
-Hosts are emulated with `jobs.hosts` (network namespaces with their own
+Hosts are emulated with `jobs.local.hosts` (network namespaces with their own
 addresses and names, `algo-1`, `algo-2`, ..., an optional token-bucket
 bandwidth limit per host; this kernel has no `netem`, so latency is not
 modelled; needs root), or with `--hosts_mode local` as blocks of this

@@ -19,7 +19,7 @@ from benchmarks.scale_out import variants as variants_lib
 from benchmarks.scale_out.config import (BATCH, DEFAULT_DATA_DIR, DEFAULT_LINK_GBPS, DEFAULT_ROWS, DEFAULT_RUNS,
                                          DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, HOSTS_EMULATED, HOSTS_LOCAL, HOSTS_MODES,
                                          LOG_EVERY_STEPS, NAME, RUN_TIMEOUT_S, BenchmarkConfig)
-from jobs import hosts as hosts_lib
+from jobs.local import hosts as hosts_lib
 from strategies import strategy_names as names
 
 DESCRIPTION = "Scale-out on emulated hosts: ps, horovod and hybrid at 2 hosts against single on the cores of one rank."

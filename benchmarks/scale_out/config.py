@@ -19,7 +19,7 @@ DEFAULT_WARMUP_STEPS = 30
 DEFAULT_LINK_GBPS = 25.0
 LOG_EVERY_STEPS = 10
 RUN_TIMEOUT_S = 600
-# How the hosts are made: network namespaces (`jobs.hosts`, root), blocks of this machine's cores without
+# How the hosts are made: network namespaces (`jobs.local.hosts`, root), blocks of this machine's cores without
 # namespaces (ranks over the loopback interface), or emulated where they can be made, else local.
 HOSTS_EMULATED, HOSTS_LOCAL, HOSTS_AUTO = "emulated", "local", "auto"
 HOSTS_MODES = (HOSTS_EMULATED, HOSTS_LOCAL, HOSTS_AUTO)

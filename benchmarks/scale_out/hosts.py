@@ -1,6 +1,6 @@
 """The hosts a run's processes start in: emulated (network namespaces) or local (blocks of this machine's cores).
 
-* `EmulatedHosts` (`HOSTS_EMULATED`): `jobs.hosts.HostNetwork`, a network
+* `EmulatedHosts` (`HOSTS_EMULATED`): `jobs.local.hosts.HostNetwork`, a network
   namespace per host with its own address and name (`algo-1`, ...), an
   optional token-bucket egress limit per host (this kernel has no `netem`,
   so latency is not modelled). Each run starts every host's supervisor as
@@ -29,7 +29,7 @@ from typing import Iterator, Optional, Sequence
 from benchmarks.scale_out import layout
 from benchmarks.scale_out.config import HOSTS_AUTO, HOSTS_EMULATED, HOSTS_LOCAL
 from benchmarks.scale_out.variants import host_names
-from jobs import hosts as hosts_lib
+from jobs.local import hosts as hosts_lib
 
 LOOPBACK = "lo"
 LOCAL_ADDRESS = "127.0.0.1"
@@ -37,7 +37,7 @@ PROBE_TIMEOUT_S = 60
 
 
 class EmulatedHosts:
-    """Hosts in network namespaces (`jobs.hosts`); see the module docstring."""
+    """Hosts in network namespaces (`jobs.local.hosts`); see the module docstring."""
 
     mode = HOSTS_EMULATED
     interface = hosts_lib.DEFAULT_INTERFACE

@@ -147,7 +147,7 @@ def hosts_text(config: BenchmarkConfig) -> str:
                 "limit; MB sent: the machine's loopback bytes, between hosts and within them)")
     link = ("a token-bucket egress limit of %g Gbit/s per host" % config.link_gbps if config.link_gbps
             else "no bandwidth limit")
-    return ("emulated hosts (`jobs.hosts`: a network namespace per host, veth pairs on a bridge, %s; **no latency "
+    return ("emulated hosts (`jobs.local.hosts`: a network namespace per host, veth pairs on a bridge, %s; **no latency "
             "model**: this kernel has no `netem`)" % link)
 
 

@@ -45,8 +45,8 @@ from benchmarks.scale_out import variants as variants_lib
 from benchmarks.scale_out.config import HOSTS_LOCAL, LOG_EVERY_STEPS, BenchmarkConfig
 from benchmarks.scale_out.measure import HOST_OUTPUT, MB, PROGRESS_DIR, TRACES, RunResult, measure_run
 from benchmarks.scale_out.variants import ID_CAPACITY, Variant
-from jobs import hosts as hosts_lib
-from jobs import local
+from jobs.local import hosts as hosts_lib
+from jobs.local import launcher as local_launcher
 from strategies import strategy_names as names
 
 NO_CHECKPOINT_STEPS = 10 ** 9
@@ -163,7 +163,7 @@ def host_processes(variant: Variant, config: BenchmarkConfig, work: str, index: 
                     plan.pin(index, 0) + argv)]
     per_host = variant.ranks_per_host
     if variant.launcher != variants_lib.LAUNCH_DIRECT:
-        horovodrun = [local.find_horovodrun()] + list(variants_lib.HOROVODRUN_ARGS[variant.launcher]) + [
+        horovodrun = [local_launcher.find_horovodrun()] + list(variants_lib.HOROVODRUN_ARGS[variant.launcher]) + [
             "-np", str(per_host), "-H", "localhost:%d" % per_host]
         return [process("%s_horovodrun" % host, env, horovodrun + argv)]
     size = variant.processes

@@ -7,7 +7,7 @@ from benchmarks import rank_growth as bench
 from benchmarks import scale_out
 from benchmarks.scale_out import layout
 from dataprep import synthetic
-from jobs import hosts as hosts_lib
+from jobs.local import hosts as hosts_lib
 from strategies import strategy_names as names
 
 ROWS = 3000

@@ -17,7 +17,7 @@ from benchmarks.scale_out import layout
 from benchmarks.scale_out import runner
 from deepfm.runtime import hooks
 from dataprep import synthetic
-from jobs import hosts as hosts_lib
+from jobs.local import hosts as hosts_lib
 from strategies import strategy_names as names
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
