@@ -119,8 +119,9 @@ def decode_data(data_dir: str, rows: int) -> Dict[str, str]:
     for layout in ("fixed", "compact"):
         root = os.path.join(data_dir, "decode-%d-%s" % (rows, layout))
         if not os.path.isfile(os.path.join(root, schema.METADATA_FILE)):
-            criteo.convert([raw_file(data_dir, rows, rows)], root, val_fraction=0.0, shards=4, overwrite=True,
-                           libsvm_layout=layout)
+            criteo.convert([raw_file(data_dir, rows, rows)], root, criteo.ConversionOptions(val_fraction=0.0, shards=4,
+                                                                                            overwrite=True,
+                                                                                            libsvm_layout=layout))
         roots[layout] = root
     return roots
 

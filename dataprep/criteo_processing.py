@@ -250,9 +250,11 @@ def convert(dirs: ContainerDirs, options: StageOptions) -> dict:
         criteo.merge_part_counts(counts_dirs, vocab_dir, min_count=options.min_count, memory_mb=options.memory_mb)
         staging = os.path.join(work, "dataset")
         metadata, report = criteo.convert_with_report(
-            files, staging, val_fraction=_counted_val_fraction(counts_dirs), shards=options.shards, vocab=vocab_dir,
-            skip_bad_records=options.skip_bad_records, workers=options.processes, memory_mb=options.memory_mb,
-            libsvm_layout=options.libsvm_layout, tmp_dir=work)
+            files, staging,
+            criteo.ConversionOptions(val_fraction=_counted_val_fraction(counts_dirs), shards=options.shards,
+                                     vocab=vocab_dir, skip_bad_records=options.skip_bad_records,
+                                     workers=options.processes, memory_mb=options.memory_mb,
+                                     libsvm_layout=options.libsvm_layout, tmp_dir=work))
         if sum(report.rows.values()) + report.bad_records != report.lines:
             raise RuntimeError("%s: %d lines read, but %s rows written and %d bad records"
                                % (host, report.lines, report.rows, report.bad_records))

@@ -1,6 +1,7 @@
 """Tests of the Criteo TSV converter, on hand-written lines and real rows."""
 
 import collections
+import dataclasses
 import errno
 import os
 import re
@@ -13,10 +14,12 @@ from unittest import mock
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 from absl.testing import parameterized
 
 from input_pipeline import schema
 from dataprep import criteo
+from dataprep.criteo import command, writing
 from dataprep import raw_criteo
 from tests.input_pipeline import dataset_io
 from tests import paths
@@ -79,7 +82,8 @@ class CriteoTestCase(tf.test.TestCase):
         trees = []
         for count in workers:
             out = self.new_dir()
-            _, report = criteo.convert_with_report([path], out, workers=count, **options, **more)
+            _, report = criteo.convert_with_report([path], out, criteo.ConversionOptions(workers=count, **options,
+                                                                                         **more))
             self.assertEqual(report.workers, count)
             if spilled:
                 self.assertGreater(report.spilled_runs, 0)
@@ -100,7 +104,8 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
             _line("0", ["1"], ["287e684f", "f0cf0024", "", "x"]),
         ]
         out = self.new_dir()
-        meta = criteo.convert([self.write_input(lines)], out, val_fraction=0.0, shards=2, min_count=1)
+        meta = criteo.convert([self.write_input(lines)], out, criteo.ConversionOptions(val_fraction=0.0, shards=2,
+                                                                                       min_count=1))
 
         self.assertEqual(list(meta.splits), [schema.TRAIN_SPLIT])
         self.assertEqual(meta.splits["train"].shards, {"train/part-00000": 3, "train/part-00001": 2})
@@ -109,7 +114,8 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
                          (view.split, view.splits["train"].shards, view.feature_size, view.vocabulary))
         with self.assertRaisesRegex(ValueError, "is the metadata of the 'train' split folder, which has no "
                                     "vocabulary: give the dataset root"):
-            criteo.convert([self.write_input(lines)], self.new_dir(), vocab=os.path.join(out, "train"))
+            criteo.convert([self.write_input(lines)], self.new_dir(),
+                           criteo.ConversionOptions(vocab=os.path.join(out, "train")))
         self.assertEqual(meta.dense_clip, [float(c) for c in criteo.DENSE_CLIP])
         text = dataset_io.read_split(out, meta, "train", "libsvm")
         record = dataset_io.read_split(out, meta, "train", "tfrecord")
@@ -142,7 +148,8 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
         lines = ([_line("0", ["1"], ["common", "", "z"])] * 3
                  + [_line("1", ["1"], ["rare", "", "z"]), _line("0", ["1"], ["common", "set", "z"])])
         out = self.new_dir()
-        meta = criteo.convert([self.write_input(lines)], out, val_fraction=0.0, shards=1, min_count=2)
+        meta = criteo.convert([self.write_input(lines)], out, criteo.ConversionOptions(val_fraction=0.0, shards=1,
+                                                                                       min_count=2))
         c1, c2 = meta.vocabulary["C1"], meta.vocabulary["C2"]
         self.assertEqual(set(c1["values"]), {"common"})
         self.assertEqual(set(c2["values"]), {""})  # empty (missing) is a value of its own
@@ -156,11 +163,13 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
     def test_saved_vocabulary_maps_unseen_values_to_unknown_ids(self, point_at_file):
         first = [_line("0", ["3"], ["a", "b", "c"]), _line("1", ["4"], ["a", "d", "c"])]
         root = self.new_dir()
-        built = criteo.convert([self.write_input(first)], root, val_fraction=0.0, shards=1, min_count=1)
+        built = criteo.convert([self.write_input(first)], root, criteo.ConversionOptions(val_fraction=0.0, shards=1,
+                                                                                         min_count=1))
         vocab = os.path.join(root, schema.METADATA_FILE) if point_at_file else root
         second = [_line("1", ["9"], ["a", "new", "c", "new"]), _line("0", [], ["unseen", "d", "", ""])]
         out = self.new_dir()
-        meta = criteo.convert([self.write_input(second)], out, val_fraction=0.0, shards=1, vocab=vocab)
+        meta = criteo.convert([self.write_input(second)], out, criteo.ConversionOptions(val_fraction=0.0, shards=1,
+                                                                                        vocab=vocab))
 
         self.assertEqual(meta.vocabulary, built.vocabulary)
         self.assertEqual(meta.feature_size, built.feature_size)
@@ -183,21 +192,21 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
     def test_min_count_with_vocab_is_refused(self):
         path = self.write_input([_line()])
         with self.assertRaisesRegex(ValueError, "min_count.*vocab"):
-            criteo.convert([path], self.new_dir(), vocab=self.new_dir(), min_count=3)
+            criteo.convert([path], self.new_dir(), criteo.ConversionOptions(vocab=self.new_dir(), min_count=3))
 
     def test_split_is_deterministic_and_follows_line_content(self):
         lines = _varied_lines(200)
         path = self.write_input(lines)
         first, second, reordered = self.new_dir(), self.new_dir(), self.new_dir()
         options = dict(val_fraction=0.3, shards=3, min_count=2)
-        meta = criteo.convert([path], first, **options)
-        criteo.convert([path], second, **options)
+        meta = criteo.convert([path], first, criteo.ConversionOptions(**options))
+        criteo.convert([path], second, criteo.ConversionOptions(**options))
         self.assertEqual(dataset_io.read_tree(first), dataset_io.read_tree(second))
 
         validation = meta.splits["validation"].rows
         self.assertEqual(meta.splits["train"].rows + validation, 200)
         self.assertBetween(validation, 30, 90)
-        reordered_meta = criteo.convert([self.write_input(lines[::-1])], reordered, **options)
+        reordered_meta = criteo.convert([self.write_input(lines[::-1])], reordered, criteo.ConversionOptions(**options))
         self.assertEqual(reordered_meta.vocabulary, meta.vocabulary)
         for split in ("train", "validation"):
             self.assertEqual(_sorted_lines(first, meta, split), _sorted_lines(reordered, reordered_meta, split))
@@ -214,33 +223,34 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
         path = self.write_input(good[:2] + [bad_line] + good[2:])
         out = os.path.join(self.new_dir(), "out")
         with self.assertRaises(criteo.MalformedRecordError) as caught:
-            criteo.convert([path], out, min_count=1)
+            criteo.convert([path], out, criteo.ConversionOptions(min_count=1))
         self.assertIn("%s:3: %s" % (path, reason), str(caught.exception))
         self.assertEqual(caught.exception.line_number, 3)
         self.assertFalse(os.path.exists(out), "nothing may be written before the input is checked")
 
-        meta = criteo.convert([path], out, min_count=1, skip_bad_records=True)
+        meta = criteo.convert([path], out, criteo.ConversionOptions(min_count=1, skip_bad_records=True))
         self.assertEqual(_bad_records(meta), 1)
         self.assertEqual(sum(info.rows for info in meta.splits.values()), 4)
 
     def test_skip_bad_records_counts_over_several_files(self):
         first = self.write_input(_varied_lines(3) + ["garbage"])
         second = self.write_input(["1\t2"] + _varied_lines(2, seed=1) + [_line("x")], name="day2.txt")
-        meta = criteo.convert([first, second], self.new_dir(), val_fraction=0.0, min_count=1,
-                              skip_bad_records=True)
+        meta = criteo.convert([first, second], self.new_dir(), criteo.ConversionOptions(val_fraction=0.0, min_count=1,
+                                                                                        skip_bad_records=True))
         self.assertEqual(_bad_records(meta), 3)
         self.assertEqual(meta.splits["train"].rows, 5)
 
     def test_refuses_existing_dataset_unless_overwrite(self):
         path = self.write_input(_varied_lines(10))
         out = self.new_dir()
-        criteo.convert([path], out, val_fraction=0.0, shards=2, min_count=1)
+        criteo.convert([path], out, criteo.ConversionOptions(val_fraction=0.0, shards=2, min_count=1))
         before = dataset_io.read_tree(out)
         with self.assertRaisesRegex(FileExistsError, "already holds a dataset.*--overwrite"):
-            criteo.convert([path], out, val_fraction=0.0, shards=1, min_count=1)
+            criteo.convert([path], out, criteo.ConversionOptions(val_fraction=0.0, shards=1, min_count=1))
         self.assertEqual(dataset_io.read_tree(out), before)
 
-        meta = criteo.convert([path], out, val_fraction=0.0, shards=1, min_count=1, overwrite=True)
+        meta = criteo.convert([path], out, criteo.ConversionOptions(val_fraction=0.0, shards=1, min_count=1,
+                                                                    overwrite=True))
         self.assertEqual(list(meta.splits["train"].shards), ["train/part-00000"])
         self.assertEqual(sorted(dataset_io.read_tree(out)),
                          ["metadata.json", "train/metadata.json", "train/part-00000.libsvm",
@@ -262,10 +272,27 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
         ("val_fraction", dict(val_fraction=1.0), "val_fraction must be in \\[0, 1\\), got 1.0"),
         ("shards", dict(shards=0), "shards must be >= 1, got 0"),
         ("min_count", dict(min_count=0), "min_count must be >= 1, got 0"),
+        ("workers", dict(workers=0), "workers must be >= 1, got 0"),
+        ("memory_mb", dict(memory_mb=0), "memory_mb must be > 0, got 0"),
+        ("chunk_bytes", dict(chunk_bytes=0), "chunk_bytes must be >= 1, got 0"),
+        ("libsvm_layout", dict(libsvm_layout="wide"), "libsvm_layout must be one of fixed, compact, got 'wide'"),
     )
-    def test_bad_arguments(self, options, message):
+    def test_bad_options_are_refused_when_made(self, options, message):
         with self.assertRaisesRegex(ValueError, message):
-            criteo.convert([self.write_input([_line()])], self.new_dir(), **options)
+            criteo.ConversionOptions(**options)
+
+    def test_the_keyword_arguments_of_earlier_releases_warn_and_convert_the_same(self):
+        path = self.write_input(_varied_lines(20))
+        first, second = self.new_dir(), self.new_dir()
+        criteo.convert([path], first, criteo.ConversionOptions(val_fraction=0.2, shards=2, min_count=1))
+        with self.assertWarnsRegex(DeprecationWarning, "keyword arguments \\(min_count, shards, val_fraction\\) "
+                                   "are deprecated: pass options=dataprep.criteo.ConversionOptions"):
+            criteo.convert([path], second, val_fraction=0.2, shards=2, min_count=1)
+        self.assertEqual(dataset_io.read_tree(first), dataset_io.read_tree(second))
+        with self.assertRaisesRegex(TypeError, "either as options=ConversionOptions\\(...\\) or as keyword"):
+            criteo.convert([path], self.new_dir(), criteo.ConversionOptions(), shards=2)
+        with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'shard'"):
+            criteo.convert([path], self.new_dir(), shard=2)
 
 
 def _kaggle_lines(count):
@@ -294,7 +321,8 @@ class ScaleTest(CriteoTestCase, parameterized.TestCase):
     def test_spilling_to_disk_equals_counting_in_memory(self):
         path = self.generated_input(rows=1500, distinct=3000)
         options = dict(val_fraction=0.2, shards=3, min_count=3, workers=1)
-        in_memory, in_memory_report = criteo.convert_with_report([path], self.new_dir(), **options)
+        in_memory, in_memory_report = criteo.convert_with_report([path], self.new_dir(),
+                                                                 criteo.ConversionOptions(**options))
         self.assertEqual(in_memory_report.spilled_runs, 0)
         with open(path) as f:
             lines = f.read().splitlines()
@@ -302,15 +330,16 @@ class ScaleTest(CriteoTestCase, parameterized.TestCase):
         self.assertGreater(sum(criteo.Vocabulary(in_memory.vocabulary).sizes()), 50)
 
         out = self.new_dir()
-        bounded, bounded_report = criteo.convert_with_report([path], out, memory_mb=0.05, chunk_bytes=100_000,
-                                                             **options)
+        bounded, bounded_report = criteo.convert_with_report([path], out, criteo.ConversionOptions(memory_mb=0.05,
+                                                                                                   chunk_bytes=100_000,
+                                                                                                   **options))
         self.assertGreater(bounded_report.spilled_runs, 26, "a 50 KB budget must force the counts to disk")
         self.assertEqual(bounded.vocabulary, in_memory.vocabulary)
         self.assertEqual(dataset_io.read_tree(out), dataset_io.read_tree(self.convert_again(path, options)))
 
     def convert_again(self, path, options, **more):
         out = self.new_dir()
-        criteo.convert([path], out, **dict(options, **more))
+        criteo.convert([path], out, criteo.ConversionOptions(**dict(options, **more)))
         return out
 
     def test_byte_ranges_cut_anywhere_give_the_same_dataset(self):
@@ -332,14 +361,14 @@ class ScaleTest(CriteoTestCase, parameterized.TestCase):
         lines[33] = _line("0", ["x"])
         path = self.write_input(lines)
         with self.assertRaises(criteo.MalformedRecordError) as caught:
-            criteo.convert([path], self.new_dir(), min_count=1, workers=1, chunk_bytes=500)
+            criteo.convert([path], self.new_dir(), criteo.ConversionOptions(min_count=1, workers=1, chunk_bytes=500))
         self.assertEqual(caught.exception.line_number, 34)
         self.assertIn("%s:34: I1 must be an integer or empty, got 'x'" % path, str(caught.exception))
 
     def test_shards_are_balanced_to_the_row(self):
         path = self.write_input(_varied_lines(103))
-        meta = criteo.convert([path], self.new_dir(), val_fraction=0.0, shards=4, min_count=1, workers=1,
-                              chunk_bytes=700)
+        meta = criteo.convert([path], self.new_dir(), criteo.ConversionOptions(val_fraction=0.0, shards=4, min_count=1,
+                                                                               workers=1, chunk_bytes=700))
         self.assertEqual(sorted(meta.splits["train"].shards.values()), [25, 26, 26, 26])
 
     def test_shuffle_keeps_every_row_in_a_new_order(self):
@@ -375,9 +404,10 @@ class ScaleTest(CriteoTestCase, parameterized.TestCase):
     def test_negative_sampling_keeps_positives_and_records_the_rate(self):
         path = self.generated_input(rows=4000, distinct=0)
         options = dict(val_fraction=0.2, shards=2, min_count=2, workers=1)
-        full = criteo.convert([path], self.new_dir(), **options)
+        full = criteo.convert([path], self.new_dir(), criteo.ConversionOptions(**options))
         out = self.new_dir()
-        sampled, report = criteo.convert_with_report([path], out, negative_sampling=0.25, **options)
+        sampled, report = criteo.convert_with_report([path], out, criteo.ConversionOptions(negative_sampling=0.25,
+                                                                                           **options))
         self.assertEqual(criteo.recorded_negative_sampling(sampled), 0.25)
         self.assertEqual(criteo.recorded_negative_sampling(full), 1.0)
         self.assertEqual(sampled.vocabulary, full.vocabulary, "the vocabulary is counted before sampling")
@@ -391,7 +421,7 @@ class ScaleTest(CriteoTestCase, parameterized.TestCase):
         spread = 5 * np.sqrt(negatives * 0.25 * 0.75)
         self.assertBetween(kept, negatives * 0.25 - spread, negatives * 0.25 + spread)
         with self.assertRaisesRegex(ValueError, "negative_sampling must be in \\(0, 1\\], got 0"):
-            criteo.convert([path], self.new_dir(), negative_sampling=0.0)
+            criteo.convert([path], self.new_dir(), criteo.ConversionOptions(negative_sampling=0.0))
 
     def test_recalibrate_inverts_the_sampled_odds(self):
         rate = 0.1
@@ -417,7 +447,8 @@ class ScaleTest(CriteoTestCase, parameterized.TestCase):
     def test_parts_counted_apart_share_one_vocabulary(self):
         lines = _varied_lines(120)
         first, second = self.write_input(lines[:70]), self.write_input(lines[70:], name="day2.txt")
-        whole = criteo.convert([first, second], self.new_dir(), val_fraction=0.2, min_count=3, workers=1)
+        whole = criteo.convert([first, second], self.new_dir(), criteo.ConversionOptions(val_fraction=0.2, min_count=3,
+                                                                                         workers=1))
         counts = [self.new_dir(), self.new_dir()]
         criteo.count_part([first], counts[0], val_fraction=0.2, workers=1)
         summary_json = criteo.count_part([second], counts[1], val_fraction=0.2, workers=1, memory_mb=0.01)
@@ -425,7 +456,8 @@ class ScaleTest(CriteoTestCase, parameterized.TestCase):
         vocab_dir = self.new_dir()
         merged = criteo.merge_part_counts(counts, vocab_dir, min_count=3)
         self.assertEqual(merged.vocabulary, whole.vocabulary)
-        part = criteo.convert([second], self.new_dir(), val_fraction=0.2, vocab=vocab_dir, workers=1)
+        part = criteo.convert([second], self.new_dir(), criteo.ConversionOptions(val_fraction=0.2, vocab=vocab_dir,
+                                                                                 workers=1))
         self.assertEqual(part.vocabulary, whole.vocabulary)
 
     def test_real_rows_bounded_equals_in_memory(self):
@@ -470,10 +502,10 @@ class WorkersTest(CriteoTestCase, parameterized.TestCase):
         for suffix, data in pieces.items():
             with open(os.path.join(out, "part-00000" + suffix + ".tfrecord"), "wb") as f:
                 f.write(data)
-        with mock.patch.object(criteo.os, "copy_file_range", create=True,
+        with mock.patch.object(writing.os, "copy_file_range", create=True,
                                side_effect=None if kernel_copy else OSError(errno.EXDEV, "across devices"),
                                wraps=os.copy_file_range if kernel_copy else None):
-            criteo._join_pieces(criteo._JoinTask(target, list(pieces)))  # pylint: disable=protected-access
+            writing._join_pieces(writing._JoinTask(target, list(pieces)))  # pylint: disable=protected-access
         with open(target, "rb") as f:
             self.assertEqual(f.read(), b"".join(pieces.values()))
         self.assertEqual(os.listdir(out), [os.path.basename(target)])
@@ -500,6 +532,17 @@ class WorkersTest(CriteoTestCase, parameterized.TestCase):
 
 
 class CommandLineTest(CriteoTestCase):
+
+    def test_the_option_flags_are_the_options_fields_with_their_defaults(self):
+        flag_values = flags.FlagValues()
+        command.define_flags(flag_values)
+        defaults = criteo.ConversionOptions()
+        for name in command.FLAG_HELP:
+            self.assertEqual(getattr(defaults, name), flag_values[name].default, name)
+        self.assertNotIn("chunk_bytes", flag_values)
+        flag_values(["prog", "--output_dir", "x", "--shards", "3", "--shuffle", "--libsvm_layout", "compact"])
+        self.assertEqual(dataclasses.replace(defaults, shards=3, shuffle=True, libsvm_layout="compact"),
+                         command.options_from_flags(flag_values))
 
     def test_cli_converts_files_and_refuses_to_overwrite(self):
         first = self.write_input(_varied_lines(6))
@@ -533,7 +576,8 @@ class KaggleRowsTest(CriteoTestCase):
             lines = [next(f).rstrip("\n") for _ in range(KAGGLE_ROWS_USED)]
         expected_positives = sum(line.split("\t")[0] == "1" for line in lines)
         out = self.new_dir()
-        meta = criteo.convert([self.write_input(lines)], out, val_fraction=0.1, shards=2, min_count=2)
+        meta = criteo.convert([self.write_input(lines)], out, criteo.ConversionOptions(val_fraction=0.1, shards=2,
+                                                                                       min_count=2))
 
         self.assertEqual(_bad_records(meta), 0)
         self.assertEqual(sum(info.rows for info in meta.splits.values()), KAGGLE_ROWS_USED)

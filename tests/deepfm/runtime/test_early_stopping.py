@@ -305,9 +305,10 @@ class CriteoDefaultsTest(tf.test.TestCase):
             with open(os.path.join(root, name), "w") as f:
                 f.writelines(part)
         data_dir, test_dir = os.path.join(root, "data"), os.path.join(root, "test")
-        metadata = criteo.convert([os.path.join(root, "trainval.txt")], data_dir, val_fraction=CRITEO_VAL_FRACTION,
-                                  shards=1)
-        criteo.convert([os.path.join(root, "test.txt")], test_dir, val_fraction=0.0, shards=1, vocab=data_dir)
+        metadata = criteo.convert([os.path.join(root, "trainval.txt")], data_dir,
+                                  criteo.ConversionOptions(val_fraction=CRITEO_VAL_FRACTION, shards=1))
+        criteo.convert([os.path.join(root, "test.txt")], test_dir, criteo.ConversionOptions(val_fraction=0.0, shards=1,
+                                                                                            vocab=data_dir))
         model_dir = os.path.join(root, "model")
         train = config.TrainConfig(
             model_dir=model_dir, train_files=tuple(files.resolve([data_dir], "tfrecord")),

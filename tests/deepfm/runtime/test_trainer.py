@@ -169,7 +169,7 @@ class CriteoTest(tf.test.TestCase):
         if not os.path.isfile(path):
             self.skipTest("real Criteo rows not found at %s (set CRITEO_DATA_DIR)" % path)
         data_dir = os.path.join(self.get_temp_dir(), "criteo")
-        metadata = criteo.convert([path], data_dir, val_fraction=0.2, shards=2, min_count=5)
+        metadata = criteo.convert([path], data_dir, criteo.ConversionOptions(val_fraction=0.2, shards=2, min_count=5))
         result = train_once(data_dir, os.path.join(self.get_temp_dir(), "model"),
                             small_model(metadata.feature_size, learning_rate=0.001, optimizer="adam"),
                             export=False, batch_size=128)

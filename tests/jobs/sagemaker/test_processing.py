@@ -138,8 +138,9 @@ class StagesTest(tf.test.TestCase):
         root = self.create_tempdir().full_path
         raw = write_raw(os.path.join(root, "raw"))
         counts, parts = self.run_stages(raw, root)
-        whole = criteo.convert(raw, os.path.join(root, "whole"), val_fraction=OPTIONS.val_fraction,
-                               min_count=OPTIONS.min_count, workers=1)
+        whole = criteo.convert(raw, os.path.join(root, "whole"),
+                               criteo.ConversionOptions(val_fraction=OPTIONS.val_fraction, min_count=OPTIONS.min_count,
+                                                        workers=1))
         part_metadata = [schema.DatasetMetadata.read(os.path.join(p.output(stages.PARTS), host))
                          for p, host in zip(parts, ("algo-1", "algo-2"))]
         for metadata in part_metadata:
@@ -322,8 +323,9 @@ class LocalConversionTest(EmulatedHostsTestCase):
         self.check_no_leftovers(os.getpid(), root)
         self.assertEqual(os.path.join(output, "data"), dataset)
         whole_dir = os.path.join(root, "whole")
-        whole = criteo.convert(raw, whole_dir, val_fraction=OPTIONS.val_fraction, min_count=OPTIONS.min_count,
-                               skip_bad_records=True, workers=1)
+        whole = criteo.convert(raw, whole_dir, criteo.ConversionOptions(val_fraction=OPTIONS.val_fraction,
+                                                                        min_count=OPTIONS.min_count,
+                                                                        skip_bad_records=True, workers=1))
         metadata = schema.DatasetMetadata.read(dataset)
         self.assertEqual(whole.vocabulary, metadata.vocabulary)
         self.assertEqual(whole.feature_size, metadata.feature_size)
