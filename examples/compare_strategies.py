@@ -18,7 +18,7 @@ strategies of several processes. Two replicas each: `tower` and `mirrored`
 on 2 CPU devices, `ps` with 1 parameter server and 2 workers, `horovod` and
 `hybrid` with 2 ranks (these two only where Horovod is installed).
 
-It measures as `benchmarks/strategy_speed.py` does, with its helpers:
+It measures as `benchmarks/strategy_speed/` does, with its helpers:
 examples/sec is the whole job's throughput once every training process is
 past its warm-up; AUC is on the validation files after training. One run
 each by default: on a machine that does other work, use `--runs 3` (the
@@ -35,32 +35,34 @@ import sys
 from typing import Dict, List, Optional
 
 from benchmarks import common
-from benchmarks import strategy_speed
+from benchmarks.strategy_speed import config as bench_config
+from benchmarks.strategy_speed import measure as bench_measure
+from benchmarks.strategy_speed import variants as bench_variants
 from input_pipeline import schema
 from jobs.local import launcher
 from strategies import strategy_names
 
-HYBRID_NOTE = "%d ranks, Gloo, tables sharded across them" % strategy_speed.REPLICAS
+HYBRID_NOTE = "%d ranks, Gloo, tables sharded across them" % bench_variants.REPLICAS
 # Horovod's ranks talk through Gloo, as the benchmark's notes say (`auto` would pick MPI where mpirun exists).
 GLOO = ("--horovod_controller", "gloo")
 HOROVOD_PACKAGE = "horovod"
 
 
-def strategy_variants() -> List[strategy_speed.Variant]:
+def strategy_variants() -> List[bench_variants.Variant]:
     """One run configuration per strategy: the benchmark's, plus `hybrid`, launched like `horovod`."""
-    variants = [v for v in strategy_speed.all_variants() if v.group == strategy_speed.GROUP_STRATEGY]
+    variants = [v for v in bench_variants.all_variants() if v.group == bench_variants.GROUP_STRATEGY]
     variants = [dataclasses.replace(v, launch_flags=v.launch_flags + GLOO) if ranks(v) else v for v in variants]
     horovod = next(v for v in variants if v.strategy == strategy_names.HOROVOD)
     return variants + [dataclasses.replace(horovod, name=strategy_names.HYBRID, strategy=strategy_names.HYBRID,
                                            note=HYBRID_NOTE)]
 
 
-def ranks(variant: strategy_speed.Variant) -> bool:
+def ranks(variant: bench_variants.Variant) -> bool:
     """Whether `variant`'s processes are Horovod ranks."""
     return variant.strategy in strategy_names.HOROVOD_RANKS
 
 
-def unavailable(variant: strategy_speed.Variant) -> Optional[str]:
+def unavailable(variant: bench_variants.Variant) -> Optional[str]:
     """Why `variant` cannot run on this machine, or None when it can."""
     if ranks(variant):
         if importlib.util.find_spec(HOROVOD_PACKAGE) is None:
@@ -81,13 +83,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--strategies", default="", help="comma-separated names (default: every one that runs here)")
     parser.add_argument("--steps", type=int, default=300, help="timed steps of every training process")
     parser.add_argument("--warmup_steps", type=int, default=50, help="steps of every training process before timing")
-    parser.add_argument("--global_batch", type=int, default=strategy_speed.GLOBAL_BATCH)
+    parser.add_argument("--global_batch", type=int, default=bench_variants.GLOBAL_BATCH)
     parser.add_argument("--optimizer", default="lazy_adam", help="deepfm.train's --optimizer")
     parser.add_argument("--runs", type=int, default=1, help="runs of every strategy, interleaved")
-    parser.add_argument("--timeout_s", type=float, default=strategy_speed.RUN_TIMEOUT_S, help="limit of one run")
+    parser.add_argument("--timeout_s", type=float, default=bench_config.RUN_TIMEOUT_S, help="limit of one run")
     args = parser.parse_args(argv[:split])
     args.train_flags = tuple(argv[split + 1:])
-    least_steps = 2 * strategy_speed.LOG_EVERY_STEPS  # the throughput needs two progress lines after warm-up
+    least_steps = 2 * bench_measure.LOG_EVERY_STEPS  # the throughput needs two progress lines after warm-up
     if args.steps < least_steps:
         parser.error("--steps must be >= %d, got %d" % (least_steps, args.steps))
     if not os.path.isfile(os.path.join(args.data, schema.METADATA_FILE)):
@@ -96,7 +98,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def choose(args: argparse.Namespace) -> List[strategy_speed.Variant]:
+def choose(args: argparse.Namespace) -> List[bench_variants.Variant]:
     """The variants to run: those asked for (all by default) that can run here; says which are left out."""
     variants = {v.name: dataclasses.replace(v, optimizer=args.optimizer, train_flags=v.train_flags + args.train_flags)
                 for v in strategy_variants()}
@@ -123,7 +125,7 @@ def summary(values: List[float], spec: str) -> str:
     return stats.fmt(spec) if len(values) > 1 else format(stats.median, spec)
 
 
-def table(variants: List[strategy_speed.Variant], results: Dict[str, List[strategy_speed.RunResult]],
+def table(variants: List[bench_variants.Variant], results: Dict[str, List[bench_measure.RunResult]],
           failures: Dict[str, List[str]], examples: int) -> str:
     """The strategies side by side, as markdown."""
     rates = {name: common.Stats([r.examples_per_sec for r in runs]) for name, runs in results.items() if runs}
@@ -151,12 +153,12 @@ def table(variants: List[strategy_speed.Variant], results: Dict[str, List[strate
 def main(argv=None) -> int:
     args = parse_args(argv)
     variants = choose(args)
-    config = strategy_speed.BenchmarkConfig(
+    config = bench_config.BenchmarkConfig(
         data_dir=os.path.abspath(args.data), rows=0, runs=args.runs, steps=args.steps,
         warmup_steps=args.warmup_steps, global_batch=args.global_batch, variants=tuple(variants),
         results_dir="", name="compare_strategies", timeout_s=args.timeout_s)
     # Each run prints a line to stderr as it ends; a failed run is reported, and the others go on.
-    results, failures = strategy_speed.measure(config)
+    results, failures = bench_measure.measure(config)
     print(table(variants, results, failures, config.examples))
     return 1 if any(failures.values()) else 0
 

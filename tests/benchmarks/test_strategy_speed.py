@@ -7,7 +7,10 @@ import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
-from benchmarks import strategy_speed as bench
+from benchmarks.strategy_speed import cli, measure
+from benchmarks.strategy_speed import config as config_lib
+from benchmarks.strategy_speed import report as report_lib
+from benchmarks.strategy_speed import variants as variants_lib
 from deepfm.runtime import hooks
 from dataprep import synthetic
 
@@ -30,15 +33,15 @@ class ReadProgressTest(tf.test.TestCase):
         progress_file = hooks.ProgressFile(path)
         for when, step in ((101.5, 10), (102.25, 20), (102.5, 23)):
             progress_file(record(when, step))
-        points = bench.read_progress(path)
+        points = measure.read_progress(path)
         self.assertEqual([step for _, step in points], [10, 20, 23])
         self.assertAlmostEqual(points[1][0] - points[0][0], 0.75, places=5)
         self.assertAlmostEqual(points[0][0], 101.5, places=5)
 
     def test_every_training_process_writes_its_own_progress_file(self):
-        config = bench.make_config(bench.parse_args(["--variants", "single,ps,horovod"]))
+        config = cli.make_config(cli.parse_args(["--variants", "single,ps,horovod"]))
         for variant in config.variants:
-            argv = bench.command(variant, config, self.get_temp_dir())
+            argv = measure.command(variant, config, self.get_temp_dir())
             path = argv[argv.index("--progress_file") + 1]
             self.assertIn(hooks.TASK_PLACEHOLDER, path, variant.name)
 
@@ -47,7 +50,7 @@ class ReadProgressTest(tf.test.TestCase):
         with open(path, "w") as f:
             f.write(record(1.0, 10).to_json() + "\n" + "examples/sec: 15753\n")
         with self.assertRaisesRegex(ValueError, "bad.jsonl:2 is not a progress record"):
-            bench.read_progress(path)
+            measure.read_progress(path)
 
 
 class JobWindowTest(tf.test.TestCase, parameterized.TestCase):
@@ -55,7 +58,7 @@ class JobWindowTest(tf.test.TestCase, parameterized.TestCase):
     def test_one_process_rate_from_warmup_to_its_last_step(self):
         # 100 examples per step; 10 steps per second after warm-up, slow before.
         progress = [[(0.0, 0), (5.0, 10), (6.0, 20), (7.0, 30)]]
-        start, end, rate = bench.job_window(progress, [100], warmup_steps=10)
+        start, end, rate = measure.job_window(progress, [100], warmup_steps=10)
         self.assertEqual((start, end), (5.0, 7.0))
         self.assertAllClose(rate, 1000.0)
 
@@ -63,7 +66,7 @@ class JobWindowTest(tf.test.TestCase, parameterized.TestCase):
         # The chief trains alone at 20 steps/s before the worker joins; both at 10 steps/s together.
         chief = [(0.0, 0), (1.0, 20), (2.0, 30), (3.0, 40), (4.0, 50)]
         worker = [(1.0, 0), (2.0, 10), (3.0, 20), (4.0, 30), (5.0, 40)]
-        start, end, rate = bench.job_window([chief, worker], [50, 50], warmup_steps=10)
+        start, end, rate = measure.job_window([chief, worker], [50, 50], warmup_steps=10)
         self.assertEqual((start, end), (2.0, 4.0))
         self.assertAllClose(rate, 1000.0)
 
@@ -73,20 +76,20 @@ class JobWindowTest(tf.test.TestCase, parameterized.TestCase):
     )
     def test_no_window(self, progress, warmup, message):
         with self.assertRaisesRegex(ValueError, message):
-            bench.job_window(progress, [1] * len(progress), warmup)
+            measure.job_window(progress, [1] * len(progress), warmup)
 
 
 class ConfigTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_every_variant_keeps_the_global_batch(self):
-        for variant in bench.all_variants():
-            per_replica = variant.per_replica_batch(bench.GLOBAL_BATCH)
-            self.assertLessEqual(bench.GLOBAL_BATCH - per_replica * variant.replicas, variant.replicas - 1,
+        for variant in variants_lib.all_variants():
+            per_replica = variant.per_replica_batch(variants_lib.GLOBAL_BATCH)
+            self.assertLessEqual(variants_lib.GLOBAL_BATCH - per_replica * variant.replicas, variant.replicas - 1,
                                  variant.name)
 
     def test_comparisons_name_known_variants(self):
-        names = {v.name for v in bench.all_variants()}
-        for _, variant, reference in bench.LEVER_COMPARISONS:
+        names = {v.name for v in variants_lib.all_variants()}
+        for _, variant, reference in variants_lib.LEVER_COMPARISONS:
             self.assertIn(variant, names)
             self.assertIn(reference, names)
 
@@ -97,23 +100,23 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
     )
     def test_bad_arguments_are_named(self, argv, message):
         with self.assertRaisesRegex(ValueError, message):
-            bench.make_config(bench.parse_args(argv))
+            cli.make_config(cli.parse_args(argv))
 
     def test_quick_is_one_short_run_under_its_own_name(self):
-        config = bench.make_config(bench.parse_args(["--quick", "--runs", "5"]))
-        self.assertEqual((config.runs, config.steps, config.name), (1, bench.QUICK_STEPS, bench.QUICK_NAME))
+        config = cli.make_config(cli.parse_args(["--quick", "--runs", "5"]))
+        self.assertEqual((config.runs, config.steps, config.name), (1, config_lib.QUICK_STEPS, config_lib.QUICK_NAME))
 
 
 class ReportTest(tf.test.TestCase):
 
     def result(self, rate, auc=None, rss=500.0):
-        return bench.RunResult(examples_per_sec=rate, cpu_util=0.8, examples_per_cpu_second=rate / 1.6,
-                               window_s=3.0, auc=auc,
-                               processes=[{"label": "deepfm.train", "pid": 1, "peak_rss_mib": rss}])
+        return measure.RunResult(examples_per_sec=rate, cpu_util=0.8, examples_per_cpu_second=rate / 1.6,
+                                 window_s=3.0, auc=auc,
+                                 processes=[{"label": "deepfm.train", "pid": 1, "peak_rss_mib": rss}])
 
     def test_ratios_use_the_ceiling_of_the_variants_optimizer(self):
         names = ["single", "tower+lazy_adam", "input_ceiling", "compute_ceiling", "compute_ceiling+lazy_adam"]
-        config = bench.make_config(bench.parse_args(["--variants", ",".join(names), "--runs", "2"]))
+        config = cli.make_config(cli.parse_args(["--variants", ",".join(names), "--runs", "2"]))
         results = {
             "single": [self.result(40000.0, 0.71), self.result(60000.0, 0.73)],
             "tower+lazy_adam": [self.result(90000.0, 0.72, rss=1100.0), self.result(90000.0, 0.72)],
@@ -121,7 +124,7 @@ class ReportTest(tf.test.TestCase):
             "compute_ceiling": [self.result(80000.0)] * 2,
             "compute_ceiling+lazy_adam": [self.result(100000.0)] * 2,
         }
-        body = bench.report_body(config, results, {name: [] for name in names}, (0.5, 0.7))
+        body = report_lib.report_body(config, results, {name: [] for name in names}, (0.5, 0.7))
         # single: median 50,000 of ceiling min(500k, 80k); tower+lazy_adam: 90,000 of min(500k, 100k).
         self.assertIn("| single | one device | 50,000 (40,000-60,000) | 1.00 | 0.62 | 80% | 31,250 | 500 (1) "
                       "| 0.7200 |", body)
@@ -133,9 +136,9 @@ class ReportTest(tf.test.TestCase):
                       body)
 
     def test_failed_runs_are_reported(self):
-        config = bench.make_config(bench.parse_args(["--variants", "single,ps"]))
-        body = bench.report_body(config, {"single": [self.result(50000.0, 0.7)], "ps": []},
-                                 {"single": [], "ps": ["boom"] * 3}, (0.5, 0.5))
+        config = cli.make_config(cli.parse_args(["--variants", "single,ps"]))
+        body = report_lib.report_body(config, {"single": [self.result(50000.0, 0.7)], "ps": []},
+                                      {"single": [], "ps": ["boom"] * 3}, (0.5, 0.5))
         self.assertIn("| ps | 1 ps + 2 async workers (gRPC) | failed (3 of 3 runs failed) |", body)
 
 
@@ -146,13 +149,13 @@ class QuickRunTest(tf.test.TestCase):
         data = os.path.join(self.get_temp_dir(), "data")
         synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
         results = os.path.join(self.get_temp_dir(), "results")
-        code = bench.main(["--quick", "--data_dir", data, "--results_dir", results, "--batch_size", str(BATCH),
-                           "--steps", str(STEPS), "--warmup_steps", str(WARMUP),
-                           "--variants", "single,input_ceiling,compute_ceiling"])
+        code = cli.main(["--quick", "--data_dir", data, "--results_dir", results, "--batch_size", str(BATCH),
+                         "--steps", str(STEPS), "--warmup_steps", str(WARMUP),
+                         "--variants", "single,input_ceiling,compute_ceiling"])
         self.assertEqual(code, 0)
         for extension in ("md", "json", "png"):
-            self.assertTrue(os.path.isfile(os.path.join(results, "%s.%s" % (bench.QUICK_NAME, extension))))
-        with open(os.path.join(results, bench.QUICK_NAME + ".json")) as f:
+            self.assertTrue(os.path.isfile(os.path.join(results, "%s.%s" % (config_lib.QUICK_NAME, extension))))
+        with open(os.path.join(results, config_lib.QUICK_NAME + ".json")) as f:
             variants = json.load(f)["results"]["variants"]
         single = variants["single"]["runs"][0]
         self.assertGreater(single["examples_per_sec"], 0)
@@ -162,7 +165,7 @@ class QuickRunTest(tf.test.TestCase):
         self.assertGreater(single["processes"][0]["peak_rss_mib"], 0)
         self.assertGreater(variants["input_ceiling"]["runs"][0]["examples_per_sec"], 0)
         self.assertGreater(variants["compute_ceiling"]["runs"][0]["examples_per_sec"], 0)
-        with open(os.path.join(results, bench.QUICK_NAME + ".md")) as f:
+        with open(os.path.join(results, config_lib.QUICK_NAME + ".md")) as f:
             report = f.read()
         self.assertIn("| single | one device |", report)
         self.assertIn("AUC after %s examples" % format((STEPS + WARMUP) * BATCH, ","), report)
