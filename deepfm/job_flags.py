@@ -117,18 +117,19 @@ def parse_spec(flag_values, hyperparameter_args: Sequence[str], instance_type: s
         entry_point=f.entry_point)
 
 
-def auto_choice(flag_values, cores_per_host: int, link_gbps: float,
-                data: Optional[str] = None) -> auto_distribution.Choice:
+def auto_choice(flag_values, cores_per_host: int, link_gbps: float, data: Optional[str] = None,
+                vcpus_per_host: Optional[int] = None) -> auto_distribution.Choice:
     """Resolves `--distribution auto` for hosts of `cores_per_host` cores and `link_gbps` links.
 
     Args:
       flag_values: the parsed flags (`instance_count`, `auto_data`,
         `channel`, `processes_per_host` are read).
-      cores_per_host: each host's cores.
+      cores_per_host: each host's physical cores.
       link_gbps: each host's link in Gbit/s (`cost_model.DEFAULT_UNLIMITED_GBPS`
         for a link that does not limit).
       data: the dataset to measure on when `--auto_data` is unset (default:
         the train channel's directory, if it is one on this machine).
+      vcpus_per_host: each host's vCPUs (default: its cores).
 
     Raises:
       ValueError: as `auto_distribution.choose`, or `--processes_per_host` given.
@@ -138,7 +139,8 @@ def auto_choice(flag_values, cores_per_host: int, link_gbps: float,
         raise ValueError("--processes_per_host %d and --distribution auto: auto chooses the processes per host"
                          % f.processes_per_host)
     data = f.auto_data or data or local_train_directory(f.channel)
-    return auto_distribution.choose(data, f.instance_count, cores_per_host, link_gbps)
+    return auto_distribution.choose(data, f.instance_count, cores_per_host, link_gbps,
+                                    vcpus_per_host=vcpus_per_host)
 
 
 def local_train_directory(channel_values: Sequence[str]) -> Optional[str]:

@@ -12,6 +12,12 @@ installed and Horovod was built with it)::
 
     python -m deepfm.launch --strategy horovod --np 2 -- --train_data data/synthetic --model_dir runs/hvd
 
+`--np 0` takes as many ranks as the cost model picks for this host's cores
+(`strategies.host_layout.for_host`), each with its share of the vCPUs as
+TensorFlow threads unless the flags after `--` set them, and prints why::
+
+    python -m deepfm.launch --strategy hybrid --np 0 -- --train_data data/synthetic --model_dir runs/hybrid
+
 The flags after `--` go unchanged to `python -m deepfm.train --strategy
 <strategy>` in every task; the chief (rank 0) writes `--metrics_file` and the
 export. `--program SCRIPT` runs a training script of your own in every task
@@ -39,9 +45,11 @@ worker that is gone for good leaves the job running on the others from the
 latest checkpoint, and one that is back joins at the next restart.
 """
 
+import os
 import signal
 import sys
 import tempfile
+from typing import List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
@@ -49,8 +57,11 @@ from cli import entry
 from jobs import elastic
 from jobs.local import launcher as local
 from jobs.local import processes
+from strategies import host_layout
+from strategies import strategy_names as names
 
 PROGRAM = "deepfm.launch"
+THREAD_FLAGS = ("--intra_op_threads", "--inter_op_threads")
 
 FLAGS = flags.FLAGS
 
@@ -64,7 +75,8 @@ def define_flags() -> None:
     flags.DEFINE_enum("strategy", local.STRATEGY_PS, list(local.STRATEGIES), "Distributed strategy to launch.")
     flags.DEFINE_integer("num_ps", 1, "ps: parameter servers.")
     flags.DEFINE_integer("num_workers", 2, "ps: training tasks, the chief included.")
-    flags.DEFINE_integer("np", 2, "horovod: ranks on this host.")
+    flags.DEFINE_integer("np", 2, "horovod, hybrid: ranks on this host (0: as many as the cost model picks for this "
+                         "host's cores, each with its share of the vCPUs as threads; the reason is printed).")
     flags.DEFINE_enum("horovod_controller", "auto", list(local.CONTROLLERS),
                       "horovod: gloo, mpi, or auto (MPI where mpirun exists and Horovod has it).")
     flags.DEFINE_float("timeout_s", 0, "Stop everything and fail after this many seconds (0: no limit).")
@@ -81,8 +93,8 @@ def define_flags() -> None:
                        "Seconds a stopped task may take to save a checkpoint and exit before it is killed.")
 
 
-def parse_flags(flag_values=FLAGS) -> local.LaunchConfig:
-    """The `LaunchConfig` of the parsed flags.
+def parse_flags(flag_values=FLAGS, num_processes: Optional[int] = None) -> local.LaunchConfig:
+    """The `LaunchConfig` of the parsed flags (`num_processes`, where given, instead of `--np`).
 
     Raises:
       app.UsageError: a bad flag value; the message names the flag.
@@ -90,7 +102,7 @@ def parse_flags(flag_values=FLAGS) -> local.LaunchConfig:
     f = flag_values
     try:
         return local.LaunchConfig(strategy=f.strategy, num_ps=f.num_ps, num_workers=f.num_workers,
-                                  num_processes=f.np, controller=f.horovod_controller,
+                                  num_processes=num_processes or f.np, controller=f.horovod_controller,
                                   log_dir=f.log_dir or tempfile.mkdtemp(prefix="deepfm-launch-"),
                                   timeout_s=f.timeout_s, max_restarts=f.max_restarts,
                                   stop_grace_s=f.stop_grace_s, min_replicas=f.min_replicas,
@@ -100,10 +112,44 @@ def parse_flags(flag_values=FLAGS) -> local.LaunchConfig:
         raise app.UsageError(str(e)) from e
 
 
+def ranks_from_cores(strategy: str, train_args: Sequence[str], vcpus: Optional[int] = None,
+                     cores: Optional[int] = None) -> Tuple[int, List[str], str]:
+    """`--np 0`: the ranks of `strategy` for this host's cores, the training flags with their threads, and why.
+
+    `strategies.host_layout.for_host` picks the ranks R that divide the
+    host's physical cores; each rank gets vCPUs / R TensorFlow threads
+    (`--intra_op_threads`, `--inter_op_threads`) unless `train_args` set them.
+
+    Args:
+      strategy: the launched strategy (Horovod ranks).
+      train_args: the flags after `--`.
+      vcpus: the host's vCPUs (default: those this process may use).
+      cores: its physical cores (default: theirs, from sysfs).
+
+    Raises:
+      ValueError: a strategy that is not Horovod ranks.
+    """
+    if strategy not in names.HOROVOD_RANKS:
+        raise ValueError("--np 0 chooses the Horovod ranks of this host from its cores; --strategy %s takes "
+                         "--num_workers" % strategy)
+    vcpus = vcpus or len(os.sched_getaffinity(0))
+    cores = cores or host_layout.physical_cores()
+    layout = host_layout.for_host(strategy, vcpus, cores=cores if vcpus % cores == 0 else vcpus)
+    given = any(arg.split("=")[0] in THREAD_FLAGS for arg in train_args)
+    return layout.ranks_per_host, list(train_args) + ([] if given else layout.thread_flags()), layout.reason
+
+
 def main(argv):
-    config = parse_flags()
+    train_args, ranks = argv[1:], None
+    if FLAGS.np == 0:
+        try:
+            ranks, train_args, reason = ranks_from_cores(FLAGS.strategy, train_args)
+        except ValueError as e:
+            raise app.UsageError(str(e)) from e
+        print("--np 0: %d rank(s) (%s)" % (ranks, reason), file=sys.stderr, flush=True)
+    config = parse_flags(num_processes=ranks)
     try:
-        restarts = local.launch(config, argv[1:])
+        restarts = local.launch(config, train_args)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     except (processes.TaskFailedError, TimeoutError, FileNotFoundError, elastic.BelowMinimumError) as e:

@@ -37,6 +37,7 @@ from absl import app, flags
 from cli import entry
 from deepfm import job_flags
 from strategies import cost_model
+from strategies import host_layout
 from jobs import auto_distribution
 from jobs.local import hosts as hosts_lib
 from jobs.local import processes
@@ -84,19 +85,24 @@ def define_flags() -> None:
 def auto_choice(flag_values, command: str, instance_type: str) -> auto_distribution.Choice:
     """Resolves `--distribution auto` for the job's instances (see `jobs.auto_distribution`).
 
-    Local hosts have `--cpus_per_host` cores (0: this machine's cores shared
-    among them) and a `--link_gbps` link (0: unlimited); submitted instances
-    have their type's cores and network.
+    Local hosts have `--cpus_per_host` vCPUs (0: this machine's shared among
+    them; physical cores in the machine's proportion) and a `--link_gbps`
+    link (0: unlimited); submitted instances have their type's cores, vCPUs
+    (two hyperthreads per core) and network.
 
     Raises:
       ValueError: as `job_flags.auto_choice`, or an instance type of unknown shape.
     """
     f = flag_values
     if command == "local":
-        cores = f.cpus_per_host or max(1, (os.cpu_count() or 1) // f.instance_count)
-        return job_flags.auto_choice(f, cores, f.link_gbps or cost_model.DEFAULT_UNLIMITED_GBPS)
-    cores, link = cost_model.instance_shape(instance_type) if f.instance_count > 1 else (1, 0.0)
-    return job_flags.auto_choice(f, cores, link, data=None)
+        vcpus = f.cpus_per_host or max(1, (os.cpu_count() or 1) // f.instance_count)
+        return job_flags.auto_choice(f, host_layout.cores_of(vcpus), f.link_gbps or cost_model.DEFAULT_UNLIMITED_GBPS,
+                                     vcpus_per_host=vcpus)
+    if f.instance_count == 1 and not f.auto_data:
+        # Nothing to measure: one process, whatever the type's shape.
+        return job_flags.auto_choice(f, 1, cost_model.DEFAULT_UNLIMITED_GBPS, data=None)
+    cores, link = cost_model.instance_shape(instance_type)
+    return job_flags.auto_choice(f, cores, link, data=None, vcpus_per_host=cost_model.instance_vcpus(instance_type))
 
 
 def run_local(spec: spec_lib.JobSpec) -> int:

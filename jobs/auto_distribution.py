@@ -1,21 +1,27 @@
-"""`--distribution auto`: the SageMaker distribution the cost model predicts fastest for a job's shape.
+"""`--distribution auto`: the SageMaker distribution, processes per host and threads the cost model predicts fastest.
 
 The choice is `deepfm.advise`'s (the same measurement and cost model,
-`strategies.cost_model.choose`), run as a child process: it measures a step of
-the default model on one core of this machine on a local dataset root and
-predicts every strategy for `instance_count` hosts of `cores_per_host` cores
-on a `link_gbps` link. Its pick becomes a distribution:
+`strategies.host_layout.choose_layout`), run as a child process: it
+measures a step of the default model on one core of this machine on a
+local dataset root and predicts every strategy for `instance_count` hosts
+of `cores_per_host` physical cores on a `link_gbps` link, at every number
+of processes per host that divides the cores. Its pick becomes a
+distribution, its processes per host R the MPI ranks per host, and each
+rank runs vCPUs / R TensorFlow threads (`--intra_op_threads`,
+`--inter_op_threads`: the hyperthreads of its cores with it; one process
+per host gets its threads from the container, all the host's vCPUs):
 
-* one instance: `none` (scale up first; the training's own `--strategy auto`
-  then picks towers or MirroredStrategy on the host);
-* `horovod`: `mpi`, one rank per core;
-* `horovod_dense`: `mpi`, one rank per core, with `--sparse_as_dense`;
-* `hybrid`: `mpi`, one rank per core, with `--strategy hybrid`;
+* `horovod`: `mpi`, R ranks per host;
+* `horovod_dense`: `mpi`, R ranks per host, with `--sparse_as_dense`;
+* `hybrid`: `mpi`, R ranks per host, with `--strategy hybrid`;
 * `ps`: `parameter_server` (SageMaker runs one worker and one ps per host);
-* `single` on several instances is refused: the model predicts that one
-  process beats every multi-host layout, and the extra instances would be
-  paid for nothing.
+* `single`: on one instance `none` (one process on all its vCPUs); on
+  several it is refused: the model predicts that one process beats every
+  multi-host layout, and the extra instances would be paid for nothing.
 
+One instance without a dataset to measure on is `none`, one process on
+all its vCPUs (the training's own `--strategy auto` then picks towers or
+MirroredStrategy on the host). The reason is printed with the choice.
 This module imports no TensorFlow (`strategies.cost_model` is arithmetic): the child process does.
 """
 
@@ -33,6 +39,7 @@ ADVISE_MODULE = "deepfm.advise"
 ADVISE_TIMEOUT_S = 600
 SPARSE_AS_DENSE = "sparse_as_dense"
 STRATEGY = "strategy"
+INTRA_OP_THREADS, INTER_OP_THREADS = "intra_op_threads", "inter_op_threads"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +49,8 @@ class Choice:
     Attributes:
       distribution: `none`, `parameter_server` or `mpi`.
       processes_per_host: MPI ranks per host (1 otherwise).
-      hyperparameters: hyperparameters the choice adds (the user's own win).
+      hyperparameters: hyperparameters the choice adds (the user's own win),
+        the threads of each process among them.
       strategy: the cost model's pick.
       reason: why, for the console.
     """
@@ -61,24 +69,40 @@ class Choice:
         return "--distribution auto: %s%s%s (%s)" % (self.distribution, ranks, extra, self.reason)
 
 
-def from_advice(advice: Mapping[str, object], instance_count: int, cores_per_host: int) -> Choice:
+def threads(vcpus: int, processes: int) -> Dict[str, object]:
+    """The hyperparameters that give each of `processes` processes its share of `vcpus` as TensorFlow threads."""
+    share = max(1, vcpus // processes)
+    return {INTRA_OP_THREADS: share, INTER_OP_THREADS: share}
+
+
+def from_advice(advice: Mapping[str, object], instance_count: int, cores_per_host: int,
+                vcpus_per_host: Optional[int] = None) -> Choice:
     """The `Choice` for `deepfm.advise --json`'s output.
+
+    Args:
+      advice: the JSON (`pick`, `reason`, `ranks_per_host`; one rank per
+        core where an older advise gave no `ranks_per_host`).
+      instance_count: hosts.
+      cores_per_host: each host's physical cores.
+      vcpus_per_host: each host's vCPUs (default: `cores_per_host`).
 
     Raises:
       ValueError: the pick is `single` on several instances, or unknown.
     """
     pick, reason = advice["pick"], str(advice["reason"])
-    if pick == cost_model.HOROVOD:
-        return Choice(spec_lib.DISTRIBUTION_MPI, cores_per_host, {}, pick, reason)
-    if pick == cost_model.HOROVOD_DENSE:
-        return Choice(spec_lib.DISTRIBUTION_MPI, cores_per_host, {SPARSE_AS_DENSE: True}, pick, reason)
-    if pick == cost_model.HYBRID:
-        return Choice(spec_lib.DISTRIBUTION_MPI, cores_per_host, {STRATEGY: cost_model.HYBRID}, pick, reason)
+    vcpus = vcpus_per_host or cores_per_host
+    ranks = int(advice.get("ranks_per_host") or cores_per_host)
+    mpi = {cost_model.HOROVOD: {}, cost_model.HOROVOD_DENSE: {SPARSE_AS_DENSE: True},
+           cost_model.HYBRID: {STRATEGY: cost_model.HYBRID}}
+    if pick in mpi:
+        return Choice(spec_lib.DISTRIBUTION_MPI, ranks, dict(mpi[pick], **threads(vcpus, ranks)), pick, reason)
     if pick == cost_model.PS:
         return Choice(spec_lib.DISTRIBUTION_PS, 1, {}, pick, reason)
     if pick == cost_model.SINGLE:
-        raise ValueError("--distribution auto: the cost model predicts one process on one core beats every "
-                         "layout of %d instances (%s); use --instance_count 1" % (instance_count, reason))
+        if instance_count == 1:
+            return Choice(spec_lib.DISTRIBUTION_NONE, 1, {}, pick, reason)
+        raise ValueError("--distribution auto: the cost model predicts one process beats every layout of %d "
+                         "instances (%s); use --instance_count 1" % (instance_count, reason))
     raise ValueError("--distribution auto: unknown pick %r from %s" % (pick, ADVISE_MODULE))
 
 
@@ -100,25 +124,27 @@ def advise(data: str, instance_count: int, cores_per_host: int, link_gbps: float
 
 
 def choose(data: Optional[str], instance_count: int, cores_per_host: int, link_gbps: float,
-           python: str = sys.executable) -> Choice:
-    """The distribution for `instance_count` hosts of `cores_per_host` cores (see the module docstring).
+           python: str = sys.executable, vcpus_per_host: Optional[int] = None) -> Choice:
+    """The distribution, processes per host and threads for `instance_count` hosts (see the module docstring).
 
     Args:
-      data: a local dataset root to measure a step on (not needed for one instance).
+      data: a local dataset root to measure a step on (one instance without
+        it: `none`, one process on all the vCPUs).
       instance_count: hosts.
-      cores_per_host: cores of each host.
+      cores_per_host: physical cores of each host.
       link_gbps: each host's link.
       python: the interpreter that runs `deepfm.advise`.
+      vcpus_per_host: vCPUs of each host (default: `cores_per_host`, no hyperthreads).
 
     Raises:
       ValueError: no `data` for several instances, or as `from_advice` and `advise`.
     """
-    if instance_count == 1:
+    if instance_count == 1 and not data:
         return Choice(spec_lib.DISTRIBUTION_NONE, 1, {}, cost_model.SINGLE,
-                      "one instance: scale up before scaling out; the training's --strategy auto uses its "
-                      "devices")
+                      "one instance and no dataset to measure a step on (--auto_data): one process on all its "
+                      "vCPUs; the training's --strategy auto uses its devices")
     if not data:
         raise ValueError("--distribution auto on %d instances needs a local dataset root to measure a step on "
                          "(--auto_data DIR)" % instance_count)
     return from_advice(advise(data, instance_count, cores_per_host, link_gbps, python), instance_count,
-                       cores_per_host)
+                       cores_per_host, vcpus_per_host)

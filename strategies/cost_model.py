@@ -88,12 +88,22 @@ ID_BYTES = 4
 
 # CPU instance types of SageMaker training: (physical cores, i.e. vCPUs / 2; network Gbit/s, the
 # sustained figure where AWS says "up to").
+INSTANCE_THREADS_PER_CORE = 2
 INSTANCE_SHAPES = {
     "ml.c5.xlarge": (2, 10.0), "ml.c5.2xlarge": (4, 10.0), "ml.c5.4xlarge": (8, 10.0),
     "ml.c5.9xlarge": (18, 10.0), "ml.c5.18xlarge": (36, 25.0), "ml.c5n.18xlarge": (36, 100.0),
     "ml.m5.xlarge": (2, 10.0), "ml.m5.4xlarge": (8, 10.0), "ml.m5.12xlarge": (24, 10.0),
     "ml.m5.24xlarge": (48, 25.0),
 }
+
+
+def instance_vcpus(instance_type: str) -> int:
+    """The vCPUs of a SageMaker CPU instance type: two hyperthreads per core of `INSTANCE_SHAPES`.
+
+    Raises:
+      ValueError: as `instance_shape`.
+    """
+    return INSTANCE_THREADS_PER_CORE * instance_shape(instance_type)[0]
 
 
 def instance_shape(instance_type: str) -> Tuple[int, float]:

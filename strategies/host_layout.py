@@ -20,7 +20,7 @@ of its cores as threads. This module imports no TensorFlow.
 
 import dataclasses
 import os
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from strategies import calibrated
 from strategies import cost_model
@@ -168,3 +168,36 @@ def physical_cores(cpus: Optional[Iterable[int]] = None) -> int:
         except OSError:
             return len(cpus)
     return len(cores) or len(cpus)
+
+
+def cores_of(vcpus: int, cpus: Optional[Iterable[int]] = None) -> int:
+    """The physical cores of a host of `vcpus` vCPUs carved from this machine: its share of `physical_cores`.
+
+    `vcpus` itself where the share does not divide them evenly (hyperthreads unknown).
+    """
+    cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    cores = max(1, vcpus * physical_cores(cpus) // max(1, len(cpus)))
+    return cores if vcpus % cores == 0 else vcpus
+
+
+# Where a Horovod rank finds how many ranks share its host: horovodrun's (Gloo) variable, then Open MPI's.
+LOCAL_SIZE_VARIABLES = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+
+def threads_for_rank(environ: Mapping[str, str], vcpus: int) -> Optional[Tuple[int, str]]:
+    """`(threads, reason)` for one of the L ranks started on this host, each given vCPUs / L; None for L = 1.
+
+    Without it every rank's TensorFlow takes all the vCPUs it may run on
+    for its thread pools, L times over.
+
+    Args:
+      environ: the rank's environment (`LOCAL_SIZE_VARIABLES`).
+      vcpus: the vCPUs this process may run on.
+    """
+    for variable in LOCAL_SIZE_VARIABLES:
+        local = int(environ.get(variable, "1") or 1)
+        if local > 1:
+            share = max(1, vcpus // local)
+            return share, ("%s=%d ranks share this host's %d vCPUs: %d TensorFlow thread(s) each"
+                           % (variable, local, vcpus, share))
+    return None

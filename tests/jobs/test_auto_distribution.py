@@ -29,14 +29,32 @@ class FromAdviceTest(parameterized.TestCase, tf.test.TestCase):
          {auto_distribution.STRATEGY: cost_model.HYBRID}),
     )
     def test_pick_becomes_a_distribution(self, pick, distribution, processes_per_host, hyperparameters):
+        # An advice without processes per host (an older advise): one rank per core.
         choice = auto_distribution.from_advice({"pick": pick, "reason": "because"}, 2, 36)
         self.assertEqual(distribution, choice.distribution)
         self.assertEqual(processes_per_host, choice.processes_per_host)
+        if distribution == spec_lib.DISTRIBUTION_MPI:
+            hyperparameters = dict(hyperparameters, intra_op_threads=1, inter_op_threads=1)
         self.assertEqual(hyperparameters, dict(choice.hyperparameters))
         self.assertIn("because", choice.describe())
 
+    def test_the_advised_ranks_per_host_get_the_vcpus_of_their_cores_as_threads(self):
+        advice = {"pick": cost_model.HYBRID, "reason": "because", "ranks_per_host": 9, "threads_per_rank": 4}
+        choice = auto_distribution.from_advice(advice, 2, 36, vcpus_per_host=72)
+        self.assertEqual((spec_lib.DISTRIBUTION_MPI, 9), (choice.distribution, choice.processes_per_host))
+        self.assertEqual({auto_distribution.STRATEGY: cost_model.HYBRID, "intra_op_threads": 8,
+                          "inter_op_threads": 8}, dict(choice.hyperparameters))
+        self.assertIn("with 9 rank(s) per host --strategy hybrid --intra_op_threads 8 --inter_op_threads 8",
+                      choice.describe())
+
+    def test_single_on_one_instance_is_one_process(self):
+        choice = auto_distribution.from_advice({"pick": cost_model.SINGLE, "reason": "threads"}, 1, 4)
+        self.assertEqual((spec_lib.DISTRIBUTION_NONE, 1, {}), (choice.distribution, choice.processes_per_host,
+                                                               dict(choice.hyperparameters)))
+
     def test_single_on_several_instances_is_refused_with_the_reason(self):
-        with self.assertRaisesRegex(ValueError, "layout of 4 instances \\(too slow\\); use --instance_count 1"):
+        with self.assertRaisesRegex(ValueError, "one process beats every layout of 4 instances \\(too slow\\); use "
+                                    "--instance_count 1"):
             auto_distribution.from_advice({"pick": cost_model.SINGLE, "reason": "too slow"}, 4, 2)
 
     def test_unknown_pick_is_named(self):
@@ -68,7 +86,7 @@ class AutoDryRunTest(tf.test.TestCase):
         data = self.create_tempdir().full_path
         synthetic.generate(3000, data, feature_size=2000, seed=0)
         advice = auto_distribution.advise(data, 2, 36, 25.0, extra_args=["--steps", "3", "--warmup_steps", "2"])
-        expected = auto_distribution.from_advice(advice, 2, 36)
+        expected = auto_distribution.from_advice(advice, 2, 36, cost_model.instance_vcpus("ml.c5.18xlarge"))
         argv = [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--job_name", "deepfm-auto",
                 "--role", test_sagemaker_submit.ROLE, "--output_path", "s3://bucket/jobs",
                 "--nocheckpoints", "--channel", "train=s3://bucket/data/train", "--instance_count", "2",
@@ -82,11 +100,16 @@ class AutoDryRunTest(tf.test.TestCase):
         hyperparameters = json.loads(proc.stdout)["HyperParameters"]
         if expected.distribution == spec_lib.DISTRIBUTION_MPI:
             self.assertEqual("true", hyperparameters["sagemaker_mpi_enabled"])
-            self.assertEqual("36", hyperparameters["sagemaker_mpi_num_of_processes_per_host"])
+            self.assertEqual(str(expected.processes_per_host),
+                             hyperparameters["sagemaker_mpi_num_of_processes_per_host"])
+            self.assertEqual(str(72 // expected.processes_per_host), hyperparameters["intra_op_threads"])
         else:
             self.assertEqual("true", hyperparameters["sagemaker_parameter_server_enabled"])
         self.assertEqual(expected.strategy, advice["pick"])
-        self.assertLen(advice["predictions"], len(cost_model.STRATEGIES))
+        # Every strategy at every number of processes per host that divides the 36 cores.
+        self.assertEqual(set(cost_model.divisors(36)), {p["ranks_per_host"] for p in advice["predictions"]})
+        self.assertEqual(advice["ranks_per_host"], expected.processes_per_host if expected.distribution ==
+                         spec_lib.DISTRIBUTION_MPI else advice["ranks_per_host"])
 
     def test_unknown_instance_type_is_refused_before_measuring(self):
         proc = subprocess.run(

@@ -88,6 +88,18 @@ class ForHostTest(tf.test.TestCase):
         self.assertGreater(host_layout.for_host(cost_model.HYBRID, vcpus=8).ranks_per_host, 1)
 
 
+class ThreadsForRankTest(tf.test.TestCase):
+
+    def test_ranks_of_a_host_share_its_vcpus(self):
+        threads, reason = host_layout.threads_for_rank({"HOROVOD_LOCAL_SIZE": "4"}, 16)
+        self.assertEqual(4, threads)
+        self.assertIn("HOROVOD_LOCAL_SIZE=4 ranks share this host's 16 vCPUs", reason)
+        self.assertEqual(2, host_layout.threads_for_rank({"OMPI_COMM_WORLD_LOCAL_SIZE": "8"}, 16)[0])
+        self.assertEqual(1, host_layout.threads_for_rank({"HOROVOD_LOCAL_SIZE": "4"}, 2)[0])
+        self.assertIsNone(host_layout.threads_for_rank({"HOROVOD_LOCAL_SIZE": "1"}, 16))
+        self.assertIsNone(host_layout.threads_for_rank({}, 16))
+
+
 class PhysicalCoresTest(tf.test.TestCase):
 
     def test_this_machines_cores(self):

@@ -233,6 +233,27 @@ class HorovodLaunchTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLen(rank_logs, 2)
 
 
+@pytest.mark.slow
+class RanksFromCoresLaunchTest(tf.test.TestCase):
+    """`--np 0`: the ranks the cost model picks for this host's cores, each with its share as threads."""
+
+    def test_hybrid_ranks_from_the_hosts_cores(self):
+        work = self.create_tempdir("run").full_path
+        job = launch_testing.LaunchedJob(
+            self, ["--strategy", strategy_names.HYBRID, "--np", "0"], os.path.join(work, "logs"),
+            ["--train_data", tiny_dataset(self), "--model_dir", os.path.join(work, "model"), "--max_steps", "6",
+             "--val_data="] + TRAIN_FLAGS)
+        returncode, output = job.wait()
+        self.assertEqual(returncode, 0, output + job.log(launch.HOROVOD_TASK))
+        job.assert_no_process_left()
+        match = re.search(r"--np 0: (\d+) rank\(s\) \(hybrid on 1 host\(s\) of (\d+) vCPUs", output)
+        self.assertIsNotNone(match, output)
+        ranks, vcpus = int(match.group(1)), int(match.group(2))
+        self.assertEqual(len(os.sched_getaffinity(0)), vcpus)
+        rank_logs = glob.glob(os.path.join(work, "logs", launch.HOROVOD_RANK_LOGS, "**", "rank.*"), recursive=True)
+        self.assertLen(rank_logs, ranks)
+
+
 def read_json(path):
     with open(path) as f:
         return json.load(f)

@@ -1,0 +1,36 @@
+"""Tests of `deepfm.launch --np 0`: the ranks and threads chosen from a host's cores."""
+
+import tensorflow as tf
+
+from deepfm import launch
+from strategies import host_layout
+from strategies import strategy_names as names
+
+
+class RanksFromCoresTest(tf.test.TestCase):
+
+    def test_the_layout_rules_ranks_and_their_threads(self):
+        ranks, train_args, reason = launch.ranks_from_cores(names.HYBRID, ["--train_data", "d"], vcpus=16, cores=16)
+        expected = host_layout.for_host(names.HYBRID, 16)
+        self.assertEqual(expected.ranks_per_host, ranks)
+        self.assertEqual(["--train_data", "d"] + expected.thread_flags(), train_args)
+        self.assertEqual(expected.reason, reason)
+
+    def test_threads_the_user_set_are_kept(self):
+        _, train_args, _ = launch.ranks_from_cores(names.HOROVOD, ["--intra_op_threads=3"], vcpus=16, cores=16)
+        self.assertEqual(["--intra_op_threads=3"], train_args)
+        _, train_args, _ = launch.ranks_from_cores(names.HOROVOD, ["--inter_op_threads", "2"], vcpus=16, cores=16)
+        self.assertEqual(["--inter_op_threads", "2"], train_args)
+
+    def test_hyperthreads_go_to_the_ranks_of_their_cores(self):
+        ranks, train_args, _ = launch.ranks_from_cores(names.HYBRID, [], vcpus=16, cores=8)
+        self.assertEqual(host_layout.for_host(names.HYBRID, 16, cores=8).ranks_per_host, ranks)
+        self.assertIn("--intra_op_threads=%d" % (16 // ranks), train_args)
+
+    def test_only_horovod_ranks(self):
+        with self.assertRaisesRegex(ValueError, "--strategy ps takes --num_workers"):
+            launch.ranks_from_cores(names.PS, [], vcpus=4, cores=4)
+
+
+if __name__ == "__main__":
+    tf.test.main()
