@@ -12,6 +12,11 @@ launched for.
   but `/cpu:0`, which reduces; the text finds towers faster than
   MirroredStrategy on CPU).
 * Otherwise `single`.
+
+Launched as one of several Horovod ranks on a host, with the threads left
+to TensorFlow, each rank gets its share of the host's vCPUs as intra- and
+inter-op threads (`strategies.host_layout.threads_for_rank`): otherwise
+every rank's thread pools would take all of them.
 """
 
 import dataclasses
@@ -23,6 +28,7 @@ import tensorflow as tf
 from absl import logging
 
 from strategies import base
+from strategies import host_layout
 from strategies import strategy_names as names
 
 # Towers need one core for the reduction and at least two more to beat one device.
@@ -58,6 +64,22 @@ def choose(environ: Mapping[str, str], cpu_count: int, num_gpus: int) -> Tuple[s
     return names.SINGLE, "%d CPU core(s): too few for towers to pay off" % cpu_count
 
 
+def with_rank_threads(config: base.StrategyConfig, environ: Mapping[str, str], vcpus: int) -> base.StrategyConfig:
+    """`config` with each of its host's Horovod ranks given its share of `vcpus` as threads, where it sets none.
+
+    Unchanged for a strategy that is not Horovod ranks, a config that sets
+    either thread count, or one rank per host.
+    """
+    if config.name not in names.HOROVOD_RANKS or config.intra_op_threads or config.inter_op_threads:
+        return config
+    found = host_layout.threads_for_rank(environ, vcpus)
+    if found is None:
+        return config
+    threads, reason = found
+    logging.info("--strategy auto: %s", reason)
+    return dataclasses.replace(config, intra_op_threads=threads, inter_op_threads=threads)
+
+
 def _pick() -> Tuple[str, str]:
     return choose(os.environ, os.cpu_count() or 1, len(tf.config.list_physical_devices("GPU")))
 
@@ -73,7 +95,8 @@ class AutoStrategy(base.Strategy):
     def __new__(cls, config: base.StrategyConfig):
         name, reason = _pick()
         logging.info("--strategy auto picked %r: %s", name, reason)
-        return base.get(dataclasses.replace(config, name=name))
+        return base.get(with_rank_threads(dataclasses.replace(config, name=name), os.environ,
+                                          len(os.sched_getaffinity(0))))
 
     @classmethod
     def concrete_name(cls) -> str:

@@ -32,6 +32,17 @@ class ChooseTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "TF_CONFIG is not valid JSON.*'{oops'"):
             auto.choose({"TF_CONFIG": "{oops"}, 2, 0)
 
+    def test_ranks_of_a_host_get_their_share_of_its_vcpus_as_threads(self):
+        config = strategies.StrategyConfig(name="horovod")
+        shared = auto.with_rank_threads(config, {"HOROVOD_LOCAL_SIZE": "4", "HOROVOD_SIZE": "8"}, 16)
+        self.assertEqual((4, 4), (shared.intra_op_threads, shared.inter_op_threads))
+        # Threads the user set, one rank per host, and strategies of one process are left alone.
+        given = strategies.StrategyConfig(name="hybrid", intra_op_threads=2)
+        self.assertEqual(given, auto.with_rank_threads(given, {"HOROVOD_LOCAL_SIZE": "4"}, 16))
+        self.assertEqual(config, auto.with_rank_threads(config, {"HOROVOD_LOCAL_SIZE": "1"}, 16))
+        single = strategies.StrategyConfig(name="single")
+        self.assertEqual(single, auto.with_rank_threads(single, {"HOROVOD_LOCAL_SIZE": "4"}, 16))
+
     def test_auto_builds_a_registered_adapter(self):
         strategy = strategies.get(strategies.StrategyConfig(name="auto"))
         self.assertIn(strategy.name, strategies.names())

@@ -107,6 +107,10 @@ class PhysicalCoresTest(tf.test.TestCase):
         cores = host_layout.physical_cores()
         self.assertBetween(cores, 1, len(cpus))
         self.assertEqual(2, host_layout.physical_cores([10 ** 6, 10 ** 6 + 1]))
+        # A host carved from this machine has its share of the physical cores.
+        share = cores * 4 // len(cpus)
+        self.assertEqual(share if 4 % max(1, share) == 0 else 4, host_layout.cores_of(4))
+        self.assertEqual(72, cost_model.instance_vcpus("ml.c5.18xlarge"))
 
 
 if __name__ == "__main__":
