@@ -1,7 +1,7 @@
 """What one run measured (`RunResult`), read from the files its hosts and processes wrote (`measure_run`).
 
 Per run, in the window where every training process is past warm-up
-(`benchmarks.strategy_speed.job_window`, from the processes' `--progress_file`):
+(`benchmarks.strategy_speed.measure.job_window`, from the processes' `--progress_file`):
 
 * examples/sec of the job;
 * CPU-seconds per 1,000 examples: every process of the job (parameter
@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
 
-from benchmarks import strategy_speed as strategies_bench
+from benchmarks.strategy_speed import measure as strategies_bench
 from benchmarks.scale_out import variants as variants_lib
 from benchmarks.scale_out.config import BenchmarkConfig
 from benchmarks.scale_out.variants import Variant
