@@ -13,9 +13,9 @@ never compares format names::
 
 A format is in the manner of tf.estimator's `Head` or Horovod's
 `Compressor`: a stateless object; the options only one format reads
-(`DataFormat.options`, fields of `pipeline.PipelineConfig`) are validated
-by the format (`check_options`), and an option of another format that is
-set is refused. Formats:
+(`DataFormat.options`, fields of `pipeline.PipelineConfig`, read through
+`read_options.ReadOptions`) are validated by the format (`check_options`),
+and an option of another format that is set is refused. Formats:
 
 * `TFRECORD` (`tfrecord`): one `tf.train.Example` per row; the format
   SageMaker Pipe mode carries. Option: `max_corrupted_records`.
@@ -80,12 +80,11 @@ import sys
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from input_pipeline import schema
+from input_pipeline.read_options import ReadOptions
 
 if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
-
-    from input_pipeline import pipeline
 
 # TFRecord framing: uint64 length, uint32 masked CRC of the length, the
 # data, uint32 masked CRC of the data.
@@ -106,6 +105,7 @@ FIXED_WIDTH_PROBE_BYTES = 1 << 16
 CONVERTER_MODULE = "dataprep.libsvm_to_tfrecord"
 
 Record = Union[bytes, str]
+
 
 
 class DataFormat(abc.ABC):
@@ -159,7 +159,7 @@ class DataFormat(abc.ABC):
             carried = " or ".join(fmt.display_name for fmt in _REGISTRY.values() if fmt.supports_pipe_mode)
             raise ValueError("Pipe mode reads %s channels only, got data_format=%r" % (carried, self.name))
 
-    def check_options(self, config: "pipeline.PipelineConfig") -> None:
+    def check_options(self, config: ReadOptions) -> None:
         """Checks the format's options in `config`; refuses another format's that is set.
 
         Raises:
@@ -216,7 +216,7 @@ class DataFormat(abc.ABC):
         """The bytes of rows in the format, as `dataprep.writers` writes them."""
 
     # --- tf.data ---------------------------------------------------------------
-    def records(self, paths: Sequence[str], config: "pipeline.PipelineConfig",
+    def records(self, paths: Sequence[str], config: ReadOptions,
                 sizes: Optional[Sequence[int]] = None,
                 indices: Optional[Sequence[int]] = None) -> "tf.data.Dataset":
         """The undecoded records of `paths`, one pass, read in parallel.
@@ -236,7 +236,7 @@ class DataFormat(abc.ABC):
         """
         return self.record_chunks(paths, config, sizes, indices).unbatch()
 
-    def batches(self, paths: Sequence[str], config: "pipeline.PipelineConfig", batch_size: int,
+    def batches(self, paths: Sequence[str], config: ReadOptions, batch_size: int,
                 drop_remainder: bool = False, sizes: Optional[Sequence[int]] = None,
                 indices: Optional[Sequence[int]] = None) -> "tf.data.Dataset":
         """`records(...).batch(batch_size, drop_remainder)`, without single-record elements.
@@ -255,7 +255,7 @@ class DataFormat(abc.ABC):
         """
         return self.record_chunks(paths, config, sizes, indices).rebatch(batch_size, drop_remainder=drop_remainder)
 
-    def decoded_batches(self, paths: Sequence[str], config: "pipeline.PipelineConfig", batch_size: int,
+    def decoded_batches(self, paths: Sequence[str], config: ReadOptions, batch_size: int,
                         labelled: bool = True) -> "tf.data.Dataset":
         """Every row of `paths` once, in file order, decoded, in batches of `batch_size` (the last shorter).
 
@@ -281,7 +281,7 @@ class DataFormat(abc.ABC):
         return self.batches(paths, config, batch_size).map(decode, num_parallel_calls=tf.data.AUTOTUNE,
                                                            deterministic=True)
 
-    def record_chunks(self, paths: Sequence[str], config: "pipeline.PipelineConfig",
+    def record_chunks(self, paths: Sequence[str], config: ReadOptions,
                       sizes: Optional[Sequence[int]] = None,
                       indices: Optional[Sequence[int]] = None) -> "tf.data.Dataset":
         """The records of `records`, in chunks of up to `READ_CHUNK_RECORDS` (some of them empty).
@@ -306,23 +306,23 @@ class DataFormat(abc.ABC):
             deterministic=True)
         return self._checked(chunks, config)
 
-    def _chunk_reader(self, paths: Sequence[str], sizes: Sequence[int], config: "pipeline.PipelineConfig"):
+    def _chunk_reader(self, paths: Sequence[str], sizes: Sequence[int], config: ReadOptions):
         """The reader of the chunks of one file, chosen for the files at hand (`_file_chunks` by default)."""
         del paths, sizes, config  # One reader for any files by default.
         return self._file_chunks
 
     @abc.abstractmethod
     def _file_chunks(self, path: "tf.Tensor", size: "tf.Tensor", index: "tf.Tensor",
-                     config: "pipeline.PipelineConfig") -> "tf.data.Dataset":
+                     config: ReadOptions) -> "tf.data.Dataset":
         """Chunks of up to `READ_CHUNK_RECORDS` records of one file."""
 
-    def _checked(self, chunks: "tf.data.Dataset", config: "pipeline.PipelineConfig") -> "tf.data.Dataset":
+    def _checked(self, chunks: "tf.data.Dataset", config: ReadOptions) -> "tf.data.Dataset":
         """A check across the chunks of every file, after the interleave (none by default)."""
         del config  # No check across files by default.
         return chunks
 
     @abc.abstractmethod
-    def decode_batch(self, batch: Tuple["tf.Tensor", ...], config: "pipeline.PipelineConfig",
+    def decode_batch(self, batch: Tuple["tf.Tensor", ...], config: ReadOptions,
                      file_names: Sequence[str] = (), labelled: bool = True):
         """Decodes a batch of `records` (the components of the batched element).
 
@@ -350,7 +350,7 @@ class TFRecordFormat(DataFormat):
     pipe_record_format = "TFRecord"
     options = ("max_corrupted_records",)
 
-    def check_options(self, config: "pipeline.PipelineConfig") -> None:
+    def check_options(self, config: ReadOptions) -> None:
         super().check_options(config)
         if config.max_corrupted_records < 0:
             raise ValueError("max_corrupted_records must be >= 0, got %r" % config.max_corrupted_records)
