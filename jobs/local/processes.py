@@ -293,11 +293,6 @@ class ProcessGroup:
         for service in (False, True):
             self._stop_tasks([task for task in self._tasks.values() if task.service == service])
 
-    def stop_tasks(self, names: Sequence[str]) -> None:
-        """Stops the named tasks (and what they started) as `stop` does; the others run on."""
-        self._remember_descendants()
-        self._stop_tasks([self._tasks[name] for name in names])
-
     def _stop_tasks(self, tasks: Sequence[Task]) -> None:
         running = [task for task in tasks if task.poll() is None]
         for task in running:
