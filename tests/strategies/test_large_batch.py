@@ -298,11 +298,14 @@ class ResumeTest(tf.test.TestCase, parameterized.TestCase):
                                     % after):
             run_config.check_resume(model_dir, self.record(after))
 
-    @parameterized.named_parameters(("same_rule", "cowclip", "cowclip"), ("record_without_the_option", None, "none"))
-    def test_the_same_rule_resumes(self, before, after):
+    @parameterized.named_parameters(
+        ("same_rule", "cowclip", "cowclip", []),
+        # A record written before the option existed had no rule: `none` is the same, reported as a change.
+        ("record_without_the_option", None, "none", [(run_config.LARGE_BATCH_RULE_KEY, None, "none")]))
+    def test_the_same_rule_resumes(self, before, after, changed):
         model_dir = tempfile.mkdtemp(dir=self.get_temp_dir())
         run_config.write(model_dir, self.record(before))
-        run_config.check_resume(model_dir, self.record(after))
+        self.assertEqual(changed, run_config.check_resume(model_dir, self.record(after)))
 
 
 class TrainingTest(tf.test.TestCase, parameterized.TestCase):

@@ -10,6 +10,7 @@ from unittest import mock
 import urllib.error
 import urllib.request
 
+import psutil
 import pytest
 import tensorflow as tf
 
@@ -67,9 +68,14 @@ class MetricsServerTest(tf.test.TestCase):
             scrape(port)  # the port is closed with the block
 
     def test_no_port_serves_nothing(self):
+        listening = lambda: {c.laddr for c in psutil.Process().connections("tcp") if c.status == psutil.CONN_LISTEN}
+        before = listening()
         server = metrics_server.MetricsServer(None, self.create_tempdir().full_path)
-        with server.serving():
+        with server.serving() as serving:
+            self.assertIs(server, serving)
             server(hooks_lib.ProgressRecord(0.0, 1.0, 1, 1, 1.0, None, 1))
+            self.assertEqual(before, listening())
+        self.assertFalse(hasattr(server, "registry"))  # no metric was made, so none was set
 
     def test_missing_package_is_named(self):
         with mock.patch.dict(sys.modules, {"prometheus_client": None}):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,8 +70,13 @@ class CheckInterpreterTest(parameterized.TestCase):
     def test_this_interpreter_is_visible_where_it_is_not_under_tmp(self):
         if any(p.startswith("/tmp/") for p in (sys.executable, os.path.realpath(sys.executable), sys.prefix)):
             self.skipTest("this test's own interpreter is under /tmp: %s" % sys.executable)
-        hosts.check_interpreter(sys.executable)
-        hosts.check_interpreter("/usr/bin/python3")
+        for python in (sys.executable, "/usr/bin/python3"):
+            self.assertIsNone(hosts.check_interpreter(python))
+            # The same check refuses it where its own directory would be a host's.
+            own = os.path.dirname(os.path.realpath(python))
+            with self.assertRaisesRegex(hosts.HostSetupError, "is under %s, which every emulated host replaces"
+                                        % re.escape(own)):
+                hosts.check_interpreter(python, private_dirs=(own,))
 
 
 class HostNetworkTest(tf.test.TestCase):
