@@ -3,7 +3,8 @@ operator): an alias that warns; it will be removed."""
 
 from jobs import _moved
 
-_NEW = tuple("jobs.kubernetes.local." + name for name in ("run", "faults", "operator", "pod", "tfjob", "mpijob", "jobset"))
+_NEW = tuple("jobs.kubernetes.local." + name
+             for name in ("run", "faults", "operator", "pod", "tfjob", "mpijob", "jobset"))
 _MODULES = _moved.follow("jobs.kubernetes_local", _NEW, __name__)
 
 

@@ -4,6 +4,7 @@
 training script reads back from it; `local`: the job on emulated hosts under
 SageMaker's own training toolkit; `submit`: the job sent with the SageMaker
 Python SDK (`--dry_run` contacts nothing); `metrics`: the metric definitions
-a job's log is read with; `processing`: the Criteo conversion as SageMaker
-Processing jobs. Nothing here imports TensorFlow.
+a job's log is read with; `processing_job`: one SageMaker Processing job, run
+here on emulated hosts; `processing`: the Criteo conversion as three of them.
+Nothing here imports TensorFlow.
 """

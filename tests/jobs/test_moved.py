@@ -30,6 +30,7 @@ SPLIT = (
     ("jobs.sagemaker_job", "jobs.spec", "Channel"),
     ("jobs.sagemaker_job", "jobs.sagemaker.container", "encoded_hyperparameters"),
     ("jobs.sagemaker_job", "jobs.source", "write_source_tarball"),
+    ("jobs.sagemaker_processing", "jobs.sagemaker.processing_job", "run_job"),
     ("jobs.kubernetes_local", "jobs.kubernetes.local.faults", "Fault"),
     ("jobs.kubernetes_local", "jobs.kubernetes.local.tfjob", "TFJobOperator"),
     ("jobs.kubernetes_local", "jobs.kubernetes.local.jobset", "JobSetOperator"),

@@ -26,6 +26,7 @@ from jobs.local import hosts
 from jobs import source as source_lib
 from jobs.sagemaker import local as sagemaker_local
 from jobs.sagemaker import processing as sagemaker_processing
+from jobs.sagemaker import processing_job
 from tests.input_pipeline import dataset_io
 from tests import paths
 
@@ -195,9 +196,9 @@ class SpecTest(tf.test.TestCase):
 
     def test_container_paths_outside_processing_are_refused(self):
         with self.assertRaisesRegex(ValueError, "input raw: its container path must begin with /opt/ml/processing/"):
-            sagemaker_processing.ProcessingJobSpec(
+            processing_job.ProcessingJobSpec(
                 job_name="job", entrypoint=("python3",),
-                inputs=(sagemaker_processing.Input("raw", "data", "/opt/ml/input/raw"),))
+                inputs=(processing_job.Input("raw", "data", "/opt/ml/input/raw"),))
 
     def test_job_name_leaves_room_for_the_stage(self):
         with self.assertRaisesRegex(ValueError, "each job adds -<stage>"):
@@ -273,17 +274,17 @@ class LocalProcessingJobTest(EmulatedHostsTestCase):
         for name in ("a", "b", "c"):
             self.create_tempfile(os.path.join(raw, name), content=name)
         code_dir = "/opt/ml/processing/input/code"
-        return sagemaker_processing.ProcessingJobSpec(
+        return processing_job.ProcessingJobSpec(
             job_name="contract", entrypoint=("python3", "-c", CONTAINER_SCRIPT), arguments=(argument,),
             environment={"PYTHONPATH": posixpath.join(code_dir, source_lib.SOURCE_ZIP)}, instance_count=2,
-            inputs=(sagemaker_processing.Input("code", code, code_dir),
-                    sagemaker_processing.Input("raw", raw, "/opt/ml/processing/input/raw", "ShardedByS3Key")),
-            outputs=(sagemaker_processing.Output("seen", "/opt/ml/processing/output/seen",
+            inputs=(processing_job.Input("code", code, code_dir),
+                    processing_job.Input("raw", raw, "/opt/ml/processing/input/raw", "ShardedByS3Key")),
+            outputs=(processing_job.Output("seen", "/opt/ml/processing/output/seen",
                                                  os.path.join(root, "s3", "seen")),))
 
     def test_each_container_sees_its_host_its_share_and_the_shipped_code(self):
         root = self.create_tempdir().full_path
-        collected = sagemaker_processing.run_job(self.spec(root, "own"), os.path.join(root, "job"), timeout_s=60)
+        collected = processing_job.run_job(self.spec(root, "own"), os.path.join(root, "job"), timeout_s=60)
         self.check_no_leftovers(os.getpid(), root)
         self.assertEqual({"seen": 2}, collected)
         for host, share in (("algo-1", ["a", "c"]), ("algo-2", ["b"])):
@@ -301,7 +302,7 @@ class LocalProcessingJobTest(EmulatedHostsTestCase):
     def test_two_hosts_writing_one_file_fail_the_collection(self):
         root = self.create_tempdir().full_path
         with self.assertRaisesRegex(FileExistsError, "output seen: same.json of algo-2 would overwrite algo-1's"):
-            sagemaker_processing.run_job(self.spec(root, "same"), os.path.join(root, "job"), timeout_s=60)
+            processing_job.run_job(self.spec(root, "same"), os.path.join(root, "job"), timeout_s=60)
         self.assertFalse(os.path.exists(os.path.join(root, "s3", "seen", "same.json")))
 
 
@@ -454,7 +455,7 @@ class SubmitDryRunTest(tf.test.TestCase):
             options=stages.StageOptions(min_count=3, shards=8))
         for request, spec in zip((count, convert, combine),
                                  sagemaker_processing.conversion_jobs(config, count["AppSpecification"]["ImageUri"])):
-            local = sagemaker_processing.processing_job_config(spec, ROLE)
+            local = processing_job.processing_job_config(spec, ROLE)
             del local["ProcessingJobArn"]
             self.assertEqual(local, request)
 
