@@ -1,4 +1,4 @@
-"""Kubeflow's training operator for a TFJob, as it makes the pods: a pod and a Service per replica, each its `TF_CONFIG`.
+"""Kubeflow's training operator for a TFJob, as it makes the pods: a pod and a Service per replica, each with TF_CONFIG.
 
 Pods `<job>-<type>-<i>`, resolvable as `<job>-<type>-<i>.<ns>.svc`; a
 replica whose `restartPolicy` is `ExitCode` is judged by its exit code, any
