@@ -52,7 +52,7 @@ import struct
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from benchmarks import common
 from input_pipeline import files, formats, schema
@@ -354,12 +354,15 @@ def build_dataset(variant: Variant, config: BenchConfig, num_epochs: Optional[in
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
         return (records.batch(config.batch_size, drop_remainder=True)
                 .map(decode, num_parallel_calls=tf.data.AUTOTUNE).repeat().prefetch(tf.data.AUTOTUNE))
-    options = {}
+    options: Dict[str, Any] = {}
     if variant.num_parallel_reads is not None:
         options["num_parallel_reads"] = variant.num_parallel_reads
-    source = paths
+    source: Union[str, Sequence[str]] = paths
     if variant.files == FILES_SPLIT:
-        source = sorted(os.path.join(config.split_dir, name) for name in os.listdir(config.split_dir))
+        split_dir = config.split_dir
+        if split_dir is None:
+            raise ValueError("row %s reads the files of split_dir, which is not set" % variant.name)
+        source = sorted(os.path.join(split_dir, name) for name in os.listdir(split_dir))
     elif variant.files == FILES_CACHE:
         source = paths[:CACHE_SHARDS]
     elif variant.pipe:
@@ -450,9 +453,13 @@ def run_one(config: BenchConfig) -> dict:
     import psutil
     import tensorflow as tf
 
+    if config.one is None:
+        raise ValueError("run_one measures the row named by `one`, which is not set")
     variant = VARIANTS_BY_NAME[config.one]
     num_epochs, per_epoch = planned_epochs(variant, config)
-    warmup = per_epoch if variant.per_epoch else config.warmup
+    # Per-epoch rows plan both; the others leave them None (the dataset repeats without end).
+    epochs_read, batches_per_epoch = num_epochs or 0, per_epoch or 0
+    warmup = batches_per_epoch if variant.per_epoch else config.warmup
     limit = None if variant.per_epoch else warmup + config.batches
     process = psutil.Process()
     with tf.Graph().as_default():
@@ -461,7 +468,7 @@ def run_one(config: BenchConfig) -> dict:
         with tf.compat.v1.Session() as session:
             session.run(iterator.initializer)
             rss_before = process.memory_info().rss / MIB
-            rss_per_epoch = []
+            rss_per_epoch: List[float] = []
             count, start_wall, start_cpu = 0, time.perf_counter(), time.process_time()
             while limit is None or count < limit:
                 try:
@@ -471,7 +478,7 @@ def run_one(config: BenchConfig) -> dict:
                 count += 1
                 if count == warmup:
                     start_wall, start_cpu = time.perf_counter(), time.process_time()
-                if variant.per_epoch and count % per_epoch == 0 and len(rss_per_epoch) < num_epochs:
+                if variant.per_epoch and count % batches_per_epoch == 0 and len(rss_per_epoch) < epochs_read:
                     rss_per_epoch.append(process.memory_info().rss / MIB)
             wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
     timed = count - warmup
@@ -479,7 +486,7 @@ def run_one(config: BenchConfig) -> dict:
         raise RuntimeError("variant %s: the dataset ended after %d batch(es), within the %d warm-up "
                            "batches" % (variant.name, count, warmup))
     examples = timed * config.batch_size
-    result = {"examples_per_sec": examples / wall, "cpu_us_per_example": cpu / examples * MICROSECONDS,
+    result: Dict[str, object] = {"examples_per_sec": examples / wall, "cpu_us_per_example": cpu / examples * MICROSECONDS,
               "peak_rss_mb": common.peak_rss_mb(), "timed_batches": timed}
     if variant.per_epoch:
         result.update(rss_mb_before=rss_before, rss_mb_per_epoch=rss_per_epoch)
@@ -505,6 +512,8 @@ def measure(config: BenchConfig, name: str, split_dir: str, pipe_base_dir: str) 
     if not variant.pipe:
         return common.run_json_subprocess(args, timeout=CHILD_TIMEOUT_S, env=env)
     epochs, _ = planned_epochs(variant, config)
+    if epochs is None:
+        raise RuntimeError("the Pipe row %s planned no epochs" % name)
     channels = {PIPE_CHANNEL: train_files(config.data_dir, variant.data_format)}
     env[pipe.BASE_DIR_ENV] = pipe_base_dir
     with pipe_feeder.PipeFeeder(pipe_base_dir, channels, epochs=epochs):
@@ -539,6 +548,11 @@ def run_all(config: BenchConfig) -> Tuple[Dict[str, Dict[str, list]], Tuple[floa
 def _median(results: dict, name: str, key: str = "examples_per_sec") -> Optional[float]:
     if name not in results:
         return None
+    return _measured(results, name, key)
+
+
+def _measured(results: dict, name: str, key: str = "examples_per_sec") -> float:
+    """The median of a row that was measured."""
     return common.Stats(results[name][key]).median
 
 
@@ -550,11 +564,12 @@ def targets(results: dict) -> List[Tuple[str, Optional[float], str, str, Optiona
     tfrecord, libsvm = _median(results, REFERENCE), _median(results, formats.LIBSVM.name)
     scalar = _median(results, "libsvm_scalar_map")
     rows = [("vectorized TFRecord >= %s examples/sec" % format(TARGET_TFRECORD_EXAMPLES_PER_SEC, ","),
-             tfrecord, "examples/sec", ",.0f", tfrecord >= TARGET_TFRECORD_EXAMPLES_PER_SEC)]
-    over_scalar = tfrecord / scalar if scalar else None
+             tfrecord, "examples/sec", ",.0f",
+             None if tfrecord is None else tfrecord >= TARGET_TFRECORD_EXAMPLES_PER_SEC)]
+    over_scalar = tfrecord / scalar if tfrecord is not None and scalar else None
     rows.append(("vectorized TFRecord >= %gx scalar LibSVM" % TARGET_VECTORIZED_OVER_SCALAR, over_scalar, "x",
                  ".1f", None if over_scalar is None else over_scalar >= TARGET_VECTORIZED_OVER_SCALAR))
-    slowdown = tfrecord / libsvm if libsvm else None
+    slowdown = tfrecord / libsvm if tfrecord is not None and libsvm else None
     rows.append(("vectorized LibSVM within %gx of TFRecord" % TARGET_LIBSVM_SLOWDOWN, slowdown, "x slower", ".2f",
                  None if slowdown is None else slowdown <= TARGET_LIBSVM_SLOWDOWN))
     return rows
@@ -573,15 +588,15 @@ def memory_table(results: dict, config: BenchConfig) -> str:
         per_epoch = [common.Stats([run[e] for run in runs if len(run) > e]).median
                      for e in range(config.cache_epochs)]
         growth = (per_epoch[-1] - per_epoch[0]) / (len(per_epoch) - 1)
-        rows.append([name, "%.0f" % _median(results, name, "rss_mb_before")]
+        rows.append([name, "%.0f" % _measured(results, name, "rss_mb_before")]
                     + ["%.0f" % value for value in per_epoch] + ["%+.1f" % growth])
     return common.markdown_table(header, rows)
 
 
 def profile_text(results: dict) -> str:
     """Where the time goes, from the reference and profile rows (CPU per example, medians)."""
-    cpu = {name: _median(results, name, "cpu_us_per_example") for name in results}
-    speed = {name: _median(results, name) for name in results}
+    cpu = {name: _measured(results, name, "cpu_us_per_example") for name in results}
+    speed = {name: _measured(results, name) for name in results}
     lines = []
     for data_format in formats.names():
         full, decode = cpu.get(data_format), cpu.get("decode_" + data_format)
@@ -630,7 +645,7 @@ def report(results: dict, config: BenchConfig, info: Dict[str, str], load: Tuple
         ["row", "what", "examples/sec median (min-max)", "ratio to %s" % REFERENCE, "CPU us/example",
          "peak RSS MiB"],
         [[name, VARIANTS_BY_NAME[name].description, stats[name].fmt(), "%.2f" % (stats[name].median / reference),
-          "%.2f" % _median(results, name, "cpu_us_per_example"), "%.0f" % max(results[name]["peak_rss_mb"])]
+          "%.2f" % _measured(results, name, "cpu_us_per_example"), "%.0f" % max(results[name]["peak_rss_mb"])]
          for name in config.variants])
     target_rows = [[target, "-" if measured is None else format(measured, spec) + " " + unit,
                     "not measured" if met is None else ("yes" if met else "no")]

@@ -53,7 +53,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import common
 
@@ -423,7 +423,8 @@ def _library_configs(spec: RunSpec, model_dir: str, variant: Variant, metadata, 
     import deepfm
     import strategies
     from input_pipeline import pipeline
-    input_config = pipeline.PipelineConfig(field_size=metadata.field_size, **dict(variant.pipeline))
+    pipeline_options: Dict[str, Any] = dict(variant.pipeline)
+    input_config = pipeline.PipelineConfig(field_size=metadata.field_size, **pipeline_options)
     train_files = tuple(_split_files(spec.data_dir, TRAIN, input_config.data_format.name))
     return (deepfm.TrainConfig(model_dir=model_dir, train_files=train_files,
                                max_steps=spec.total_steps, batch_size=BATCH_SIZE,
@@ -598,8 +599,8 @@ def main(argv=None) -> int:
     common.ensure_data(args.data_dir, args.rows, common.FEATURE_SIZE)
     absent = {v.name: deepctr_available() for v in variants if v.kind == "deepctr" and deepctr_available()}
     measured = [v for v in variants if v.name not in absent]
-    results = {v.name: {"examples_per_sec": [], "cpu_us_per_example": [], "auc": [], "peak_rss_mb": []}
-               for v in measured}
+    results: Dict[str, Dict[str, List[float]]] = {
+        v.name: {"examples_per_sec": [], "cpu_us_per_example": [], "auc": [], "peak_rss_mb": []} for v in measured}
     for run in range(args.runs):
         # Each round starts one variant further on, so no variant always runs first.
         start = run % len(measured)

@@ -66,6 +66,8 @@ class Topology:
 
             def number_in(column: str, default: Optional[int] = None) -> int:
                 if column not in position:
+                    if default is None:
+                        raise ValueError("lscpu -e: no %s column in the header %r" % (column, lines[0]))
                     return default
                 value = fields[position[column]]
                 try:

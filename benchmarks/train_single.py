@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 import tempfile
+from typing import Dict, List
 
 from benchmarks import common
 
@@ -43,6 +44,8 @@ def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
         model = config.ModelConfig(feature_size=metadata.feature_size, optimizer=optimizer)
         result = trainer.run(train, model, pipeline.PipelineConfig(data_format=formats.TFRECORD),
                              strategies.get(strategies.StrategyConfig(name="single")))
+    if result is None:
+        raise RuntimeError("the single process trained without a result: it is the chief and reports one")
     return {"examples_per_sec": result.examples_per_sec, "peak_rss_mb": common.peak_rss_mb()}
 
 
@@ -61,7 +64,7 @@ def main(argv=None) -> int:
 
     common.ensure_data(args.data_dir, args.rows, common.FEATURE_SIZE)
     variants = args.variants.split(",")
-    results = {v: {"examples_per_sec": [], "peak_rss_mb": []} for v in variants}
+    results: Dict[str, Dict[str, List[float]]] = {v: {"examples_per_sec": [], "peak_rss_mb": []} for v in variants}
     for run in range(args.runs):
         for variant in variants:
             out = common.run_json_subprocess(

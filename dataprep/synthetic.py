@@ -288,10 +288,10 @@ def generate(rows: int, output_dir: str, *, feature_size: int = DEFAULT_FEATURE_
 def _planted_auc(labels: Sequence[np.ndarray], logits: Sequence[np.ndarray]) -> Optional[float]:
     if not labels:
         return None
-    labels = np.concatenate(labels)
-    if labels.min() == labels.max():
+    every_label = np.concatenate(labels)
+    if every_label.min() == every_label.max():
         return None
-    return auc(labels, np.concatenate(logits))
+    return auc(every_label, np.concatenate(logits))
 
 
 def define_flags() -> None:

@@ -426,13 +426,13 @@ def fit(paths: Sequence[str], profile: cost_model.StepProfile,
     Raises:
       ValueError: fewer than two configurations of a strategy's variants in all the files.
     """
-    found = {strategy: [] for strategy in FIT_VARIANTS}
+    found: Dict[str, List[Measured]] = {strategy: [] for strategy in FIT_VARIANTS}
     for path in paths:
         measured = measured_variants(path, profile, distinct_ids)
         for strategy, names in FIT_VARIANTS.items():
             found[strategy] += [measured[name] for name in names if name in measured
                                 and measured[name].cluster.threads == 1]
-    costs = {}
+    costs: Dict[str, cost_model.StepCosts] = {}
     for strategy in (cost_model.HOROVOD, cost_model.PS, cost_model.HYBRID):
         runs = found[strategy]
         if len(runs) < 2:

@@ -92,7 +92,7 @@ def predict_rows(signature, dataset, labelled: bool) -> Iterator[Tuple[List, Opt
         features, labels = element if labelled else (element, None)
         prob = signature(**{schema.FEAT_IDS: features[schema.FEAT_IDS],
                             schema.FEAT_VALS: features[schema.FEAT_VALS]})[ctr.SERVING_SIGNATURE_OUTPUT]
-        yield prob.numpy().reshape(-1).tolist(), (labels.numpy().reshape(-1).tolist() if labelled else None)
+        yield prob.numpy().reshape(-1).tolist(), (labels.numpy().reshape(-1).tolist() if labels is not None else None)
 
 
 def write_predictions(saved_model: str, data: Sequence[str], data_format: formats.DataFormatLike, output: str,
@@ -127,7 +127,7 @@ def write_predictions(saved_model: str, data: Sequence[str], data_format: format
         writer.writerow([PROB_COLUMN, LABEL_COLUMN] if labelled else [PROB_COLUMN])
         for probs, labels in predict_rows(signature, dataset, labelled):
             if labelled:
-                writer.writerows((PROB_FORMAT % p, LABEL_FORMAT % y) for p, y in zip(probs, labels))
+                writer.writerows((PROB_FORMAT % p, LABEL_FORMAT % y) for p, y in zip(probs, labels or []))
             else:
                 writer.writerows((PROB_FORMAT % p,) for p in probs)
             rows += len(probs)

@@ -405,7 +405,7 @@ def _decode_tokens(lines: tf.Tensor, field_size: int, file_index: Optional[tf.Te
             tf.strings.join(["it has ", tf.strings.as_string(num_pairs[first_bad]),
                              " id:value pairs, field_size is %d" % field_size]),
             "it is not `label id:value ...` with a numeric label, integer ids and numeric values")
-        if misaligned is not None:
+        if misaligned is not None and width is not None:
             reason = tf.where(
                 misaligned[first_bad],
                 "its file is read as fixed-width LibSVM (its first line is %d bytes long, and its size a multiple "

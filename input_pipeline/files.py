@@ -22,7 +22,7 @@ name.
 
 import glob
 import os
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Set, Union
 
 from input_pipeline import formats, schema
 
@@ -55,7 +55,7 @@ def resolve(spec: Union[str, Sequence[str]], data_format: formats.DataFormatLike
     items = [spec] if isinstance(spec, str) else list(spec)
     if not items:
         raise ValueError("the input spec names no files")
-    found = set()
+    found: Set[str] = set()
     for item in items:
         matches = _expand(item, data_format, split)
         if not matches:
@@ -81,7 +81,7 @@ def default_validation(spec: Union[str, Sequence[str]], data_format: formats.Dat
     items = [spec] if isinstance(spec, str) else list(spec)
     if not items or not all(is_dataset_root(item) for item in items):
         return []
-    found = set()
+    found: Set[str] = set()
     for item in items:
         found.update(os.path.abspath(path)
                      for path in _split_files(item, data_format, schema.VALIDATION_SPLIT))

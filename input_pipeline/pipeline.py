@@ -251,7 +251,7 @@ class DatasetBuilder:
             if not isinstance(source, str) or not source:
                 raise ValueError("Pipe mode reads one channel: source must be a channel name, got %r"
                                  % (source,))
-            self.channel = source
+            self.channel: Optional[str] = source
             self.files: Tuple[str, ...] = ()
             self._sizes: Tuple[int, ...] = ()
             self._fingerprint: Tuple = ()

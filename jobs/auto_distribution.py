@@ -29,7 +29,7 @@ import dataclasses
 import json
 import subprocess
 import sys
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from strategies import cost_model
 from jobs import spec as spec_lib
@@ -75,7 +75,7 @@ def threads(vcpus: int, processes: int) -> Dict[str, object]:
     return {INTRA_OP_THREADS: share, INTER_OP_THREADS: share}
 
 
-def from_advice(advice: Mapping[str, object], instance_count: int, cores_per_host: int,
+def from_advice(advice: Mapping[str, Any], instance_count: int, cores_per_host: int,
                 vcpus_per_host: Optional[int] = None) -> Choice:
     """The `Choice` for `deepfm.advise --json`'s output.
 
@@ -92,7 +92,7 @@ def from_advice(advice: Mapping[str, object], instance_count: int, cores_per_hos
     pick, reason = advice["pick"], str(advice["reason"])
     vcpus = vcpus_per_host or cores_per_host
     ranks = int(advice.get("ranks_per_host") or cores_per_host)
-    mpi = {cost_model.HOROVOD: {}, cost_model.HOROVOD_DENSE: {SPARSE_AS_DENSE: True},
+    mpi: Dict[str, Dict[str, object]] = {cost_model.HOROVOD: {}, cost_model.HOROVOD_DENSE: {SPARSE_AS_DENSE: True},
            cost_model.HYBRID: {STRATEGY: cost_model.HYBRID}}
     if pick in mpi:
         return Choice(spec_lib.DISTRIBUTION_MPI, ranks, dict(mpi[pick], **threads(vcpus, ranks)), pick, reason)

@@ -128,7 +128,7 @@ def job_window(progress: Sequence[Progress], batches: Sequence[int], warmup_step
     examples = 0.0
     for points, batch in zip(progress, batches):
         times, steps = zip(*points)
-        examples += batch * (numpy.interp(end, times, steps) - numpy.interp(start, times, steps))
+        examples += batch * float(numpy.interp(end, times, steps) - numpy.interp(start, times, steps))
     return start, end, examples / (end - start)
 
 
@@ -211,8 +211,8 @@ def run_variant(variant: Variant, config: BenchmarkConfig) -> RunResult:
 
 def measure(config: BenchmarkConfig) -> Tuple[Dict[str, List[RunResult]], Dict[str, List[str]]]:
     """Runs every variant `config.runs` times, interleaved; a failed run is recorded, not fatal."""
-    results = {v.name: [] for v in config.variants}
-    failures = {v.name: [] for v in config.variants}
+    results: Dict[str, List[RunResult]] = {v.name: [] for v in config.variants}
+    failures: Dict[str, List[str]] = {v.name: [] for v in config.variants}
     for run in range(config.runs):
         for variant in config.variants:
             started = time.time()

@@ -46,7 +46,7 @@ class Chunk:
 
 def plan_chunks(inputs: Sequence[str], chunk_bytes: int) -> List[Chunk]:
     """Cuts the inputs into byte ranges of about `chunk_bytes`, in input order."""
-    chunks = []
+    chunks: List[Chunk] = []
     for path in inputs:
         size = os.path.getsize(path)
         count = max(1, -(-size // chunk_bytes))

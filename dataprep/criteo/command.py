@@ -10,7 +10,7 @@ names and defaults; `FLAG_HELP` says which fields are flags).
 
 import dataclasses
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from absl import flags
 
@@ -91,7 +91,8 @@ def options_from_flags(flag_values: flags.FlagValues) -> ConversionOptions:
     Raises:
       ValueError: a value out of its range (the message names it).
     """
-    return ConversionOptions(**{name: flag_values[name].value for name in FLAG_HELP})
+    values: Dict[str, Any] = {name: flag_values[name].value for name in FLAG_HELP}
+    return ConversionOptions(**values)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -145,7 +145,8 @@ def convert_with_report(inputs: Sequence[str], output_dir: str, options: Optiona
     workers = options.processes()
     min_count = options.vocabulary_min_count()
     check_inputs(inputs)
-    vocabulary, clips, vocab_metadata = None, list(DENSE_CLIP), None
+    vocabulary, vocab_metadata = None, None
+    clips: List[float] = [float(c) for c in DENSE_CLIP]
     if options.vocab is not None:
         vocabulary, vocab_metadata = load_vocab(options.vocab)
         clips = list(vocab_metadata.dense_clip)

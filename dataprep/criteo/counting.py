@@ -158,7 +158,7 @@ def scan_inputs(executor, chunks: Sequence[Chunk], threshold: int, count_values:
         scan = scans[first_error]
         chunk = chunks[first_error]
         lines_before = sum(scans[c.index].lines for c in chunks[:first_error] if c.path == chunk.path)
-        line, reason = scan.error
+        line, reason = scan.error or (0, "")
         raise MalformedRecordError(chunk.path, lines_before + line, reason)
     return [scans[chunk.index] for chunk in chunks]
 

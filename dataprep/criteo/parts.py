@@ -78,8 +78,8 @@ def count_part(inputs: Sequence[str], counts_dir: str, *, val_fraction: float = 
                     "lines": sum(scan.lines for scan in scans),
                     "rows": {split: sum(scan.rows[split] for scan in scans) for split in SPLITS},
                     "bad_records": sum(scan.bad_records for scan in scans), "runs": run_files}
-    with open(os.path.join(counts_dir, COUNTS_FILE), "w") as f:
-        json.dump(summary_json, f, indent=1, sort_keys=True)
+    with open(os.path.join(counts_dir, COUNTS_FILE), "w") as out:
+        json.dump(summary_json, out, indent=1, sort_keys=True)
     return summary_json
 
 
@@ -109,8 +109,8 @@ def merge_part_counts(counts_dirs: Sequence[str], output_dir: str, *, min_count:
     if len(fractions) > 1:
         raise ValueError("the parts were counted with different val_fractions %s: %s" % (fractions, counts_dirs))
     ranked = []
-    for f in range(schema.NUM_CATEGORICAL_FIELDS):
-        parts = [vocab_lib.Run(os.path.join(d, s["runs"][f][0]), os.path.join(d, s["runs"][f][1]), 0, 0).load()
+    for field in range(schema.NUM_CATEGORICAL_FIELDS):
+        parts = [vocab_lib.Run(os.path.join(d, s["runs"][field][0]), os.path.join(d, s["runs"][field][1]), 0, 0).load()
                  for d, s in zip(counts_dirs, summaries)]
         keys, counts = vocab_lib.merge_runs(parts, min_count, int(memory_mb * MIB))
         ranked.append([key.decode("utf-8") for key in vocab_lib.rank_kept(keys, counts).tolist()])

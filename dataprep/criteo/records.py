@@ -90,7 +90,7 @@ def parse_line(text: str) -> Record:
     label = LABELS.get(fields[0])
     if label is None:
         raise ValueError("label must be 0 or 1, got %r" % fields[0][:SHOWN_LINE_CHARS])
-    dense = []
+    dense: List[Optional[int]] = []
     for name, raw in zip(DENSE_NAMES, fields[1:1 + schema.NUM_DENSE_FIELDS]):
         if not raw:
             dense.append(None)

@@ -21,7 +21,7 @@ class _InProcess:
     """The `concurrent.futures` executor interface, running each task at once in this process."""
 
     def submit(self, fn: Callable, *args) -> concurrent.futures.Future:
-        future = concurrent.futures.Future()
+        future: concurrent.futures.Future = concurrent.futures.Future()
         try:
             future.set_result(fn(*args))
         except BaseException as e:  # handed to the caller through the future, as a pool would

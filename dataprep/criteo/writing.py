@@ -92,9 +92,9 @@ class _WriteTask:
     threshold: int
     negative_sampling: float
     tables_path: str
-    clips: List[float]
+    clips: Sequence[float]
     output_dir: str
-    splits: List[str]
+    splits: Sequence[str]
     shards: int
     first_rows: Dict[str, int]
     id_width: Optional[int]
@@ -135,7 +135,7 @@ def _write_chunk(task: _WriteTask) -> _Written:
                                                 piece_suffix=_piece("piece", task.chunk.index),
                                                 libsvm_id_width=task.id_width)
                      for split in task.splits}
-    pending = {split: [] for split in task.splits}
+    pending: Dict[str, List[np.ndarray]] = {split: [] for split in task.splits}
     written = _Written(rows=dict.fromkeys(task.splits, 0), positives=dict.fromkeys(task.splits, 0))
 
     def flush(split):
@@ -180,19 +180,21 @@ def _scatter_path(scatter_dir: str, split: str, chunk_index: int) -> str:
 
 def _scatter_chunk(task: _WriteTask) -> _Written:
     """Shuffle, step 1: the chunk's rows, sorted by their bucket, in one file per split."""
-    parts = {split: [] for split in task.splits}
+    parts: Dict[str, List[np.ndarray]] = {split: [] for split in task.splits}
+    buckets, scatter_dir = task.buckets, task.scatter_dir
+    assert buckets is not None and scatter_dir is not None, "a scatter task has buckets and a directory"
     for block_rows in _converted_rows(task):
         for split in task.splits:
             parts[split].append(block_rows[split])
     written = _Written(rows={}, positives={})
     for split in task.splits:
         rows = np.concatenate(parts[split])
-        bucket = _buckets_of(task.seed, split, task.first_rows[split], rows.size, task.buckets[split])
+        bucket = _buckets_of(task.seed, split, task.first_rows[split], rows.size, buckets[split])
         order = np.argsort(bucket, kind="stable")
-        np.save(_scatter_path(task.scatter_dir, split, task.chunk.index), rows[order])
+        np.save(_scatter_path(scatter_dir, split, task.chunk.index), rows[order])
         written.rows[split] = int(rows.size)
         written.positives[split] = int(np.count_nonzero(rows["label"] > 0.5))
-        written.bucket_rows[split] = np.bincount(bucket, minlength=task.buckets[split])
+        written.bucket_rows[split] = np.bincount(bucket, minlength=buckets[split])
     return written
 
 
@@ -287,13 +289,14 @@ def write_splits(executor, chunks: Sequence[Chunk], first_rows: Sequence[Dict[st
     negative_sampling, shards, shuffle, seed = (options.negative_sampling, options.shards, options.shuffle,
                                                 options.seed)
     start = time.time()
-    buckets = None
+    buckets: Dict[str, int] = {}
     if shuffle:
         bucket_bytes = int(options.memory_mb * MIB) // SHUFFLE_BUCKETS_IN_MEMORY
         # A bucket is held twice while it is permuted.
         buckets = {split: max(1, -(-rows[split] * _ROW_DTYPE.itemsize * 2 // bucket_bytes)) for split in splits}
     tasks = [_WriteTask(chunk, threshold, negative_sampling, tables_path, clips, output_dir, splits, shards,
-                        first, id_width, scatter_dir=work_dir if shuffle else None, buckets=buckets, seed=seed)
+                        first, id_width, scatter_dir=work_dir if shuffle else None,
+                        buckets=buckets if shuffle else None, seed=seed)
              for chunk, first in zip(chunks, first_rows)]
     written = run_tasks(executor, _scatter_chunk if shuffle else _write_chunk, tasks)
     if shuffle:

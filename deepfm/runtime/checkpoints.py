@@ -84,7 +84,7 @@ def listed_checkpoints(model_dir: str) -> List[str]:
     state = tf.train.get_checkpoint_state(model_dir)
     if state is None:
         return []
-    paths = []
+    paths: List[str] = []
     for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
         if not path:
             continue
@@ -121,7 +121,7 @@ def resume_checkpoint(model_dir: str, repair: bool = True) -> Optional[str]:
         (training would silently start over).
     """
     paths = listed_checkpoints(model_dir)
-    skipped = []
+    skipped: List[str] = []
     for index in range(len(paths) - 1, -1, -1):
         reason = unreadable_reason(paths[index])
         if reason is None:

@@ -158,6 +158,7 @@ def report_evaluation(tracker: BestCheckpoint, evaluation: Evaluation, checkpoin
     """Records an evaluation, prints it; True when the tracker says to stop."""
     improved = tracker.update(evaluation, checkpoint_path)
     best = tracker.best
+    assert best is not None, "an updated tracker has a best evaluation"
     report("validation at step %d: AUC %.4f, logloss %.4f%s" % (
         evaluation.step, evaluation.auc, evaluation.logloss,
         " (best so far)" if improved else " (best: AUC %.4f at step %d; %d evaluation(s) without a better one)"
@@ -167,8 +168,10 @@ def report_evaluation(tracker: BestCheckpoint, evaluation: Evaluation, checkpoin
 
 def report_early_stop(tracker: BestCheckpoint, step: int, report: Callable[[str], None]) -> None:
     """Prints why training stops early."""
+    best = tracker.best
+    assert best is not None, "a tracker that stops has a best evaluation"
     report("early stopping at step %d: no better validation AUC in %d evaluations; the best is step %d (AUC %.4f)"
-           % (step, tracker.without_improvement, tracker.best.step, tracker.best.auc))
+           % (step, tracker.without_improvement, best.step, best.auc))
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -97,7 +97,7 @@ class ProgressHook(tf.estimator.SessionRunHook):
         self._timed_steps = 0
         self._timed_seconds = 0.0
         self._start: Optional[float] = None
-        self._fetches = {}
+        self._fetches: Dict[str, Any] = {}
         self._global_step_tensor = None
         self._reset_window(None)
         self._step_start = 0.0
@@ -154,6 +154,7 @@ class ProgressHook(tf.estimator.SessionRunHook):
             self._report(time.perf_counter())
 
     def _report(self, now: float) -> None:
+        assert self._start is not None and self._window_start is not None, "a report follows a started window"
         seconds = max(now - self._window_start, 1e-9)
         record = ProgressRecord(
             time=time.time(), elapsed=time.time() - self._start, step=self._steps,
@@ -194,7 +195,7 @@ class ConsoleProgress:
         self._total = total_steps
         self._steps_per_epoch = steps_per_epoch
         self._num_epochs = num_epochs
-        self._last = None
+        self._last: Optional[ProgressRecord] = None
 
     def __call__(self, record: ProgressRecord) -> None:
         epoch = None

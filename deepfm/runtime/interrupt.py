@@ -27,7 +27,7 @@ import json
 import os
 import signal
 import threading
-from typing import Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -88,7 +88,7 @@ class StopRequest:
 
     def __init__(self, signums: Sequence[int] = STOP_SIGNALS):
         self._signums = tuple(signums)
-        self._previous: Dict[int, object] = {}
+        self._previous: Dict[int, Any] = {}
         self.signum = NO_SIGNAL
         self._hook: Optional["StopOnRequestHook"] = None
 

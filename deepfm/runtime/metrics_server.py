@@ -27,7 +27,7 @@ import contextlib
 import glob
 import os
 import threading
-from typing import Iterator, Optional, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 import psutil
 
@@ -97,8 +97,8 @@ class MetricsServer:
 
     def __init__(self, port: Optional[int], model_dir: str):
         self.port = port
-        self._httpd = None
-        self._thread = None
+        self._httpd: Any = None
+        self._thread: Any = None
         if port is None:
             return
         client = _prometheus()

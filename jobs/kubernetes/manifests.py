@@ -290,7 +290,7 @@ class KubernetesJob:
 
     def train_args(self) -> List[str]:
         """The `deepfm.train` flags of every training process; hyperparameters win over derived ones."""
-        derived = {"strategy": STRATEGY_OF[self.spec.distribution], "model_dir": self.job_path(MODEL_DIR),
+        derived: Dict[str, object] = {"strategy": STRATEGY_OF[self.spec.distribution], "model_dir": self.job_path(MODEL_DIR),
                    "export_dir": self.job_path(EXPORT_DIR), "metrics_file": self.job_path(METRICS_FILE)}
         for channel in self.spec.channels:
             flag = "train_data" if channel.name == TRAIN_CHANNEL else "val_data"

@@ -152,8 +152,9 @@ class LaunchConfig:
 
     def resized(self, workers: int) -> "LaunchConfig":
         """This job with `workers` training workers."""
-        field = "num_workers" if self.strategy == STRATEGY_PS else "num_processes"
-        return dataclasses.replace(self, **{field: workers})
+        if self.strategy == STRATEGY_PS:
+            return dataclasses.replace(self, num_workers=workers)
+        return dataclasses.replace(self, num_processes=workers)
 
 
 @dataclasses.dataclass(frozen=True)

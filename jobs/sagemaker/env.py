@@ -236,7 +236,7 @@ def training_args(environ: Mapping[str, str], args: Sequence[str]) -> List[str]:
         if validation in pipe:
             raise ContractError("channel %r is in Pipe mode but the training channels %s are not: "
                                 "use one input mode for both" % (validation, trains))
-        train_dirs = [channel_dir(environ, name) for name in trains if channel_dir(environ, name)]
+        train_dirs = [found for found in (channel_dir(environ, name) for name in trains) if found]
         if train_dirs:
             derived.append("--train_data=%s" % ",".join(train_dirs))
         if validation and channel_dir(environ, validation):

@@ -47,7 +47,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from jobs.local import hosts as hosts_lib
 from jobs.local import processes
@@ -481,7 +481,7 @@ def run_on_hosts(job, host_names: Sequence[str], cpus: Sequence[tuple], *, link_
 @contextlib.contextmanager
 def emulated_hosts(log_dir: str, host_names: Sequence[str], cpus: Optional[Sequence[tuple]] = None, *,
                    use_namespaces: bool = True, link_gbps: float = 0.0, stop_grace_s: float = DEFAULT_STOP_GRACE_S,
-                   machine_dirs: Sequence[str] = (BASE_DIR,), aliases: Optional[Dict[str, Sequence[str]]] = None,
+                   machine_dirs: Sequence[str] = (BASE_DIR,), aliases: Optional[Mapping[str, Sequence[str]]] = None,
                    start_services: Optional[Callable[[], list]] = None
                    ) -> Iterator[Tuple[processes.ProcessGroup, Optional[hosts_lib.HostNetwork]]]:
     """The emulated hosts of a job and the group supervising what runs in them, removed on the way out.

@@ -236,6 +236,9 @@ def submit_conversion(config: ConversionConfig) -> List[dict]:
       ImportError: the SDK is not installed.
       Errors of the SDK and AWS on a real submit (a failed job included).
     """
+    if config.role is None:
+        raise ValueError("submit needs --role (the IAM role the jobs run as)")
+    role = config.role
     sagemaker_submit.import_sdk()
     from sagemaker import image_uris  # pylint: disable=import-outside-toplevel
     image_uri = config.image_uri or image_uris.retrieve(
@@ -250,7 +253,7 @@ def submit_conversion(config: ConversionConfig) -> List[dict]:
         sdk.upload(source_lib.write_source_zip(os.path.join(tmp, source_lib.SOURCE_ZIP)),
                    config.locations()[CODE])
     for spec in jobs:
-        build_processor(spec, config.role, sdk.session).run(wait=not config.dry_run, logs=False,
+        build_processor(spec, role, sdk.session).run(wait=not config.dry_run, logs=False,
                                                             **sdk_run_arguments(spec))
     sdk.finish()
     return sdk.requests if config.dry_run else [{"ProcessingJobName": spec.job_name} for spec in jobs]

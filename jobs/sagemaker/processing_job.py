@@ -262,8 +262,8 @@ class LocalProcessingJob:
                 for name in shares[item.name][index]:
                     source = item.source if os.path.isfile(item.source) else os.path.join(item.source, name)
                     sagemaker_local.place_file(source, os.path.join(target, name))
-            for item in self.spec.outputs:
-                os.makedirs(self.on_host(host, item.source))
+            for output in self.spec.outputs:
+                os.makedirs(self.on_host(host, output.source))
             os.makedirs(os.path.join(self.private_dir, host, "tmp"))
 
     def entry_command(self) -> List[str]:

@@ -39,7 +39,7 @@ import os
 import re
 import sys
 import tempfile
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from jobs.sagemaker import container as container_lib
 from jobs import source as source_lib
@@ -234,6 +234,7 @@ class SubmitConfig:
             raise ValueError("--max_wait %d must be >= --max_run %d" % (self.max_wait_s, self.max_run_s))
 
     def _check_tuning(self) -> None:
+        assert self.tuning is not None, "checked only with a tuning job"
         if not TUNING_JOB_NAME.match(self.spec.job_name):
             raise ValueError("--tune: --job_name %r names the tuning job, which takes 1-32 letters, digits and "
                              "hyphens" % self.spec.job_name)
@@ -340,6 +341,8 @@ def build_tuner(config: SubmitConfig, estimator):
     """The SDK's `HyperparameterTuner` of `config.tuning` around `estimator`."""
     tuner_module = import_sdk()[1].tuner
     tuning = config.tuning
+    if tuning is None:
+        raise ValueError("a tuner needs a tuning job (--tune)")
     return tuner_module.HyperparameterTuner(
         estimator, objective_metric_name=sagemaker_metrics.OBJECTIVE_METRIC,
         hyperparameter_ranges={r.name: r.sdk_parameter(tuner_module) for r in tuning.ranges},
@@ -369,10 +372,10 @@ class SdkSession:
         None.
     """
 
-    session: object
-    boto_session: object
+    session: Any
+    boto_session: Any
     requests: List[dict]
-    stubber: Optional[object] = None
+    stubber: Optional[Any] = None
 
     def upload(self, path: str, uri: str) -> None:
         """Uploads a local file to `s3://bucket/key` (not in a dry run)."""
@@ -470,6 +473,6 @@ def submit(config: SubmitConfig, region: Optional[str] = None) -> dict:
     return {"HyperParameterTuningJobName": name}
 
 
-def request_json(request: dict) -> str:
-    """The captured request as indented JSON (datetimes and the like as strings)."""
+def request_json(request: object) -> str:
+    """The captured request (or requests) as indented JSON (datetimes and the like as strings)."""
     return json.dumps(request, indent=1, sort_keys=True, default=str)

@@ -219,6 +219,7 @@ class LocalRun:
         with sagemaker_local.emulated_hosts(log_dir, [pod.name for pod in pods], stop_grace_s=self.config.stop_grace_s,
                                             machine_dirs=[SSHD_PRIVSEP_DIR] + mounts,
                                             aliases=aliases) as (group, network):
+            assert network is not None, "emulated hosts are namespaces"
             running: Dict[str, processes.Task] = {}
             for pod in pods:
                 running[pod.name] = self._start(group, network, pod)
