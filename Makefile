@@ -11,7 +11,7 @@ RUN_DIR     := runs/$(STRATEGY)-$(shell date +%Y%m%d-%H%M%S)
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup train test test-fast bench clean-runs
+.PHONY: setup lint train test test-fast bench clean-runs
 
 setup:
 	@PYTHON="$(PYTHON)" bash tools/setup_venv.sh
@@ -28,10 +28,16 @@ train: setup $(DATA_DIR)/metadata.json
 # tests spend much of their time starting processes and waiting, so two at once halve the run.
 PYTEST = $(PY) -m pytest -q -p no:warnings -n 2 --dist loadscope
 
-test: setup
+# The linter and the type checker, configured in pyproject.toml; `make test` runs them first, so that a
+# style or type error fails in seconds, not after the suite.
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+test: setup lint
 	$(PYTEST) tests
 
-test-fast: setup
+test-fast: setup lint
 	$(PYTEST) -m "not slow" tests
 
 # The benchmarks one after the other on the main job's dataset; each writes benchmarks/results/<name>.*

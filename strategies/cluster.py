@@ -15,7 +15,10 @@ worker 0 and `worker` task i is worker i + 1.
 import dataclasses
 import json
 import os
-from typing import Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Tuple
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 TF_CONFIG_VARIABLE = "TF_CONFIG"
@@ -165,7 +168,7 @@ def _parse_jobs(cluster) -> Dict[str, Tuple[str, ...]]:
         raise ValueError('%s["cluster"] must be an object mapping jobs (%s) to lists of "host:port" '
                          "addresses, got %r" % (TF_CONFIG_VARIABLE, ", ".join(JOBS), cluster))
     jobs = {}
-    seen = {}
+    seen: Dict[str, Tuple[str, int]] = {}
     for job, addresses in cluster.items():
         if job not in JOBS:
             raise ValueError('%s["cluster"] has job %r; the jobs are %s'
@@ -202,7 +205,7 @@ def _parse_task(task, jobs: Mapping[str, Tuple[str, ...]]) -> Tuple[str, int]:
         raise ValueError('%s["task"] must be an object {"type": ..., "index": ...}, got %r'
                          % (TF_CONFIG_VARIABLE, task))
     task_type = task.get("type")
-    if task_type not in jobs:
+    if not isinstance(task_type, str) or task_type not in jobs:
         raise ValueError('%s["task"]["type"] must be one of the cluster\'s jobs %s, got %r'
                          % (TF_CONFIG_VARIABLE, ", ".join(sorted(jobs)), task_type))
     task_index = task.get("index", 0)

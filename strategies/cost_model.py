@@ -363,7 +363,7 @@ class Prediction:
         """The largest term of the step besides compute."""
         terms = {"the exchange's CPU and waiting": self.cpu_comm_s, "link bandwidth": self.link_s,
                  "latency": self.latency_s}
-        return max(terms, key=terms.get)
+        return max(terms, key=lambda term: terms[term])
 
 
 def traffic(strategy: str, profile: StepProfile, cluster: Cluster) -> Tuple[float, float, int]:
@@ -467,8 +467,8 @@ def fit_serial_fraction(points: Sequence[Tuple[int, float]]) -> float:
             y.append(1.0 / speedup - 1.0 / threads)
     if not x:
         raise ValueError("fit_serial_fraction needs a speed-up at more than one thread, got %r" % (list(points),))
-    x, y = np.asarray(x), np.asarray(y)
-    return float(np.clip(np.dot(x, y) / np.dot(x, x), 0.0, 1.0))
+    xs, ys = np.asarray(x), np.asarray(y)
+    return float(np.clip(np.dot(xs, ys) / np.dot(xs, xs), 0.0, 1.0))
 
 
 def fit_exchange_spread(points: Sequence[Tuple[int, float]]) -> float:
@@ -492,8 +492,8 @@ def fit_exchange_spread(points: Sequence[Tuple[int, float]]) -> float:
     if not x:
         raise ValueError("fit_exchange_spread needs a ratio at more than one core per process, got %r"
                          % (list(points),))
-    x, y = np.asarray(x), np.asarray(y)
-    return float(np.clip(np.dot(x, y) / np.dot(x, x), 0.0, 1.0))
+    xs, ys = np.asarray(x), np.asarray(y)
+    return float(np.clip(np.dot(xs, ys) / np.dot(xs, xs), 0.0, 1.0))
 
 
 # The positions of the costs in `StepCosts`, the columns of `calibrate`'s least squares.
@@ -551,6 +551,8 @@ def calibrate(handled_bytes: Sequence[float], compute_s: Sequence[float], beyond
         residual = float(np.sum((target - sum(solution[c] * columns[c] for c in columns)) ** 2))
         if best is None or residual < best[0]:
             best = (residual, solution)
+    if best is None:
+        raise ValueError("no fit with every cost >= 0 over %d measured steps" % len(target))
     overhead, per_byte, factor = best[1]
     return StepCosts(float(overhead), float(per_byte) if cpu_s_per_byte is None else cpu_s_per_byte, float(factor))
 

@@ -238,7 +238,7 @@ class CowClip(LargeBatchRule):
         return ("large-batch rule cowclip: global batch %d = %g x %d; dense learning rate x%.3g after a %d-step "
                 "warm-up, embedding L2 x%g, embedding gradients clipped per id (r=%g, zeta=%g)" % (
                     self.global_batch, self.ratio, self.base_batch, self.dense_learning_rate_factor,
-                    self.warmup_steps, self.ratio, self.clip_ratio, self.clip_floor))
+                    self.warmup_steps or 0, self.ratio, self.clip_ratio, self.clip_floor))
 
 
 def make_rule(name: str, global_batch: int, base_batch: int = DEFAULT_BASE_BATCH,

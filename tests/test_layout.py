@@ -1,9 +1,9 @@
 """The package layout: layers that only look down, no import cycles, no TensorFlow in the job layer at start-up.
 
 Every import statement of the project's packages is read from the source
-(module level and inside functions alike; only `if TYPE_CHECKING:` blocks,
-which never run, are left out), and resolved to the project module it
-names. Each module belongs to a layer; a module may import its own layer and
+(module level, inside functions and in `if TYPE_CHECKING:` blocks alike: an
+import only the type checker follows still ties the two modules together),
+and resolved to the project module it names. Each module belongs to a layer; a module may import its own layer and
 the ones below:
 
     0  input_pipeline (the read path), cli (the start of every command line)
@@ -54,20 +54,11 @@ def project_modules() -> Dict[str, str]:
     return modules
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def imported_names(tree: ast.AST, module: str, is_package: bool) -> Iterator[Tuple[str, int]]:
     """Every dotted name an import of `tree` names (a module, or a module's attribute), with its line."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)
-            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno
@@ -170,6 +161,12 @@ class LayoutTest(tf.test.TestCase, parameterized.TestCase):
     def test_a_cycle_is_found(self):
         graph = {"a": {("b", 1)}, "b": {("c", 1)}, "c": {("a", 1)}, "d": set()}
         self.assertEqual(["a", "b", "c", "a"], find_cycle(graph))
+
+    def test_type_only_imports_count(self):
+        tree = ast.parse("from typing import TYPE_CHECKING\n"
+                         "if TYPE_CHECKING:\n    from input_pipeline import pipeline\n")
+        self.assertIn("input_pipeline.pipeline", [resolve(n, project_modules()) for n, _ in
+                                                  imported_names(tree, "input_pipeline.formats", False)])
 
     def test_relative_and_attribute_imports_resolve(self):
         tree = ast.parse("from . import base\nfrom strategies.base import Strategy\nimport jobs.local.hosts\n")
