@@ -106,8 +106,8 @@ def machine_info() -> Dict[str, str]:
 
 def ensure_data(data_dir: str, rows: int, feature_size: int, seed: int = 0) -> None:
     """Generates the synthetic dataset root `data_dir` unless one is already there."""
-    from input_pipeline import schema
     from dataprep import synthetic
+    from input_pipeline import schema
     if os.path.isfile(os.path.join(data_dir, schema.METADATA_FILE)):
         return
     synthetic.generate(rows, data_dir, feature_size=feature_size, seed=seed)

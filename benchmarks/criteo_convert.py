@@ -113,8 +113,8 @@ def convert_once(path: str, workers: int, memory_mb: int, layout: str = "fixed",
 
 def decode_data(data_dir: str, rows: int) -> Dict[str, str]:
     """Dataset roots of the same rows with fixed and compact LibSVM (TFRecord is in both)."""
-    from input_pipeline import schema
     from dataprep import criteo
+    from input_pipeline import schema
     roots = {}
     for layout in ("fixed", "compact"):
         root = os.path.join(data_dir, "decode-%d-%s" % (rows, layout))
@@ -286,9 +286,10 @@ def write_outputs(args, convert_results: Dict[str, List[dict]], decode_results: 
     args.runs = rounds
     info = common.machine_info()
     body = report(args, convert_results, decode_results, load)
+    recorded_args = {k: v for k, v in vars(args).items() if k not in ("roots", "results_dir")}
     path = common.write_report("criteo_convert", "Criteo conversion: bounded memory, every core, text decode", body,
                                info, {"convert": convert_results, "decode": decode_results, "load": load,
-                                      "args": {k: v for k, v in vars(args).items() if k not in ("roots", "results_dir")}},
+                                      "args": recorded_args},
                                results_dir=args.results_dir)
     names = list(convert_results)
     common.bar_chart("criteo_convert", "Criteo conversion throughput (%s raw rows)" % format(args.rows, ","), names,

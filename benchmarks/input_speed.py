@@ -329,6 +329,7 @@ def split_tfrecords(paths: Sequence[str], out_dir: str, parts: int) -> List[str]
 def build_dataset(variant: Variant, config: BenchConfig, num_epochs: Optional[int]):
     """The `tf.data.Dataset` of `variant`'s batches (in the current graph)."""
     import tensorflow as tf
+
     from input_pipeline import pipeline
 
     data_format = formats.get(variant.data_format)
@@ -486,8 +487,9 @@ def run_one(config: BenchConfig) -> dict:
         raise RuntimeError("variant %s: the dataset ended after %d batch(es), within the %d warm-up "
                            "batches" % (variant.name, count, warmup))
     examples = timed * config.batch_size
-    result: Dict[str, object] = {"examples_per_sec": examples / wall, "cpu_us_per_example": cpu / examples * MICROSECONDS,
-              "peak_rss_mb": common.peak_rss_mb(), "timed_batches": timed}
+    result: Dict[str, object] = {"examples_per_sec": examples / wall,
+                                 "cpu_us_per_example": cpu / examples * MICROSECONDS,
+                                 "peak_rss_mb": common.peak_rss_mb(), "timed_batches": timed}
     if variant.per_epoch:
         result.update(rss_mb_before=rss_before, rss_mb_per_epoch=rss_per_epoch)
     return result

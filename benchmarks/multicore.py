@@ -54,9 +54,7 @@ from benchmarks import topology as topology_lib
 from benchmarks.scale_out import cli as scale_out_cli
 from benchmarks.scale_out import config as config_lib
 from benchmarks.scale_out import hosts as run_hosts
-from benchmarks.scale_out import layout
-from benchmarks.scale_out import report
-from benchmarks.scale_out import runner
+from benchmarks.scale_out import layout, report, runner
 from benchmarks.scale_out.variants import Variant
 from strategies import strategy_names as names
 

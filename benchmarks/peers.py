@@ -269,6 +269,7 @@ def read_rows(paths: Sequence[str], rows: int, field_size: int):
     """
     import numpy as np
     import tensorflow as tf
+
     from input_pipeline import decoders, schema
 
     spec = decoders.tfrecord_feature_spec(field_size)
@@ -295,6 +296,7 @@ def read_rows(paths: Sequence[str], rows: int, field_size: int):
 def _numpy_input_fn(ids, values, labels=None):
     """An Estimator input_fn over in-memory rows, in order, once."""
     import tensorflow as tf
+
     from input_pipeline import schema
 
     def input_fn():
@@ -306,6 +308,7 @@ def _numpy_input_fn(ids, values, labels=None):
 
 def _predictions(estimator, ids, values):
     import numpy as np
+
     from deepfm.models import ctr
     return np.array([p[ctr.PREDICTION_KEY] for p in estimator.predict(_numpy_input_fn(ids, values),
                                                                       yield_single_examples=True)])
@@ -321,6 +324,7 @@ def bare_model_fn(features, labels, mode, params):
     looked up), trained with Adam.
     """
     import tensorflow as tf
+
     from deepfm.models import ctr
     from input_pipeline import schema
 
@@ -364,6 +368,7 @@ def one_gather_logits(feat_ids, feat_vals, config, training, context):
     up through the strategy's context.
     """
     import tensorflow as tf
+
     from deepfm.models import ctr
 
     k = config.embedding_size
@@ -391,8 +396,9 @@ def one_gather_model_fn(features, labels, mode, params):
 
 
 def bare_input_fn(paths: Sequence[str], field_size: int, compute_only: bool):
-    """TFRecordDataset -> repeat -> batch -> parse_example -> prefetch (one batch cached and repeated: `compute_only`)."""
+    """TFRecordDataset -> repeat -> batch -> parse_example -> prefetch (`compute_only`: one batch, cached, repeated)."""
     import tensorflow as tf
+
     from input_pipeline import decoders, schema
 
     spec = decoders.tfrecord_feature_spec(field_size)
@@ -413,6 +419,7 @@ def bare_input_fn(paths: Sequence[str], field_size: int, compute_only: bool):
 # --- one run of each kind --------------------------------------------------------------------------
 def _quiet_tensorflow() -> None:
     import logging as std_logging
+
     from absl import logging
     logging.set_verbosity(logging.WARNING)
     std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
@@ -514,7 +521,7 @@ def run_deepctr(spec: RunSpec, metadata, val_ids, val_labels) -> Dict:
 
 
 def run_one(spec: RunSpec, variant: Variant) -> Dict:
-    """Trains `variant` once in this process; returns examples/sec, CPU per example (None for `library`), AUC, peak memory."""
+    """Trains `variant` once here; returns examples/sec, CPU per example (None for `library`), AUC, peak memory."""
     from input_pipeline import schema
 
     _quiet_tensorflow()

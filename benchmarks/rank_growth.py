@@ -54,8 +54,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchmarks import common
-from benchmarks import scale_out
+from benchmarks import common, scale_out
 from benchmarks import topology as topology_lib
 from benchmarks.scale_out import cli as scale_out_cli
 from benchmarks.scale_out import report as scale_out_report
@@ -190,8 +189,8 @@ def _stats(runs: Sequence[scale_out.RunResult], field: str, unit: float = 1.0) -
 
 def _setup_text(config: scale_out.BenchmarkConfig, load: Optional[Tuple[float, float]]) -> str:
     if config.shared_cores:
-        where = ("N Horovod ranks, each in an emulated host of its own (`jobs.local.hosts`, a 25 Gbit/s token bucket per "
-                 "host, no latency model), every host pinned to the same %d cores; `single` on one of them. One "
+        where = ("N Horovod ranks, each in an emulated host of its own (`jobs.local.hosts`, a 25 Gbit/s token bucket "
+                 "per host, no latency model), every host pinned to the same %d cores; `single` on one of them. One "
                  "TensorFlow thread per process (`--intra_op_threads 1 --inter_op_threads 1`) unless the variant "
                  "says otherwise." % config.shared_cores)
         efficiency = "%d x `single`'s" % config.shared_cores

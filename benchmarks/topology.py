@@ -64,7 +64,8 @@ class Topology:
             if ONLINE_COLUMN in position and fields[position[ONLINE_COLUMN]] == OFFLINE:
                 continue
 
-            def number_in(column: str, default: Optional[int] = None) -> int:
+            def number_in(column: str, default: Optional[int] = None, fields=fields, number=number,
+                          line=line) -> int:
                 if column not in position:
                     if default is None:
                         raise ValueError("lscpu -e: no %s column in the header %r" % (column, lines[0]))

@@ -29,10 +29,11 @@ def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
     import logging as std_logging
 
     from absl import logging
+
+    import strategies
     from deepfm import config
     from deepfm.runtime import trainer
     from input_pipeline import files, formats, pipeline, schema
-    import strategies
 
     logging.set_verbosity(logging.WARNING)
     std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)

@@ -52,8 +52,8 @@ from typing import Dict, List, Sequence, Tuple
 from absl import app, flags, logging
 
 from cli import entry
-from input_pipeline import formats, schema
 from dataprep import criteo
+from input_pipeline import formats, schema
 
 PROGRAM = "dataprep.criteo_processing"
 

@@ -39,9 +39,8 @@ import numpy as np
 from absl import app, flags
 
 from cli import entry
+from dataprep import criteo, writers
 from input_pipeline import encoders, schema
-from dataprep import criteo
-from dataprep import writers
 
 PROGRAM = "dataprep.synthetic"
 

@@ -44,11 +44,9 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from deepfm import config as config_lib
 from cli import entry
-from strategies import calibrated
-from strategies import cost_model
-from strategies import host_layout
+from deepfm import config as config_lib
+from strategies import calibrated, cost_model, host_layout
 
 PROGRAM = "deepfm.advise"
 
@@ -461,28 +459,28 @@ def core_points(paths: Sequence[str], step_costs: Mapping[str, cost_model.StepCo
     for path in paths:
         entries = _read(path)["entries"]
 
-        def rate(entry):
-            return _median([r["examples_per_sec"] for r in entry["runs"]])
+        def rate(result):
+            return _median([r["examples_per_sec"] for r in result["runs"]])
 
         singles = {(e["batch"], e["cores_per_host"] // e["ranks_per_host"]): e for e in entries.values()
                    if e["strategy"] == "single" and e["runs"]}
-        for (batch, threads), entry in singles.items():
+        for (batch, threads), single in singles.items():
             if threads > 1 and (batch, 1) in singles:
-                speedups.append((threads, rate(entry) / rate(singles[(batch, 1)])))
-        for entry in entries.values():
-            threads = entry["cores_per_host"] // entry["ranks_per_host"]
-            if entry["strategy"] == "single" or threads == 1 or not entry["runs"]:
+                speedups.append((threads, rate(single) / rate(singles[(batch, 1)])))
+        for result in entries.values():
+            threads = result["cores_per_host"] // result["ranks_per_host"]
+            if result["strategy"] == "single" or threads == 1 or not result["runs"]:
                 continue
-            one = next((e for e in entries.values() if e["strategy"] == entry["strategy"] and e["runs"] and
-                        e["hosts"] == entry["hosts"] and e["batch"] == entry["batch"] and
-                        e["ranks_per_host"] == entry["ranks_per_host"] and e["cores_per_host"] == e["ranks_per_host"]),
+            one = next((e for e in entries.values() if e["strategy"] == result["strategy"] and e["runs"] and
+                        e["hosts"] == result["hosts"] and e["batch"] == result["batch"] and
+                        e["ranks_per_host"] == result["ranks_per_host"] and e["cores_per_host"] == e["ranks_per_host"]),
                        None)
-            if one is None or (entry["batch"], threads) not in singles or (entry["batch"], 1) not in singles:
+            if one is None or (result["batch"], threads) not in singles or (result["batch"], 1) not in singles:
                 continue
-            factor = cost_model.StepCosts(*step_costs.get(_strategy_of(entry), step_costs.get(
+            factor = cost_model.StepCosts(*step_costs.get(_strategy_of(result), step_costs.get(
                 cost_model.HOROVOD, cost_model.StepCosts()))).compute_factor
             exchange = []
-            for run, cores in ((entry, threads), (one, 1)):
+            for run, cores in ((result, threads), (one, 1)):
                 compute = _median([r["step_ms"] for r in singles[(run["batch"], cores)]["runs"]])
                 exchange.append(_median([r["step_ms"] for r in run["runs"]]) - compute * (1.0 + factor))
             if exchange[1] > 0:

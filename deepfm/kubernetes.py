@@ -30,9 +30,9 @@ from absl import app, flags
 
 from cli import entry
 from deepfm import job_flags
-from strategies import cost_model
 from jobs import auto_distribution
 from jobs.kubernetes import manifests
+from strategies import cost_model
 
 COMMANDS = ("render", "local")
 INSTANCE_TYPE = "kubernetes"

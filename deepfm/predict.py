@@ -53,6 +53,7 @@ def serving_signature(saved_model: str):
         signature (`feat_ids`, `feat_vals` -> `prob`).
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     from deepfm.models import ctr  # pylint: disable=import-outside-toplevel
 
     if not tf.saved_model.contains_saved_model(saved_model):
@@ -66,8 +67,8 @@ def serving_signature(saved_model: str):
     inputs = signature.structured_input_signature[1]
     missing = {schema.FEAT_IDS, schema.FEAT_VALS} - set(inputs)
     if missing or ctr.SERVING_SIGNATURE_OUTPUT not in signature.structured_outputs:
-        raise ValueError("--saved_model %r is not an export of this package: its serving signature takes %s and returns %s"
-                         % (saved_model, sorted(inputs), sorted(signature.structured_outputs)))
+        raise ValueError("--saved_model %r is not an export of this package: its serving signature takes %s and "
+                         "returns %s" % (saved_model, sorted(inputs), sorted(signature.structured_outputs)))
     return loaded, signature, int(inputs[schema.FEAT_IDS].shape[1])
 
 
@@ -75,6 +76,7 @@ def batches(paths: Sequence[str], data_format: formats.DataFormat, field_size: i
             labelled: bool):
     """The batches of `paths` in input order, every row once: `(features, labels)`, or `features` alone."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     from input_pipeline import pipeline  # pylint: disable=import-outside-toplevel
 
     config = pipeline.PipelineConfig(data_format=data_format, field_size=field_size, num_parallel_reads=1,

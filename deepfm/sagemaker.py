@@ -36,13 +36,12 @@ from absl import app, flags
 
 from cli import entry
 from deepfm import job_flags
-from strategies import cost_model
-from strategies import host_layout
 from jobs import auto_distribution
+from jobs import spec as spec_lib
 from jobs.local import hosts as hosts_lib
 from jobs.local import processes
-from jobs import spec as spec_lib
 from jobs.sagemaker import submit as sagemaker_submit
+from strategies import cost_model, host_layout
 
 PROGRAM = "deepfm.sagemaker"
 

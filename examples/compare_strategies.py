@@ -212,7 +212,7 @@ def run_once(strategy: Strategy, args: argparse.Namespace) -> Run:
                 job.wait(timeout=args.timeout_s)
             except subprocess.TimeoutExpired:
                 stop(job)
-                raise TimeoutError("%s ran past %.0f s and was stopped" % (strategy.name, args.timeout_s))
+                raise TimeoutError("%s ran past %.0f s and was stopped" % (strategy.name, args.timeout_s)) from None
         if job.returncode != 0:
             with open(log_path) as f:
                 raise RuntimeError("%s failed with exit code %d:\n%s" % (strategy.name, job.returncode,

@@ -22,12 +22,11 @@ project root, with the project importable)::
 """
 
 import tensorflow as tf
+import train_from_python  # the entry-point script beside this one
 
 import deepfm
 from deepfm.models import ctr
 from input_pipeline import schema
-
-import train_from_python  # the entry-point script beside this one
 
 SCOPE = "wide_mlp"
 # What the runtime reads from every model_fn: the click probability (predictions, and the
@@ -85,8 +84,9 @@ def model_fn(features, labels, mode, params):
     predictions = {PROB: prob}
     if mode == tf.estimator.ModeKeys.PREDICT:
         # The SavedModel's serving signature: feat_ids, feat_vals -> prob (deepfm.write_predictions).
+        serving = tf.estimator.export.PredictOutput({SERVING_OUTPUT: prob})
         return tf.estimator.EstimatorSpec(mode, predictions=predictions, export_outputs={
-            tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: tf.estimator.export.PredictOutput({SERVING_OUTPUT: prob})})
+            tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: serving})
 
     flat_labels = tf.reshape(tf.cast(labels, tf.float32), [-1])
     # Only the rows this batch looked up are penalized.

@@ -25,9 +25,9 @@ import argparse
 import os
 import tempfile
 
-from jobs.sagemaker import container as container_lib
 from jobs import source as source_lib
 from jobs import spec as spec_lib
+from jobs.sagemaker import container as container_lib
 from jobs.sagemaker import metrics as sagemaker_metrics
 from jobs.sagemaker import submit as sagemaker_submit
 

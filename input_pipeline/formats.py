@@ -433,6 +433,7 @@ class TFRecordFormat(DataFormat):
         file fails with TensorFlow's `NotFoundError`, which names it.
         """
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
         from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
 
         empty = tf.zeros([0], tf.string)

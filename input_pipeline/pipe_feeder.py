@@ -45,9 +45,7 @@ import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from cli import entry
 from input_pipeline import pipe

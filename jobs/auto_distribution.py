@@ -31,8 +31,8 @@ import subprocess
 import sys
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from strategies import cost_model
 from jobs import spec as spec_lib
+from strategies import cost_model
 
 AUTO = "auto"
 ADVISE_MODULE = "deepfm.advise"

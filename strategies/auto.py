@@ -27,8 +27,7 @@ from typing import Mapping, Tuple
 import tensorflow as tf
 from absl import logging
 
-from strategies import base
-from strategies import host_layout
+from strategies import base, host_layout
 from strategies import strategy_names as names
 
 # Towers need one core for the reduction and at least two more to beat one device.

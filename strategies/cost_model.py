@@ -419,7 +419,8 @@ def predict(strategy: str, profile: StepProfile, cluster: Cluster) -> Prediction
     step = compute + cpu + link + latency
     return Prediction(strategy=strategy, processes=processes, ranks_per_host=1 if strategy == SINGLE else cluster.ranks,
                       threads=threads, compute_s=compute, cpu_comm_s=cpu, link_s=link, latency_s=latency,
-                      link_bytes=link_bytes, handled_bytes=handled, examples_per_sec=processes * profile.batch_size / step,
+                      link_bytes=link_bytes, handled_bytes=handled,
+                      examples_per_sec=processes * profile.batch_size / step,
                       efficiency=compute / step)
 
 

@@ -22,8 +22,7 @@ import dataclasses
 import os
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from strategies import calibrated
-from strategies import cost_model
+from strategies import calibrated, cost_model
 
 DEFAULT_LINK_GBPS = 25.0
 SYS_CPU = "/sys/devices/system/cpu/cpu%d/topology/%s"

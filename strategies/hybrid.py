@@ -39,8 +39,7 @@ import tensorflow as tf
 from absl import logging
 
 from input_pipeline import schema
-from strategies import base
-from strategies import horovod
+from strategies import base, horovod
 from strategies import strategy_names as names
 from strategies.sharded import checkpoint as checkpoint_lib
 from strategies.sharded import exchange

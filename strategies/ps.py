@@ -39,10 +39,9 @@ import tensorflow as tf
 from absl import logging
 
 from input_pipeline import sharding
-from strategies import base
+from strategies import base, tower
 from strategies import cluster as cluster_lib
 from strategies import strategy_names as names
-from strategies import tower
 
 # Variable-holding op types placed on the parameter servers.
 PS_OPS = frozenset((

@@ -175,7 +175,8 @@ class ApiFlowTest(FlowTestCase):
         self.assertIn("global step 40", second.stdout)
         metrics = read_json(os.path.join(self.cwd, "runs/api/metrics.json"))
         self.assertEqual(40, metrics["global_step"])
-        validation_rows = read_json(os.path.join(self.cwd, "data/synthetic/metadata.json"))["splits"]["validation"]["rows"]
+        metadata = read_json(os.path.join(self.cwd, "data/synthetic/metadata.json"))
+        validation_rows = metadata["splits"]["validation"]["rows"]
         self.assert_predictions_match(only_export(self.cwd, "runs/api/export"), "data/synthetic/validation",
                                       "runs/api/predictions.csv", validation_rows, metrics["auc"])
 

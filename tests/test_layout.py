@@ -144,7 +144,8 @@ class LayoutTest(tf.test.TestCase, parameterized.TestCase):
             self.assertIn(layer(module), range(5), module)
 
     def test_no_import_runs_up_the_layers(self):
-        upward = ["%s (layer %d) imports %s (layer %d) at line %d" % (module, layer(module), target, layer(target), line)
+        upward = ["%s (layer %d) imports %s (layer %d) at line %d"
+                  % (module, layer(module), target, layer(target), line)
                   for module, edges in sorted(self.graph.items()) for target, line in sorted(edges)
                   if layer(target) > layer(module)]
         self.assertEqual([], upward)

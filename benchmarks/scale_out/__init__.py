@@ -52,18 +52,54 @@ timings. The results JSON records the machine's topology (`lscpu -e` and
 `lscpu`). Results go to `benchmarks/results/scale_out.{md,json,png}`.
 """
 
-from benchmarks.scale_out.cli import (add_layout_arguments, add_train_flag_argument, check_train_flags,
-                                      exit_on_sigterm, main, make_config, parse_args)
-from benchmarks.scale_out.config import (BATCH, DEFAULT_DATA_DIR, DEFAULT_LINK_GBPS, DEFAULT_ROWS, HOSTS_AUTO,
-                                         HOSTS_EMULATED, HOSTS_LOCAL, LARGE_BATCH, LOG_EVERY_STEPS, RUN_TIMEOUT_S,
-                                         BenchmarkConfig)
+from benchmarks.scale_out.cli import (
+    add_layout_arguments,
+    add_train_flag_argument,
+    check_train_flags,
+    exit_on_sigterm,
+    main,
+    make_config,
+    parse_args,
+)
+from benchmarks.scale_out.config import (
+    BATCH,
+    DEFAULT_DATA_DIR,
+    DEFAULT_LINK_GBPS,
+    DEFAULT_ROWS,
+    HOSTS_AUTO,
+    HOSTS_EMULATED,
+    HOSTS_LOCAL,
+    LARGE_BATCH,
+    LOG_EVERY_STEPS,
+    RUN_TIMEOUT_S,
+    BenchmarkConfig,
+)
 from benchmarks.scale_out.id_capacity import ID_CAPACITY_MULTIPLE, distinct_ids_per_owner, id_capacity
 from benchmarks.scale_out.measure import HOST_OUTPUT, MB, PROGRESS_DIR, RunResult, measure_run, step_split
-from benchmarks.scale_out.report import (load_results, load_setup, raw_results, report_body, report_machine,
-                                         round_efficiencies, summary_rows, target_efficiency)
+from benchmarks.scale_out.report import (
+    load_results,
+    load_setup,
+    raw_results,
+    report_body,
+    report_machine,
+    round_efficiencies,
+    summary_rows,
+    target_efficiency,
+)
 from benchmarks.scale_out.runner import host_processes, measure, run_variant
-from benchmarks.scale_out.variants import (BASELINE, HOROVODRUN_ARGS, INDEPENDENT, LAUNCH_DIRECT, LAUNCH_GLOO,
-                                           LAUNCH_MPI, LAUNCH_MPI_TCP, LEVER_COMPARISONS, REFERENCE_HOSTS, Variant,
-                                           all_variants, host_names)
+from benchmarks.scale_out.variants import (
+    BASELINE,
+    HOROVODRUN_ARGS,
+    INDEPENDENT,
+    LAUNCH_DIRECT,
+    LAUNCH_GLOO,
+    LAUNCH_MPI,
+    LAUNCH_MPI_TCP,
+    LEVER_COMPARISONS,
+    REFERENCE_HOSTS,
+    Variant,
+    all_variants,
+    host_names,
+)
 
 HOST_NAMES = host_names(REFERENCE_HOSTS)

@@ -11,14 +11,24 @@ from typing import Optional, Sequence
 from benchmarks import common
 from benchmarks import topology as topology_lib
 from benchmarks.scale_out import hosts as run_hosts
-from benchmarks.scale_out import id_capacity
-from benchmarks.scale_out import layout
-from benchmarks.scale_out import report
-from benchmarks.scale_out import runner
+from benchmarks.scale_out import id_capacity, layout, report, runner
 from benchmarks.scale_out import variants as variants_lib
-from benchmarks.scale_out.config import (BATCH, DEFAULT_DATA_DIR, DEFAULT_LINK_GBPS, DEFAULT_ROWS, DEFAULT_RUNS,
-                                         DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, HOSTS_EMULATED, HOSTS_LOCAL, HOSTS_MODES,
-                                         LOG_EVERY_STEPS, NAME, RUN_TIMEOUT_S, BenchmarkConfig)
+from benchmarks.scale_out.config import (
+    BATCH,
+    DEFAULT_DATA_DIR,
+    DEFAULT_LINK_GBPS,
+    DEFAULT_ROWS,
+    DEFAULT_RUNS,
+    DEFAULT_STEPS,
+    DEFAULT_WARMUP_STEPS,
+    HOSTS_EMULATED,
+    HOSTS_LOCAL,
+    HOSTS_MODES,
+    LOG_EVERY_STEPS,
+    NAME,
+    RUN_TIMEOUT_S,
+    BenchmarkConfig,
+)
 from jobs.local import hosts as hosts_lib
 from strategies import strategy_names as names
 
@@ -28,8 +38,8 @@ DESCRIPTION = "Scale-out on emulated hosts: ps, horovod and hybrid at 2 hosts ag
 def add_train_flag_argument(parser: argparse.ArgumentParser) -> None:
     """`--train_flag` (repeatable): a flag added to every variant's `deepfm.train`."""
     parser.add_argument("--train_flag", action="append", default=[],
-                        help="a flag added to every variant's deepfm.train, e.g. --train_flag=--large_batch_rule=cowclip "
-                        "(repeat for more)")
+                        help="a flag added to every variant's deepfm.train, e.g. "
+                        "--train_flag=--large_batch_rule=cowclip (repeat for more)")
 
 
 def add_layout_arguments(parser: argparse.ArgumentParser) -> None:

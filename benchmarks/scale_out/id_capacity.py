@@ -26,6 +26,7 @@ def distinct_ids_per_owner(data_dir: str, batch: int, ranks: int) -> Tuple[int, 
     (a dataset root), as the ranks' input pipelines read them.
     """
     import tensorflow as tf  # only where the capacity is measured, before any host starts
+
     from input_pipeline import files, formats, pipeline, schema
     metadata = schema.load_metadata(os.path.join(data_dir, schema.METADATA_FILE))
     builder = pipeline.DatasetBuilder(

@@ -29,10 +29,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
 
-from benchmarks.strategy_speed import measure as strategies_bench
 from benchmarks.scale_out import variants as variants_lib
 from benchmarks.scale_out.config import BenchmarkConfig
 from benchmarks.scale_out.variants import Variant
+from benchmarks.strategy_speed import measure as strategies_bench
 
 PROGRESS_DIR = "progress"
 HOST_OUTPUT = "host-%s.json"

@@ -147,8 +147,8 @@ def hosts_text(config: BenchmarkConfig) -> str:
                 "limit; MB sent: the machine's loopback bytes, between hosts and within them)")
     link = ("a token-bucket egress limit of %g Gbit/s per host" % config.link_gbps if config.link_gbps
             else "no bandwidth limit")
-    return ("emulated hosts (`jobs.local.hosts`: a network namespace per host, veth pairs on a bridge, %s; **no latency "
-            "model**: this kernel has no `netem`)" % link)
+    return ("emulated hosts (`jobs.local.hosts`: a network namespace per host, veth pairs on a bridge, %s; "
+            "**no latency model**: this kernel has no `netem`)" % link)
 
 
 def setup_text(config: BenchmarkConfig, load: Optional[Tuple[float, float]]) -> str:
@@ -169,7 +169,8 @@ def setup_text(config: BenchmarkConfig, load: Optional[Tuple[float, float]]) -> 
         "compute = the reference `single`'s CPU ms per step; comm. CPU = the host's CPU ms per step beyond that; "
         "waiting = the step beyond the host's CPU (its core idle). Other load: the machine's CPU in the window not "
         "used by the job (`/proc/stat`), in cores, median over rounds.%s %s"
-        % (hosts[0].upper() + hosts[1:], config.layout_text(), os.path.basename(config.data_dir), format(config.batch, ","),
+        % (hosts[0].upper() + hosts[1:], config.layout_text(), os.path.basename(config.data_dir),
+           format(config.batch, ","),
            ", every variant with `%s`" % " ".join(config.train_flags) if config.train_flags else "",
            "; `--id_capacity %d` for `+capacity` (the most distinct ids a batch of the training data sends one "
            "owner, x%g, rounded up to a multiple of %d)" % (config.id_capacity, ID_CAPACITY_MARGIN,

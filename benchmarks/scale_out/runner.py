@@ -39,8 +39,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import topology as topology_lib
 from benchmarks.scale_out import hosts as run_hosts
-from benchmarks.scale_out import layout
-from benchmarks.scale_out import supervisor
+from benchmarks.scale_out import layout, supervisor
 from benchmarks.scale_out import variants as variants_lib
 from benchmarks.scale_out.config import HOSTS_LOCAL, LOG_EVERY_STEPS, BenchmarkConfig
 from benchmarks.scale_out.measure import HOST_OUTPUT, MB, PROGRESS_DIR, TRACES, RunResult, measure_run

@@ -8,8 +8,17 @@ from typing import Optional, Sequence
 import benchmarks.strategy_speed
 from benchmarks import common
 from benchmarks.strategy_speed.ceilings import run_child
-from benchmarks.strategy_speed.config import (DEFAULT_RUNS, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, NAME, QUICK_NAME,
-                                              QUICK_STEPS, QUICK_WARMUP_STEPS, RUN_TIMEOUT_S, BenchmarkConfig)
+from benchmarks.strategy_speed.config import (
+    DEFAULT_RUNS,
+    DEFAULT_STEPS,
+    DEFAULT_WARMUP_STEPS,
+    NAME,
+    QUICK_NAME,
+    QUICK_STEPS,
+    QUICK_WARMUP_STEPS,
+    RUN_TIMEOUT_S,
+    BenchmarkConfig,
+)
 from benchmarks.strategy_speed.measure import LOG_EVERY_STEPS, measure
 from benchmarks.strategy_speed.report import raw_results, report_body, write_chart
 from benchmarks.strategy_speed.variants import CHILD_KINDS, GLOBAL_BATCH, all_variants

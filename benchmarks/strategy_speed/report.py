@@ -7,8 +7,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from benchmarks import common
 from benchmarks.strategy_speed.config import BenchmarkConfig
 from benchmarks.strategy_speed.measure import LOG_EVERY_STEPS, RunResult
-from benchmarks.strategy_speed.variants import (BASELINE, COMPUTE_CEILING, GROUP_CEILING, INPUT_CEILING,
-                                                LEVER_COMPARISONS, Variant)
+from benchmarks.strategy_speed.variants import (
+    BASELINE,
+    COMPUTE_CEILING,
+    GROUP_CEILING,
+    INPUT_CEILING,
+    LEVER_COMPARISONS,
+    Variant,
+)
 
 TARGET_EXAMPLES_PER_SEC = 90_000
 TARGET_RSS_MIB = 1024

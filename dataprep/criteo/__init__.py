@@ -25,13 +25,33 @@ keeps every name the single module of earlier releases had.
 
 from dataprep.criteo.command import PROGRAM, define_flags, main, run, summary
 from dataprep.criteo.conversion import ConversionReport, convert, convert_with_report
-from dataprep.criteo.options import (DEFAULT_CHUNK_BYTES, DEFAULT_MEMORY_MB, DEFAULT_MIN_COUNT, DEFAULT_SHARDS,
-                                     DEFAULT_SHUFFLE_SEED, DEFAULT_VAL_FRACTION, LIBSVM_LAYOUTS, ConversionOptions)
+from dataprep.criteo.options import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_MEMORY_MB,
+    DEFAULT_MIN_COUNT,
+    DEFAULT_SHARDS,
+    DEFAULT_SHUFFLE_SEED,
+    DEFAULT_VAL_FRACTION,
+    LIBSVM_LAYOUTS,
+    ConversionOptions,
+)
 from dataprep.criteo.parts import COUNTS_FILE, count_part, merge_part_counts
-from dataprep.criteo.records import (CATEGORICAL_NAMES, CATEGORICAL_VALUE, DENSE_CLIP, DENSE_NAMES,
-                                     FIRST_CATEGORICAL_ID, LABELS, MAX_INTEGER_DIGITS, NUM_COLUMNS,
-                                     MalformedRecordError, Record, check_inputs, parse_line, recalibrate,
-                                     recorded_negative_sampling)
+from dataprep.criteo.records import (
+    CATEGORICAL_NAMES,
+    CATEGORICAL_VALUE,
+    DENSE_CLIP,
+    DENSE_NAMES,
+    FIRST_CATEGORICAL_ID,
+    LABELS,
+    MAX_INTEGER_DIGITS,
+    NUM_COLUMNS,
+    MalformedRecordError,
+    Record,
+    check_inputs,
+    parse_line,
+    recalibrate,
+    recorded_negative_sampling,
+)
 from dataprep.criteo.vocabulary import Vocabulary
 from dataprep.criteo.workers import keep_freed_memory
 

@@ -17,8 +17,13 @@ from typing import Optional, Sequence
 from dataprep import vocab as vocab_lib
 from dataprep.criteo.blocks import HASH_RANGE, plan_chunks
 from dataprep.criteo.counting import Counters, MergeTask, log_bad_records, merge_field, scan_inputs
-from dataprep.criteo.options import DEFAULT_CHUNK_BYTES, DEFAULT_MEMORY_MB, DEFAULT_MIN_COUNT, DEFAULT_VAL_FRACTION
-from dataprep.criteo.options import ConversionOptions
+from dataprep.criteo.options import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_MEMORY_MB,
+    DEFAULT_MIN_COUNT,
+    DEFAULT_VAL_FRACTION,
+    ConversionOptions,
+)
 from dataprep.criteo.records import CATEGORICAL_NAMES, DENSE_CLIP, SPLITS, check_inputs
 from dataprep.criteo.vocabulary import Vocabulary
 from dataprep.criteo.workers import MIB, executor_for, run_tasks

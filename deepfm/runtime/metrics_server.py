@@ -104,7 +104,10 @@ class MetricsServer:
         client = _prometheus()
         self.registry = client.CollectorRegistry()
         client.ProcessCollector(registry=self.registry)
-        gauge = lambda name, text: client.Gauge(name, text, namespace=NAMESPACE, registry=self.registry)
+
+        def gauge(name: str, text: str):
+            return client.Gauge(name, text, namespace=NAMESPACE, registry=self.registry)
+
         self._step = gauge("global_step", "The global step after the last progress interval.")
         self._examples = gauge("examples_per_second", "Examples per second of this process over the last interval.")
         self._loss = gauge("loss", "Mean training loss over the last interval.")

@@ -30,17 +30,11 @@ import tensorflow as tf
 from absl import logging
 
 from deepfm import models
-from deepfm.runtime import metrics_server
 from deepfm.config import ModelConfig, TrainConfig
 from deepfm.models import ctr
-from deepfm.runtime import checkpoints
+from deepfm.runtime import checkpoints, early_stopping, interrupt, metrics_server, run_config, step_trace, watchdog
 from deepfm.runtime import console as console_lib
-from deepfm.runtime import early_stopping
 from deepfm.runtime import hooks as hooks_lib
-from deepfm.runtime import interrupt
-from deepfm.runtime import run_config
-from deepfm.runtime import step_trace
-from deepfm.runtime import watchdog
 from input_pipeline import pipeline
 from strategies import base as strategies_base
 

@@ -39,9 +39,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from jobs.kubernetes import entry as kubernetes_entry
 from jobs import source as source_lib
 from jobs import spec as spec_lib
+from jobs.kubernetes import entry as kubernetes_entry
 from strategies import strategy_names as names
 
 TFJOB_API_VERSION = "kubeflow.org/v1"
@@ -290,8 +290,9 @@ class KubernetesJob:
 
     def train_args(self) -> List[str]:
         """The `deepfm.train` flags of every training process; hyperparameters win over derived ones."""
-        derived: Dict[str, object] = {"strategy": STRATEGY_OF[self.spec.distribution], "model_dir": self.job_path(MODEL_DIR),
-                   "export_dir": self.job_path(EXPORT_DIR), "metrics_file": self.job_path(METRICS_FILE)}
+        derived: Dict[str, object] = {
+            "strategy": STRATEGY_OF[self.spec.distribution], "model_dir": self.job_path(MODEL_DIR),
+            "export_dir": self.job_path(EXPORT_DIR), "metrics_file": self.job_path(METRICS_FILE)}
         for channel in self.spec.channels:
             flag = "train_data" if channel.name == TRAIN_CHANNEL else "val_data"
             derived[flag] = os.path.normpath(os.path.join(self.mount_path, channel.uri))

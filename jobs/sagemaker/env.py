@@ -3,21 +3,29 @@
 The entry point (`sagemaker_entry_point.py` at the root of the source
 directory) runs `deepfm.train` with `training_args(os.environ, argv)`. The
 toolkit passes every hyperparameter as `--name value`; the container's
-environment supplies the rest:
+environment supplies the rest (what the container has -> the flag):
 
-| from the container                       | flag |
-|------------------------------------------|------|
-| the training channels' directories (File mode): `train`, `train_<k>`, or the AWS samples' `training`, `training_<k>` | `--train_data` |
-| the validation channel's directory (File mode): `validation`, or `eval` | `--val_data` |
-| a `metadata.json` in a File-mode channel (training channels first, then validation, then the others) | `--feature_size`, `--field_size` |
-| a `ShardedByS3Key` training channel      | `--s3_sharded` (S3 already split the files by host) |
-| Pipe-mode training channels in `SM_INPUT_DATA_CONFIG` | `--input_mode pipe --train_channels ...` (by `k`) |
-| a Pipe-mode validation channel           | `--val_channel <name>` |
-| `SM_MODEL_DIR`                           | `--export_dir` (the SavedModel SageMaker uploads) |
-| `SM_OUTPUT_DATA_DIR`                     | `--metrics_file` (`metrics.json` in it) |
-| `checkpointconfig.json` (a checkpoint location) | `--model_dir` (its `LocalPath`, so a restarted spot job resumes), unless the hyperparameters give a local `model_dir`; without a checkpoint location, `<base dir>/checkpoints`, kept in the container only |
-| `sagemaker_mpi_enabled` / `sagemaker_parameter_server_enabled` in `SM_FRAMEWORK_PARAMS` / `TF_CONFIG` | `--strategy horovod` / `ps` |
-| `SM_NUM_CPUS`, this process's cores, processes per host | `--intra_op_threads` |
+* the training channels' directories (File mode): `train`, `train_<k>`, or
+  the AWS samples' `training`, `training_<k>` -> `--train_data`;
+* the validation channel's directory (File mode): `validation`, or `eval`
+  -> `--val_data`;
+* a `metadata.json` in a File-mode channel (training channels first, then
+  validation, then the others) -> `--feature_size`, `--field_size`;
+* a `ShardedByS3Key` training channel -> `--s3_sharded` (S3 already split
+  the files by host);
+* Pipe-mode training channels in `SM_INPUT_DATA_CONFIG` -> `--input_mode
+  pipe --train_channels ...` (by `k`);
+* a Pipe-mode validation channel -> `--val_channel <name>`;
+* `SM_MODEL_DIR` -> `--export_dir` (the SavedModel SageMaker uploads);
+* `SM_OUTPUT_DATA_DIR` -> `--metrics_file` (`metrics.json` in it);
+* `checkpointconfig.json` (a checkpoint location) -> `--model_dir` (its
+  `LocalPath`, so a restarted spot job resumes), unless the hyperparameters
+  give a local `model_dir`; without a checkpoint location,
+  `<base dir>/checkpoints`, kept in the container only;
+* `sagemaker_mpi_enabled` / `sagemaker_parameter_server_enabled` in
+  `SM_FRAMEWORK_PARAMS` / `TF_CONFIG` -> `--strategy horovod` / `ps`;
+* `SM_NUM_CPUS`, this process's cores, processes per host ->
+  `--intra_op_threads`.
 
 A channel's directory is `SM_CHANNEL_<NAME>`; the channels are those of
 `SM_INPUT_DATA_CONFIG`, `SM_CHANNELS` and the `SM_CHANNEL_*` variables.
@@ -37,7 +45,6 @@ import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from input_pipeline import schema
-
 from strategies import strategy_names as names
 
 DEFAULT_BASE_DIR = "/opt/ml"

@@ -49,11 +49,11 @@ import subprocess
 import sys
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from jobs import source as source_lib
+from jobs import spec as spec_lib
 from jobs.local import hosts as hosts_lib
 from jobs.local import processes
 from jobs.sagemaker import container as container_lib
-from jobs import source as source_lib
-from jobs import spec as spec_lib
 from jobs.sagemaker import metrics as sagemaker_metrics
 
 BASE_DIR = "/opt/ml"

@@ -50,8 +50,16 @@ from jobs.local import hosts as hosts_lib
 from jobs.local import processes
 from jobs.sagemaker import local as sagemaker_local
 from jobs.sagemaker import submit as sagemaker_submit
-from jobs.sagemaker.processing_job import (CONTAINER_PYTHON, DEFAULT_MAX_RUN_S, DEFAULT_VOLUME_SIZE_GB, LOCAL_IMAGE_URI,
-                                           Input, Output, ProcessingJobSpec, run_job)
+from jobs.sagemaker.processing_job import (
+    CONTAINER_PYTHON,
+    DEFAULT_MAX_RUN_S,
+    DEFAULT_VOLUME_SIZE_GB,
+    LOCAL_IMAGE_URI,
+    Input,
+    Output,
+    ProcessingJobSpec,
+    run_job,
+)
 
 PROGRAM = "jobs.sagemaker.processing"
 COMMANDS = ("local", "submit")

@@ -34,6 +34,7 @@ it is imported only here (and by `jobs.sagemaker.processing` through
 
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import re
@@ -41,9 +42,9 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from jobs.sagemaker import container as container_lib
 from jobs import source as source_lib
 from jobs import spec as spec_lib
+from jobs.sagemaker import container as container_lib
 from jobs.sagemaker import metrics as sagemaker_metrics
 
 FRAMEWORK_VERSION = "2.14"
@@ -281,7 +282,8 @@ def import_sdk():
         with contextlib.redirect_stdout(sys.stderr):
             import boto3  # pylint: disable=import-outside-toplevel
             import sagemaker  # pylint: disable=import-outside-toplevel
-            from sagemaker import inputs, tensorflow, tuner  # pylint: disable=import-outside-toplevel,unused-import
+            from sagemaker import inputs, tensorflow  # pylint: disable=import-outside-toplevel
+            importlib.import_module("sagemaker.tuner")  # `sagemaker.tuner`, read by build_tuner
     except ImportError as e:
         raise ImportError("%s (%s)" % (INSTALL_HINT, e)) from e
     return boto3, sagemaker, inputs, tensorflow

@@ -20,6 +20,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
+
 # No public API builds a custom `SaveableObject` for `tf.compat.v1.train.Saver`.
 from tensorflow.python.training.saving import saveable_object
 

@@ -15,8 +15,8 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from benchmarks import input_speed as bench
-from input_pipeline import schema
 from dataprep import synthetic
+from input_pipeline import schema
 from tests.input_pipeline import example_files
 
 TINY_ROWS = 16_000  # 3,600 train rows per shard: three batches of 1024
@@ -96,7 +96,8 @@ class SlowOrderTest(tf.test.TestCase, parameterized.TestCase):
         variant = bench.VARIANTS_BY_NAME[name]
         self.assertIn(variant.order, bench.SLOW_ORDERS)
         default = dataclasses.replace(variant, order=bench.ORDER_DEFAULT)
-        self.assertEqual(example_files.applied_stages(lambda: bench.build_dataset(variant, self.config, SLOW_EPOCHS)), stages)
+        self.assertEqual(example_files.applied_stages(lambda: bench.build_dataset(variant, self.config, SLOW_EPOCHS)),
+                         stages)
         self.assertEqual(example_files.applied_stages(lambda: bench.build_dataset(default, self.config, SLOW_EPOCHS)),
                          ["rebatch", "map", "repeat", "prefetch"])
         expected = labels_of(bench.build_dataset(default, self.config, SLOW_EPOCHS))

@@ -18,8 +18,8 @@ from tests import paths
 SIXTEEN_KEYS = [
     "1024/single 1x4", "1024/hybrid 2 hosts", "1024/horovod 2 hosts", "1024/hybrid 4 hosts", "1024/horovod 4 hosts",
     "8192/single 1x4", "8192/hybrid 2 hosts", "8192/horovod 2 hosts", "8192/hybrid 4 hosts", "8192/horovod 4 hosts",
-    "1024/single 1x1", "1024/hybrid 2 hosts of 1", "1024/single 1x16", "1024/hybrid 2x8 on 1 host", "1024/hybrid 4x4 on 1 host",
-    "1024/hybrid 8x2 on 1 host", "1024/hybrid 16x1 on 1 host"]
+    "1024/single 1x1", "1024/hybrid 2 hosts of 1", "1024/single 1x16", "1024/hybrid 2x8 on 1 host",
+    "1024/hybrid 4x4 on 1 host", "1024/hybrid 8x2 on 1 host", "1024/hybrid 16x1 on 1 host"]
 
 
 def _plan(args=(), available=16):
@@ -75,8 +75,9 @@ class PlanTest(tf.test.TestCase):
         self.assertEqual((8, 4), (plan.cores, plan.cores_per_host))
         self.assertEqual((40, 0), (plan.entries[0].config.steps, plan.entries[0].config.warmup_steps))
         self.assertEqual(["2048/single 1x4", "2048/hybrid 2 hosts", "2048/horovod 2 hosts", "2048/single 1x1",
-                          "2048/hybrid 2 hosts of 1", "2048/single 1x8", "2048/hybrid 2x4 on 1 host", "2048/hybrid 4x2 on 1 host",
-                          "2048/hybrid 8x1 on 1 host"], [entry.key for entry in plan.entries])
+                          "2048/hybrid 2 hosts of 1", "2048/single 1x8", "2048/hybrid 2x4 on 1 host",
+                          "2048/hybrid 4x2 on 1 host", "2048/hybrid 8x1 on 1 host"],
+                         [entry.key for entry in plan.entries])
 
     def test_bad_arguments_are_named(self):
         for args, message in (

@@ -13,10 +13,9 @@ import tensorflow as tf
 
 from benchmarks import common
 from benchmarks import scale_out as bench
-from benchmarks.scale_out import layout
-from benchmarks.scale_out import runner
-from deepfm.runtime import hooks
+from benchmarks.scale_out import layout, runner
 from dataprep import synthetic
+from deepfm.runtime import hooks
 from jobs.local import hosts as hosts_lib
 from strategies import strategy_names as names
 

@@ -11,8 +11,8 @@ from benchmarks.strategy_speed import cli, measure
 from benchmarks.strategy_speed import config as config_lib
 from benchmarks.strategy_speed import report as report_lib
 from benchmarks.strategy_speed import variants as variants_lib
-from deepfm.runtime import hooks
 from dataprep import synthetic
+from deepfm.runtime import hooks
 
 ROWS = 3000
 FEATURE_SIZE = 2000

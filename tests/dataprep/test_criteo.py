@@ -17,12 +17,11 @@ import tensorflow as tf
 from absl import flags
 from absl.testing import parameterized
 
-from input_pipeline import schema
-from dataprep import criteo
+from dataprep import criteo, raw_criteo
 from dataprep.criteo import command, writing
-from dataprep import raw_criteo
-from tests.input_pipeline import dataset_io
+from input_pipeline import schema
 from tests import paths
+from tests.input_pipeline import dataset_io
 
 REPO_ROOT = paths.REPO_ROOT
 KAGGLE_HEAD_FILE = "criteo_kaggle_train_head8000.txt"
@@ -582,7 +581,7 @@ class KaggleRowsTest(CriteoTestCase):
         self.assertEqual(_bad_records(meta), 0)
         self.assertEqual(sum(info.rows for info in meta.splits.values()), KAGGLE_ROWS_USED)
         positives = 0
-        for split, info in meta.splits.items():
+        for info in meta.splits.values():
             self.assertEqual(sum(info.shards.values()), info.rows)
             for stem, rows in info.shards.items():
                 text = dataset_io.read_libsvm(os.path.join(out, stem + ".libsvm"))

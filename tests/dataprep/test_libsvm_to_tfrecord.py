@@ -9,8 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 from dataprep import libsvm_to_tfrecord
-from tests.input_pipeline import dataset_io, example_files
 from tests import paths
+from tests.input_pipeline import dataset_io, example_files
 
 REPO_ROOT = paths.REPO_ROOT
 

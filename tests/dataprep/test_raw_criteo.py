@@ -4,9 +4,8 @@ import os
 
 import tensorflow as tf
 
+from dataprep import criteo, raw_criteo
 from input_pipeline import schema
-from dataprep import criteo
-from dataprep import raw_criteo
 
 
 class RawCriteoTest(tf.test.TestCase):

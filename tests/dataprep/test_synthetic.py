@@ -11,11 +11,10 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
+from dataprep import criteo, synthetic
 from input_pipeline import formats, schema
-from dataprep import criteo
-from dataprep import synthetic
-from tests.input_pipeline import dataset_io
 from tests import paths
+from tests.input_pipeline import dataset_io
 
 REPO_ROOT = paths.REPO_ROOT
 ROWS = 3000

@@ -7,9 +7,8 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-from input_pipeline import schema
 from dataprep import writers
-from input_pipeline import encoders
+from input_pipeline import encoders, schema
 from tests.input_pipeline import dataset_io
 
 FIELDS = 5

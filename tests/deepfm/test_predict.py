@@ -6,16 +6,16 @@ import subprocess
 import sys
 import tempfile
 
-from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
+from absl.testing import parameterized
 
 import strategies
+from dataprep import synthetic
 from deepfm import config, predict
 from deepfm.models import ctr
 from deepfm.runtime import trainer
 from input_pipeline import files, formats, pipeline, schema
-from dataprep import synthetic
 from tests import paths
 
 REPO_ROOT = paths.REPO_ROOT
@@ -125,7 +125,8 @@ class PredictTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "--saved_model .*holds no SavedModel"):
             predict.write_predictions(self.root, [self.data_dir], "tfrecord",
                                       os.path.join(self.get_temp_dir(), "never.csv"))
-        with self.assertRaisesRegex(ValueError, "data_format must be one of tfrecord, tfrecord_packed, libsvm, got 'csv'"):
+        with self.assertRaisesRegex(ValueError,
+                                    "data_format must be one of tfrecord, tfrecord_packed, libsvm, got 'csv'"):
             predict.write_predictions(self.result.export_path, [self.data_dir], "csv",
                                       os.path.join(self.get_temp_dir(), "never.csv"))
 

@@ -43,7 +43,7 @@ class CompareTest(tf.test.TestCase):
                 rows[cells[0]] = cells
         self.assertEqual(set(STRATEGIES), set(rows), proc.stdout)
         self.assertIn("AUC after 7,680 examples", proc.stdout)  # (10 + 20) steps of 256
-        for name, cells in rows.items():
+        for cells in rows.values():
             rate = float(cells[2].replace(",", ""))
             self.assertGreater(rate, 0, cells)
             auc = float(cells[4])

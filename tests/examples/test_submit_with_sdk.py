@@ -9,9 +9,9 @@ import json
 
 import tensorflow as tf
 
-from jobs.sagemaker import container as container_lib
 from jobs import source as source_lib
 from jobs import spec as spec_lib
+from jobs.sagemaker import container as container_lib
 from jobs.sagemaker import metrics as sagemaker_metrics
 from tests.examples import examples_testing
 from tests.jobs.sagemaker import test_submit as test_sagemaker_submit

@@ -3,14 +3,13 @@
 import os
 import tempfile
 
-from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
+from absl.testing import parameterized
 
-from input_pipeline import decoders, schema
-from input_pipeline import encoders
-from tests.input_pipeline import example_files
+from input_pipeline import decoders, encoders, schema
 from tests import paths
+from tests.input_pipeline import example_files
 
 FIELDS = example_files.SMALL_FIELD_SIZE
 CRITEO_LIBSVM = "criteo_lambdaji_va.libsvm"
@@ -44,13 +43,13 @@ class DecodeTest(DecoderTestCase):
 
     def test_tfrecord(self):
         rows = example_files.make_rows(5)
-        records = [example_files.serialize(float(l), i, v) for l, i, v in zip(*rows)]
+        records = [example_files.serialize(float(label), i, v) for label, i, v in zip(*rows)]
         self.assertDecoded(decoders.decode_tfrecord(tf.constant(records), FIELDS), rows)
 
     def test_libsvm_equals_tfrecord_of_same_rows(self):
         rows = example_files.make_rows(7, seed=3)
-        records = [example_files.serialize(float(l), i, v) for l, i, v in zip(*rows)]
-        lines = [example_files.libsvm_line(float(l), i, v) for l, i, v in zip(*rows)]
+        records = [example_files.serialize(float(label), i, v) for label, i, v in zip(*rows)]
+        lines = [example_files.libsvm_line(float(label), i, v) for label, i, v in zip(*rows)]
         from_tfrecord = decoders.decode_tfrecord(tf.constant(records), FIELDS)
         from_libsvm = tf.function(lambda x: decoders.decode_libsvm(x, FIELDS))(tf.constant(lines))
         self.assertDecoded(from_libsvm, rows)
@@ -64,7 +63,7 @@ class DecodeTest(DecoderTestCase):
         with open(path) as f:
             lines = [next(f).rstrip("\n") for _ in range(CRITEO_ROWS)]
         rows = parse_lines_in_python(lines)
-        records = [example_files.serialize(float(l), i, v) for l, i, v in zip(*rows)]
+        records = [example_files.serialize(float(label), i, v) for label, i, v in zip(*rows)]
         from_libsvm = decoders.decode_libsvm(tf.constant(lines), schema.FIELD_SIZE)
         from_tfrecord = decoders.decode_tfrecord(tf.constant(records), schema.FIELD_SIZE)
         self.assertDecoded(from_libsvm, rows)

@@ -4,8 +4,8 @@ import os
 import shutil
 import tempfile
 
-from absl.testing import parameterized
 import tensorflow as tf
+from absl.testing import parameterized
 
 from input_pipeline import files, schema
 from tests.input_pipeline import example_files
@@ -78,9 +78,9 @@ class ResolveTest(FilesTestCase):
     def test_files_of_other_formats_are_named_with_their_flags(self):
         directory = tempfile.mkdtemp(dir=self.get_temp_dir())
         example_files.write_rows(os.path.join(directory, "part"), example_files.make_rows(3), "tfrecord")
-        with self.assertRaisesRegex(ValueError, "matches no tfrecord_packed file \\(a directory without files of that "
-                                                "extension\\); it holds tfrecord files: pass --data_format tfrecord, or "
-                                                "convert them \\(python -m dataprep.libsvm_to_tfrecord"):
+        with self.assertRaisesRegex(ValueError, "matches no tfrecord_packed file \\(a directory without files of "
+                                                "that extension\\); it holds tfrecord files: pass --data_format "
+                                                "tfrecord, or convert them \\(python -m dataprep.libsvm_to_tfrecord"):
             files.resolve([directory], "tfrecord_packed")
 
     def test_empty_file_is_refused(self):
@@ -92,7 +92,8 @@ class ResolveTest(FilesTestCase):
     def test_empty_spec_and_bad_format(self):
         with self.assertRaisesRegex(ValueError, "names no files"):
             files.resolve([], "tfrecord")
-        with self.assertRaisesRegex(ValueError, "data_format must be one of tfrecord, tfrecord_packed, libsvm, got 'csv'"):
+        with self.assertRaisesRegex(ValueError,
+                                    "data_format must be one of tfrecord, tfrecord_packed, libsvm, got 'csv'"):
             files.resolve([self.loose], "csv")
 
 

@@ -5,12 +5,11 @@ import os
 import pickle
 import re
 
-from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
+from absl.testing import parameterized
 
-from input_pipeline import formats, pipeline, schema
-from input_pipeline import encoders
+from input_pipeline import encoders, formats, pipeline, schema
 from tests.input_pipeline import example_files
 
 FIELDS = example_files.SMALL_FIELD_SIZE
@@ -50,7 +49,8 @@ class RegistryTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.parameters("csv", "TFRecord", "")
     def test_unknown_name_lists_the_valid_ones(self, name):
-        with self.assertRaisesRegex(ValueError, "data_format must be one of tfrecord, tfrecord_packed, libsvm, got %r" % name):
+        with self.assertRaisesRegex(ValueError,
+                                    "data_format must be one of tfrecord, tfrecord_packed, libsvm, got %r" % name):
             formats.get(name)
 
     def test_copies_are_the_registered_format(self):
@@ -140,7 +140,8 @@ class FixedWidthReadTest(FormatTestCase):
 
     def fixed_rows(self, num_rows, seed=0):
         rng = np.random.default_rng(seed)
-        return (rng.integers(0, 2, num_rows).astype(np.float32), rng.integers(0, 10 ** self.ID_WIDTH, [num_rows, FIELDS]),
+        return (rng.integers(0, 2, num_rows).astype(np.float32),
+                rng.integers(0, 10 ** self.ID_WIDTH, [num_rows, FIELDS]),
                 np.round(rng.random([num_rows, FIELDS]) * 9, 6))
 
     def write_fixed(self, stem, rows, id_width=ID_WIDTH, replace=None):

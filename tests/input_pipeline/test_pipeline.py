@@ -5,8 +5,8 @@ import os
 import tempfile
 from unittest import mock
 
-from absl.testing import parameterized
 import tensorflow as tf
+from absl.testing import parameterized
 
 from input_pipeline import files, formats, pipe_feeder, pipeline, schema
 from tests.input_pipeline import example_files
@@ -94,9 +94,9 @@ class OrderTest(PipelineTestCase):
         train = self.train_files(self.write_root([8]))
         dataset = pipeline.DatasetBuilder(train, config(cache="memory"), BATCH, 2)()
         iterator = iter(dataset)
-        first_epoch = [float(l) for _ in range(2) for l in next(iterator)[1].numpy()]
+        first_epoch = [float(label) for _ in range(2) for label in next(iterator)[1].numpy()]
         os.remove(train[0])
-        second_epoch = [float(l) for _, labels in iterator for l in labels.numpy()]
+        second_epoch = [float(label) for _, labels in iterator for label in labels.numpy()]
         self.assertEqual(second_epoch, first_epoch)
         self.assertEqual(first_epoch, list(range(8)))
 
@@ -284,7 +284,7 @@ class BadRecordTest(PipelineTestCase):
         builder = pipeline.DatasetBuilder(train, config(max_corrupted_records=1, drop_remainder=False), BATCH)
         with example_files.captured_stderr(log):
             labels = labels_of(builder())
-        self.assertEqual(sorted(labels), [l for l in range(24) if l != 15])
+        self.assertEqual(sorted(labels), [label for label in range(24) if label != 15])
         with open(log) as f:
             self.assertIn("WARNING: TFRecord file %s could not be read to its end" % train[1], f.read())
 

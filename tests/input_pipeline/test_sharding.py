@@ -1,7 +1,7 @@
 """Tests for input_pipeline.sharding: every row of the sharding tables."""
 
-from absl.testing import parameterized
 import tensorflow as tf
+from absl.testing import parameterized
 
 from input_pipeline import sharding
 

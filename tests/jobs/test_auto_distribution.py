@@ -9,10 +9,10 @@ import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
-from strategies import cost_model
 from dataprep import synthetic
 from jobs import auto_distribution
 from jobs import spec as spec_lib
+from strategies import cost_model
 from tests.jobs.sagemaker import test_submit as test_sagemaker_submit
 
 REPO_ROOT = test_sagemaker_submit.REPO_ROOT

@@ -75,8 +75,7 @@ class AliasTest(parameterized.TestCase):
         self.assertLen(caught, 1)
         self.assertIn(new, str(caught[0].message))
         self.assertIs(getattr(importlib.import_module(new), name), getattr(module, name))
-        with self.assertRaisesRegex(AttributeError, "no attribute 'no_such_name'"):
-            getattr(module, "no_such_name")
+        self.assertRaisesRegex(AttributeError, "no attribute 'no_such_name'", getattr, module, "no_such_name")
 
     def test_the_old_job_spec_keeps_its_two_sagemaker_methods(self):
         module, _ = import_fresh("jobs.sagemaker_job")
@@ -96,8 +95,7 @@ class AliasTest(parameterized.TestCase):
         self.assertEqual(["jobs.local.launch moved to jobs.local.launcher.launch",
                           "jobs.local.LaunchConfig moved to jobs.local.launcher.LaunchConfig"],
                          [str(w.message).split(";")[0] for w in caught])
-        with self.assertRaises(AttributeError):
-            getattr(jobs.local, "no_such_name")
+        self.assertRaises(AttributeError, getattr, jobs.local, "no_such_name")
 
 
 class OldCommandTest(unittest.TestCase):

@@ -1,8 +1,8 @@
 """Tests of jobs.spec: the job, neutral of where it runs, shared by SageMaker and Kubernetes."""
 
 
-from absl.testing import parameterized
 import tensorflow as tf
+from absl.testing import parameterized
 
 from jobs import spec as spec_lib
 

@@ -12,9 +12,9 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from deepfm.config import DEFAULT_BATCH_SIZE, ModelConfig, TrainConfig
 from deepfm.models import deepfm as model_lib
 from deepfm.runtime import trainer
-from deepfm.config import DEFAULT_BATCH_SIZE, ModelConfig, TrainConfig
 from input_pipeline import schema
 from strategies import base
 

@@ -1,7 +1,7 @@
 """Tests of the cost model's arithmetic (`strategies.cost_model`)."""
 
-from absl.testing import parameterized
 import tensorflow as tf
+from absl.testing import parameterized
 
 from strategies import cost_model
 

@@ -19,10 +19,10 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
+from dataprep import synthetic
+from input_pipeline import formats, pipeline, schema
 from jobs.local import launcher as launch
 from jobs.local import processes
-from input_pipeline import formats, pipeline, schema
-from dataprep import synthetic
 from strategies import horovod
 from tests import paths
 

@@ -4,8 +4,7 @@ import os
 
 import tensorflow as tf
 
-from strategies import cost_model
-from strategies import host_layout
+from strategies import cost_model, host_layout
 
 CORES = cost_model.CoreCosts(serial_fraction=0.25, exchange_spread=0.5)
 

@@ -6,6 +6,7 @@ it under `single`, `tower` and `mirrored` in-process; and, marked slow, two
 real ranks of `horovod` and `hybrid` started by `python -m deepfm.launch`.
 """
 
+import importlib
 import json
 import math
 import os
@@ -331,7 +332,7 @@ class TwoRanksTest(tf.test.TestCase, parameterized.TestCase):
     def setUp(self):
         super().setUp()
         try:
-            import horovod.tensorflow  # pylint: disable=import-outside-toplevel,unused-import
+            importlib.import_module("horovod.tensorflow")
         except ImportError as e:
             self.skipTest("Horovod is not installed here: %s" % e)
         self.work_dir = tempfile.mkdtemp(dir=self.get_temp_dir())

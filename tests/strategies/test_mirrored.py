@@ -13,8 +13,8 @@ from absl.testing import parameterized
 import strategies
 from strategies import devices as devices_lib
 from strategies import mirrored
-from tests.strategies import replica_testing as rt
 from tests import paths
+from tests.strategies import replica_testing as rt
 
 REPLICAS = 2
 PER_REPLICA_BATCH = 64

@@ -16,8 +16,8 @@ import tensorflow as tf
 from absl import logging
 from absl.testing import parameterized
 
-from jobs.local import launcher as launch
 from dataprep import synthetic
+from jobs.local import launcher as launch
 from tests import paths
 
 ROWS = 16_000

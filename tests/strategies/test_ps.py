@@ -19,12 +19,12 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
+from dataprep import synthetic
+from deepfm.config import ModelConfig
 from deepfm.models import ctr
 from deepfm.models import deepfm as model_lib
-from jobs.local import processes
-from deepfm.config import ModelConfig
 from input_pipeline import schema
-from dataprep import synthetic
+from jobs.local import processes
 from strategies import cluster as cluster_lib
 from strategies import ps
 from tests.jobs.local import launch_testing

@@ -15,8 +15,8 @@ from deepfm.models import deepfm as model_lib
 from input_pipeline import schema
 from strategies import devices as devices_lib
 from strategies import tower
-from tests.strategies import replica_testing as rt
 from tests import paths
+from tests.strategies import replica_testing as rt
 
 TOWERS = 2
 PER_TOWER_BATCH = 64
@@ -75,8 +75,8 @@ class SplitBatchTest(tf.test.TestCase, parameterized.TestCase):
         real_rows = np.minimum(np.maximum(rows - np.cumsum([0] + sizes[:-1]), 0), sizes)
 
         self.assertLen(slices, towers)
-        self.assertEqual([int(self.evaluate(tf.shape(l)[0])) for _, l in slices], sizes)
-        joined = self.evaluate(tf.concat([l for _, l in slices], axis=0))[:rows]
+        self.assertEqual([int(self.evaluate(tf.shape(labels)[0])) for _, labels in slices], sizes)
+        joined = self.evaluate(tf.concat([labels for _, labels in slices], axis=0))[:rows]
         self.assertAllEqual(joined, np.arange(rows))
         joined_x = self.evaluate(tf.concat([f["x"] for f, _ in slices], axis=0))[:rows]
         self.assertAllEqual(joined_x, np.arange(rows * 2).reshape(rows, 2))

@@ -54,8 +54,7 @@ from jobs.kubernetes import manifests
 from jobs.kubernetes.local.faults import Fault, FaultSchedule
 from jobs.kubernetes.local.jobset import JobSetOperator
 from jobs.kubernetes.local.mpijob import MPIJobOperator
-from jobs.kubernetes.local.operator import (FAILED, RESTART_IN_PLACE, RESTART_JOB, RETRYABLE_BASE, SUCCEEDED,
-                                            Operator)
+from jobs.kubernetes.local.operator import FAILED, RESTART_IN_PLACE, RESTART_JOB, RETRYABLE_BASE, SUCCEEDED, Operator
 from jobs.kubernetes.local.pod import Pod
 from jobs.kubernetes.local.tfjob import TFJobOperator
 from jobs.local import hosts as hosts_lib

@@ -2,15 +2,14 @@
 
 import itertools
 
-from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
+from absl.testing import parameterized
 
 import strategies
 from deepfm.config import ModelConfig
-from deepfm.models import ctr
+from deepfm.models import ctr, optimizers
 from deepfm.models import deepfm as model
-from deepfm.models import optimizers
 from input_pipeline import schema
 from strategies import base
 

@@ -7,11 +7,10 @@ import subprocess
 import tensorflow as tf
 
 import strategies
-from deepfm import config
-from deepfm.runtime import checkpoints
-from deepfm.runtime import trainer
-from input_pipeline import files, pipeline
 from dataprep import synthetic
+from deepfm import config
+from deepfm.runtime import checkpoints, trainer
+from input_pipeline import files, pipeline
 
 FEATURE_SIZE = 500
 BATCH = 32

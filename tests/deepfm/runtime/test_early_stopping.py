@@ -1,6 +1,7 @@
 """Tests of evaluation during training, early stopping, the best checkpoint, and TensorBoard, per strategy."""
 
 import glob
+import importlib
 import json
 import os
 import shutil
@@ -14,12 +15,10 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
-from deepfm import config
-from deepfm.runtime import early_stopping
-from deepfm.runtime import hooks
-from deepfm.runtime import trainer
-from input_pipeline import files, pipeline
 from dataprep import synthetic
+from deepfm import config
+from deepfm.runtime import early_stopping, hooks, trainer
+from input_pipeline import files, pipeline
 from tests import paths
 
 REPO_ROOT = paths.REPO_ROOT
@@ -260,7 +259,8 @@ class EarlyStoppingRunTest(tf.test.TestCase, parameterized.TestCase):
         progress = os.path.join(model_dir, "progress", "{task}.jsonl")
         result = run_training(self.data_dir, model_dir, strategies.make_config(name="single"),
                               early_stopping_patience=None, max_steps=45, progress_file=progress)
-        records = hooks.read_progress_file(progress.replace("{task}", strategies.get(strategies.StrategyConfig()).task_name))
+        task_name = strategies.get(strategies.StrategyConfig()).task_name
+        records = hooks.read_progress_file(progress.replace("{task}", task_name))
         # Rounds end at 20, 40, 45: intervals of 10 steps, and the last, shorter one.
         self.assertEqual([10, 20, 30, 40, 45], [r.step for r in records])
         self.assertEqual([10, 20, 30, 40, 45], [r.global_step for r in records])
@@ -292,8 +292,8 @@ class CriteoDefaultsTest(tf.test.TestCase):
     """
 
     def test_defaults_with_early_stopping_reach_the_deepctr_auc_on_unseen_rows(self):
-        from deepfm import predict  # pylint: disable=import-outside-toplevel
         from dataprep import criteo  # pylint: disable=import-outside-toplevel
+        from deepfm import predict  # pylint: disable=import-outside-toplevel
 
         source = os.path.join(CRITEO_DIR, CRITEO_TSV)
         if not os.path.isfile(source):
@@ -347,7 +347,8 @@ class LaunchedJobTest(tf.test.TestCase, parameterized.TestCase):
                 "--num_epochs", str(EPOCHS), "--embedding_size", "4", "--deep_layers", "16", "--dropout", "0",
                 "--optimizer", "adam", "--learning_rate", str(OVERFITTING_LR), "--seed", "1",
                 "--eval_every_n_steps", str(EVAL_EVERY), "--early_stopping_patience", str(PATIENCE),
-                "--log_every_n_steps", str(LOG_EVERY), "--progress_file", os.path.join(work, "progress", "{task}.jsonl")]
+                "--log_every_n_steps", str(LOG_EVERY),
+                "--progress_file", os.path.join(work, "progress", "{task}.jsonl")]
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=LAUNCH_TIMEOUT_S + 60,
                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
         self.assertEqual(0, proc.returncode, proc.stdout[-3000:] + proc.stderr[-3000:])
@@ -361,7 +362,7 @@ class LaunchedJobTest(tf.test.TestCase, parameterized.TestCase):
     def test_evaluates_keeps_the_best_and_writes_the_same_tags(self, launch_args, tasks):
         if launch_args[1] == "horovod":
             try:
-                import horovod.tensorflow  # pylint: disable=import-outside-toplevel,unused-import
+                importlib.import_module("horovod.tensorflow")
             except ImportError as e:
                 self.skipTest("Horovod is not installed: %s" % e)
         work = os.path.join(self.root, launch_args[1])

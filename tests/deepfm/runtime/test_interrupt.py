@@ -1,4 +1,4 @@
-"""Tests of deepfm.runtime.interrupt: SIGTERM or SIGINT stops training at a step that is saved, and a rerun resumes there.
+"""Tests of deepfm.runtime.interrupt: SIGTERM or SIGINT stops training at a saved step, and a rerun resumes there.
 
 The signals are real: a thread sends one to this process at a random moment
 of training.
@@ -16,12 +16,10 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
-from deepfm import config
-from deepfm.runtime import checkpoints
-from deepfm.runtime import interrupt
-from deepfm.runtime import trainer
-from input_pipeline import files, pipeline
 from dataprep import synthetic
+from deepfm import config
+from deepfm.runtime import checkpoints, interrupt, trainer
+from input_pipeline import files, pipeline
 
 FEATURE_SIZE = 500
 BATCH = 32

@@ -6,17 +6,17 @@ import re
 import subprocess
 import sys
 import time
-from unittest import mock
 import urllib.error
 import urllib.request
+from unittest import mock
 
 import psutil
 import pytest
 import tensorflow as tf
 
+from dataprep import synthetic
 from deepfm.runtime import hooks as hooks_lib
 from deepfm.runtime import metrics_server
-from dataprep import synthetic
 from jobs.local import processes
 from tests import paths
 
@@ -68,7 +68,9 @@ class MetricsServerTest(tf.test.TestCase):
             scrape(port)  # the port is closed with the block
 
     def test_no_port_serves_nothing(self):
-        listening = lambda: {c.laddr for c in psutil.Process().connections("tcp") if c.status == psutil.CONN_LISTEN}
+        def listening():
+            return {c.laddr for c in psutil.Process().connections("tcp") if c.status == psutil.CONN_LISTEN}
+
         before = listening()
         server = metrics_server.MetricsServer(None, self.create_tempdir().full_path)
         with server.serving() as serving:

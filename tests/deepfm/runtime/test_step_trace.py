@@ -6,11 +6,10 @@ import os
 import tensorflow as tf
 
 import strategies
-from deepfm import config
-from deepfm.runtime import step_trace
-from deepfm.runtime import trainer
-from input_pipeline import files, pipeline
 from dataprep import synthetic
+from deepfm import config
+from deepfm.runtime import step_trace, trainer
+from input_pipeline import files, pipeline
 
 LOCAL = "/job:localhost/replica:0/task:0/device:CPU:0"
 WORKER = "/job:worker/replica:0/task:0/device:CPU:0"

@@ -11,11 +11,10 @@ import numpy as np
 import tensorflow as tf
 
 import strategies
+from dataprep import criteo, synthetic
 from deepfm import config
 from deepfm.runtime import trainer
 from input_pipeline import files, pipeline, schema
-from dataprep import criteo
-from dataprep import synthetic
 from tests import paths
 
 ROWS = 24_000

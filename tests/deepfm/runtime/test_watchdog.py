@@ -10,8 +10,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from deepfm.runtime import watchdog
 from dataprep import synthetic
+from deepfm.runtime import watchdog
 from jobs.local import launcher as local
 from jobs.local import processes
 

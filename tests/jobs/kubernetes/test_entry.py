@@ -24,8 +24,10 @@ def entry(*command, env=None):
 class ExitCodeTest(unittest.TestCase):
 
     def test_the_codes_are_trainings(self):
-        from deepfm.runtime import interrupt  # imports TensorFlow
-        from deepfm.runtime import watchdog  # imports TensorFlow
+        from deepfm.runtime import (
+            interrupt,  # imports TensorFlow
+            watchdog,  # imports TensorFlow
+        )
         self.assertEqual(interrupt.INTERRUPTED_EXIT_CODE, kubernetes_entry.INTERRUPTED_EXIT_CODE)
         self.assertEqual(watchdog.PEER_LOST_EXIT_CODE, kubernetes_entry.PEER_LOST_EXIT_CODE)
 

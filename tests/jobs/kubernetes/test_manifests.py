@@ -20,10 +20,10 @@ import unittest
 
 import yaml
 
-from jobs.kubernetes import entry as kubernetes_entry
-from jobs.kubernetes import manifests
 from jobs import source as source_lib
 from jobs import spec as spec_lib
+from jobs.kubernetes import entry as kubernetes_entry
+from jobs.kubernetes import manifests
 from tests import command_line, paths
 from tests.jobs.kubernetes import operator_models
 

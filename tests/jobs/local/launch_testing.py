@@ -12,6 +12,7 @@ import subprocess
 import time
 
 import psutil
+
 from tests import command_line, paths
 
 LAUNCH_TIMEOUT_S = 240

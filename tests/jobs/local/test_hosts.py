@@ -9,8 +9,8 @@ import sys
 import tempfile
 from unittest import mock
 
-from absl.testing import parameterized
 import tensorflow as tf
+from absl.testing import parameterized
 
 from jobs.local import hosts
 
@@ -29,7 +29,8 @@ print(json.dumps({"peer": sock.recv(64).decode(), "address": socket.gethostbynam
 
 
 def namespaces_of_this_process():
-    return [name for name in hosts.list_namespaces() if name.startswith("%s-%d-" % (hosts.NAMESPACE_PREFIX, os.getpid()))]
+    prefix = "%s-%d-" % (hosts.NAMESPACE_PREFIX, os.getpid())
+    return [name for name in hosts.list_namespaces() if name.startswith(prefix)]
 
 
 class AssignCpusTest(parameterized.TestCase):

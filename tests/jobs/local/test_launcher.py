@@ -20,10 +20,10 @@ import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
+from dataprep import synthetic
 from deepfm.runtime import trainer
 from jobs import elastic
 from jobs.local import launcher as launch
-from dataprep import synthetic
 from strategies import cluster as cluster_lib
 from strategies import strategy_names
 from tests.jobs.local import launch_testing

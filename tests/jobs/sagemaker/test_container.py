@@ -2,8 +2,8 @@
 
 import json
 
-from absl.testing import parameterized
 import tensorflow as tf
+from absl.testing import parameterized
 
 from jobs import spec as spec_lib
 from jobs.sagemaker import container as container_lib

@@ -5,8 +5,8 @@ import os
 import subprocess
 import sys
 
-from absl.testing import parameterized
 import tensorflow as tf
+from absl.testing import parameterized
 
 from dataprep import synthetic
 from jobs.sagemaker import env as sagemaker_env
@@ -53,7 +53,8 @@ class TrainingArgsTest(parameterized.TestCase):
         root = self.create_tempdir().full_path
         synthetic.generate(300, root, feature_size=700, seed=1, shards=1)
         env = {"SM_INPUT_DATA_CONFIG": data_config(train="Pipe", validation="File"),
-               "SM_CHANNEL_TRAIN": "/opt/ml/input/data/train", "SM_CHANNEL_VALIDATION": os.path.join(root, "validation"),
+               "SM_CHANNEL_TRAIN": "/opt/ml/input/data/train",
+               "SM_CHANNEL_VALIDATION": os.path.join(root, "validation"),
                "SAGEMAKER_BASE_DIR": "/nonexistent"}
         args = sagemaker_env.training_args(env, [])
         self.assertIn("--val_data=%s" % os.path.join(root, "validation"), args)

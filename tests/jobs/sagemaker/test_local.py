@@ -22,8 +22,8 @@ from absl.testing import parameterized
 
 from dataprep import synthetic
 from input_pipeline import schema
-from jobs.local import hosts
 from jobs import spec as spec_lib
+from jobs.local import hosts
 from jobs.sagemaker import local as sagemaker_local
 from jobs.sagemaker import metrics as sagemaker_metrics
 from strategies import strategy_names
@@ -341,7 +341,8 @@ class HostShareTest(tf.test.TestCase):
         spec = spec_lib.JobSpec(job_name="pipe", input_mode="Pipe", channels=(
             spec_lib.Channel("train", os.path.join(data, "train")),))
         with self.assertRaisesRegex(ValueError, "Pipe mode streams every file of a channel into its FIFO, as "
-                                    "SageMaker does, and this one holds .json, .libsvm, .tfrecord, .tfrecord-packed files"):
+                                    "SageMaker does, and this one holds .json, .libsvm, .tfrecord, "
+                                    ".tfrecord-packed files"):
             sagemaker_local.LocalConfig(spec=spec, output_dir=self.create_tempdir().full_path)
         self.assertTrue(os.path.isfile(os.path.join(data, "train", schema.METADATA_FILE)))
 

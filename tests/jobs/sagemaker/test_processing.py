@@ -18,17 +18,16 @@ import psutil
 import pytest
 import tensorflow as tf
 
-from input_pipeline import files, formats, schema
-from dataprep import criteo
+from dataprep import criteo, raw_criteo
 from dataprep import criteo_processing as stages
-from dataprep import raw_criteo
-from jobs.local import hosts
+from input_pipeline import files, formats, schema
 from jobs import source as source_lib
+from jobs.local import hosts
 from jobs.sagemaker import local as sagemaker_local
 from jobs.sagemaker import processing as sagemaker_processing
 from jobs.sagemaker import processing_job
-from tests.input_pipeline import dataset_io
 from tests import paths
+from tests.input_pipeline import dataset_io
 
 REPO_ROOT = paths.REPO_ROOT
 RAW_FILES = 4

@@ -10,11 +10,11 @@ import os
 import subprocess
 import sys
 
-from absl.testing import parameterized
 import tensorflow as tf
+from absl.testing import parameterized
 
-from jobs.sagemaker import container as container_lib
 from jobs import spec as spec_lib
+from jobs.sagemaker import container as container_lib
 from jobs.sagemaker import metrics as sagemaker_metrics
 from tests import paths
 
@@ -114,7 +114,8 @@ class SubmitDryRunTest(parameterized.TestCase, tf.test.TestCase):
                                "--tuning_max_parallel_jobs", "3", hyperparameters=("--num_epochs", "2", "--batch_norm"))
         self.assertEqual(JOB, request["HyperParameterTuningJobName"])
         config = request["HyperParameterTuningJobConfig"]
-        self.assertEqual({"MetricName": "validation:auc", "Type": "Maximize"}, config["HyperParameterTuningJobObjective"])
+        self.assertEqual({"MetricName": "validation:auc", "Type": "Maximize"},
+                         config["HyperParameterTuningJobObjective"])
         self.assertEqual({"MaxNumberOfTrainingJobs": 6, "MaxParallelTrainingJobs": 3}, config["ResourceLimits"])
         self.assertEqual({
             "ContinuousParameterRanges": [{"Name": "learning_rate", "MinValue": "0.0001", "MaxValue": "0.1",

@@ -185,7 +185,7 @@ def run_lookup_case(case: Case, hvd, result_dir: str) -> None:
                 record["distinct_ids_%d" % step] = stats.distinct_ids
                 record["rows_served_%d" % step] = stats.rows_served
                 record["gradient_rows_%d" % step] = gradient_rows
-            for name, table in tables.items():
+            for table in tables.values():
                 for variable in [table.variable] + table.slot_variables():
                     record["var_" + table.checkpoint_name(variable)] = session.run(variable)
             for variable in [dense] + [optimizer.get_slot(dense, slot) for slot in optimizer.get_slot_names()]:

@@ -6,15 +6,13 @@ checkpoint at 2 real ranks and restores it at 3 and in a plain graph.
 
 import os
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
 from strategies.sharded import checkpoint as checkpoint_lib
 from strategies.sharded import ownership
 from strategies.sharded import table as table_lib
-from tests.strategies.sharded import rank_program
-from tests.strategies.sharded import ranks_testing
+from tests.strategies.sharded import rank_program, ranks_testing
 
 
 class OneRankTest(tf.test.TestCase):
@@ -92,7 +90,8 @@ class OneRankTest(tf.test.TestCase):
         with tf.Graph().as_default():
             checkpoint = checkpoint_lib.ShardedCheckpoint([self._table()], self.hvd)
             with self.assertRaisesRegex(ValueError, "save_steps must be >= 1, got None .*never by seconds"):
-                checkpoint_lib.ShardedCheckpointSaverHook(ranks_testing.tempdir(self), checkpoint, None, tf.compat.v1.train.Scaffold())
+                checkpoint_lib.ShardedCheckpointSaverHook(ranks_testing.tempdir(self), checkpoint, None,
+                                                          tf.compat.v1.train.Scaffold())
 
 
 

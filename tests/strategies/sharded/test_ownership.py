@@ -13,7 +13,8 @@ class OwnershipTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters((0, 1), (1, 3), (2, 3), (10, 3), (12, 4), (301, 2), (301, 3))
     def test_shards_partition_the_ids(self, num_rows, size):
         owned = [ownership.owned_ids(num_rows, rank, size) for rank in range(size)]
-        self.assertEqual([len(ids) for ids in owned], [ownership.shard_rows(num_rows, rank, size) for rank in range(size)])
+        self.assertEqual([len(ids) for ids in owned],
+                         [ownership.shard_rows(num_rows, rank, size) for rank in range(size)])
         self.assertAllEqual(np.arange(num_rows), np.sort(np.concatenate(owned)))
         for rank, ids in enumerate(owned):
             self.assertAllEqual(np.full(len(ids), rank), ids % size)
@@ -54,13 +55,15 @@ class OwnershipTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllEqual(positions, self.evaluate(ownership.id_order_positions_tensor(num_rows, size)))
         full = np.random.RandomState(0).randn(num_rows, 2)
         concatenated = np.concatenate([full[ownership.owned_ids(num_rows, rank, size)] for rank in range(size)])
+        self.assertAllEqual(full, concatenated[positions])  # the ranks' rows, back in id order
 
     def test_variance_scaling_shard_has_the_full_table_spread(self):
         full_shape, shard_shape = [30000, 8], [10000, 8]
         for initializer in (tf.compat.v1.glorot_normal_initializer(seed=1),
                             tf.compat.v1.variance_scaling_initializer(2.0, "fan_in", "uniform", seed=1)):
             full = self.evaluate(initializer(full_shape))
-            shard = self.evaluate(ownership.shard_initializer(initializer, full_shape, shard_shape, rank=1)(shard_shape))
+            shard_of = ownership.shard_initializer(initializer, full_shape, shard_shape, rank=1)
+            shard = self.evaluate(shard_of(shard_shape))
             unscaled = self.evaluate(initializer(shard_shape))
             self.assertAllClose(full.std(), shard.std(), rtol=0.03)
             self.assertNotAllClose(full.std(), unscaled.std(), rtol=0.1)

@@ -17,8 +17,7 @@ from dataprep import synthetic
 from input_pipeline import dataset, schema
 from strategies.sharded import pipeline as pipeline_lib
 from strategies.sharded import table as table_lib
-from tests.strategies.sharded import rank_program
-from tests.strategies.sharded import ranks_testing
+from tests.strategies.sharded import rank_program, ranks_testing
 
 IDS = "feat_ids"
 NUM_ROWS = 20

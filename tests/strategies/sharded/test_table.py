@@ -13,8 +13,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from strategies.sharded import table as table_lib
-from tests.strategies.sharded import rank_program
-from tests.strategies.sharded import ranks_testing
+from tests.strategies.sharded import rank_program, ranks_testing
 
 
 class OneRankTest(tf.test.TestCase, parameterized.TestCase):
