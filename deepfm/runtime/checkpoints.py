@@ -32,6 +32,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -51,6 +52,12 @@ STATE_FILE = "checkpoint"
 # What TensorFlow's checkpoint reader raises on a damaged file (a short read
 # surfaces as IndexError, a bad CRC or header as DataLossError).
 READ_ERRORS = (tf.errors.OpError, ValueError, IndexError, OSError, RuntimeError)
+
+# A checkpoint save cut short: TensorFlow's sharded saver writes `<prefix>-<step>_temp/part-...`.
+PARTIAL_SAVE = re.compile(r"^.+-\d+_temp$")
+# A state file or record written through a temporary name: TensorFlow's `checkpoint.tmp<32 hex>`, this
+# package's `<file>.tmp` (`write_state`, `run_config.write`, `input_position.record`).
+PARTIAL_RECORD = re.compile(r"^(%s\.tmp[0-9a-f]{32}|[\w.]+\.json\.tmp|%s\.tmp)$" % (STATE_FILE, STATE_FILE))
 
 Shapes = Dict[str, Tuple[int, ...]]
 
@@ -126,8 +133,7 @@ def resume_checkpoint(model_dir: str, repair: bool = True) -> Optional[str]:
         reason = unreadable_reason(paths[index])
         if reason is None:
             if skipped and repair:
-                write_state(model_dir, paths[:index + 1])
-                logging.warning("rewrote %s to resume from %s", os.path.join(model_dir, STATE_FILE), paths[index])
+                repair_state(model_dir, paths[index])
             return paths[index]
         logging.warning("checkpoint %s is unreadable and is skipped (%s); resuming from an earlier one",
                         paths[index], reason)
@@ -137,6 +143,20 @@ def resume_checkpoint(model_dir: str, repair: bool = True) -> Optional[str]:
             "--model_dir %r: none of its checkpoints can be read (%s); move them away to start over"
             % (model_dir, ", ".join(skipped)))
     return None
+
+
+def repair_state(model_dir: str, checkpoint: str) -> bool:
+    """Points the state file of `model_dir` at `checkpoint` where it names a newer one; returns whether it did.
+
+    The newer ones (unreadable, see `resume_checkpoint`) are left out of the
+    state file; their files stay where they are.
+    """
+    paths = listed_checkpoints(model_dir)
+    if checkpoint not in paths or paths[-1] == checkpoint:
+        return False
+    write_state(model_dir, paths[:paths.index(checkpoint) + 1])
+    logging.warning("rewrote %s to resume from %s", os.path.join(model_dir, STATE_FILE), checkpoint)
+    return True
 
 
 def write_state(model_dir: str, paths: List[str]) -> None:
@@ -154,6 +174,29 @@ def write_state(model_dir: str, paths: List[str]) -> None:
     with open(state + ".tmp", "w") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(state + ".tmp", state)
+
+
+def remove_partial_files(model_dir: str) -> List[str]:
+    """Removes what saves cut short left in `model_dir` (the chief, before training); returns the paths.
+
+    TensorFlow writes a checkpoint's files into `<prefix>-<step>_temp/` and
+    moves them into place once complete, and the state file through
+    `checkpoint.tmp<hex>`; this package writes its records through `.tmp`
+    files. A process killed in between leaves these behind, and nothing else
+    ever removes them. Complete checkpoints are never touched.
+    """
+    removed = []
+    for name in sorted(os.listdir(model_dir)):
+        target = os.path.join(model_dir, name)
+        if (PARTIAL_SAVE.match(name) and os.path.isdir(target)) or (
+                PARTIAL_RECORD.match(name) and os.path.isfile(target)):
+            if os.path.isdir(target):
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                os.remove(target)
+            logging.warning("removed %s, left by a save that was cut short (a killed process)", target)
+            removed.append(target)
+    return removed
 
 
 def model_shapes(model: ModelConfig, model_fn) -> Shapes:
