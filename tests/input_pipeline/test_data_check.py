@@ -1,0 +1,172 @@
+"""Tests of input_pipeline.data_check: every row of the input read once, each problem named in one line."""
+
+import os
+import shutil
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import parameterized
+
+from input_pipeline import data_check, formats, pipeline, schema
+from tests.input_pipeline import example_files
+
+FIELDS = example_files.SMALL_FIELD_SIZE
+FEATURE_SIZE = example_files.MAX_ID
+ROWS = 40
+FORMATS = (("tfrecord", formats.TFRECORD), ("packed", formats.TFRECORD_PACKED), ("libsvm", formats.LIBSVM))
+
+
+def rows(seed=0, num=ROWS):
+    labels, ids, values = example_files.make_rows(num, FIELDS, seed=seed)
+    return (labels % 2).astype(np.float32), ids, values
+
+
+def config(data_format):
+    return pipeline.PipelineConfig(data_format=data_format, field_size=FIELDS)
+
+
+class DataCheckTest(tf.test.TestCase, parameterized.TestCase):
+
+    def three_files(self, data_format, middle=None):
+        """Three files of the format; the middle one holds `middle` rows where given."""
+        directory = self.create_tempdir().full_path
+        return [example_files.write_rows(os.path.join(directory, "part-%d" % i),
+                                         middle if i == 1 and middle is not None else rows(seed=i), data_format)
+                for i in range(3)]
+
+    @parameterized.named_parameters(*FORMATS)
+    def test_good_files_are_summarized(self, data_format):
+        paths = self.three_files(data_format)
+        summaries = data_check.check_files(paths, config(data_format), FEATURE_SIZE)
+        self.assertEqual([ROWS] * 3, [s.rows for s in summaries])
+        expected_ids = rows(seed=0)[1]
+        self.assertEqual((expected_ids.min(), expected_ids.max()), (summaries[0].min_id, summaries[0].max_id))
+
+    @parameterized.named_parameters(*FORMATS)
+    def test_a_truncated_file_in_the_middle_is_named(self, data_format):
+        paths = self.three_files(data_format)
+        with open(paths[1], "r+b") as f:
+            f.truncate(os.path.getsize(paths[1]) - 7)
+        message = self.refused(paths, data_format)
+        self.assertIn(paths[1], message)
+        self.assertNotIn(paths[0], message)
+
+    @parameterized.named_parameters(("tfrecord", formats.TFRECORD), ("packed", formats.TFRECORD_PACKED))
+    def test_a_corrupt_record_in_the_middle_is_named(self, data_format):
+        paths = self.three_files(data_format)
+        with open(paths[1], "r+b") as f:
+            f.seek(os.path.getsize(paths[1]) // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        message = self.refused(paths, data_format)
+        self.assertRegex(message, r"^training data: TFRecord file %s could not be read to its end: read \d+ of %d "
+                         r"bytes" % (paths[1], os.path.getsize(paths[1])))
+
+    def test_a_corrupt_libsvm_line_is_named_by_file_and_line(self):
+        paths = self.three_files(formats.LIBSVM)
+        with open(paths[1]) as f:
+            lines = f.read().splitlines()
+        lines[9] = lines[9].replace(":", ";", 1)
+        with open(paths[1], "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.assertIn("%s:10" % paths[1], self.refused(paths, formats.LIBSVM))
+
+    @parameterized.named_parameters(*FORMATS)
+    def test_a_row_with_another_number_of_fields_is_named(self, data_format):
+        labels, ids, values = rows(seed=1)
+        paths = self.three_files(data_format)
+        # Row 5 of the middle file has one field less.
+        if data_format == formats.LIBSVM:
+            extra = {5: example_files.libsvm_line(1.0, ids[0][:-1], values[0][:-1])}
+            example_files.write_libsvm(paths[1], (labels[:-1], ids[:-1], values[:-1]), extra_lines=extra)
+            expected = "%s:6" % paths[1]
+        else:
+            records = [example_files.serialize(float(l), i, v) for l, i, v in zip(labels, ids, values)]
+            if data_format.packed:
+                records = [example_files.serialize_packed(labels[s:s + 3], ids[s:s + 3], values[s:s + 3])
+                           for s in range(0, ROWS, 3)]
+                records[2] = example_files.serialize_packed(labels[6:9], ids[6:9], values[6:9, :-1])
+                expected = ("training data: a packed TFRecord record of %s holds 3 row(s) (labels) with 12 ids and "
+                            "9 values" % paths[1])
+            else:
+                records[5] = example_files.serialize(1.0, ids[5][:-1], values[5][:-1])
+                expected = "training file %s, record 5: feature 'ids' holds 3 values, expected 4" % paths[1]
+            with tf.io.TFRecordWriter(paths[1]) as writer:
+                for record in records:
+                    writer.write(record)
+        message = self.refused(paths, data_format)
+        self.assertIn(expected, message)
+
+    @parameterized.named_parameters(
+        ("tfrecord_nan_value", formats.TFRECORD, "value", np.nan),
+        ("packed_infinite_label", formats.TFRECORD_PACKED, "label", -np.inf),
+        ("libsvm_infinite_value", formats.LIBSVM, "value", np.inf))
+    def test_nan_and_infinite_values_and_labels_are_named(self, data_format, kind, bad):
+        labels, ids, values = rows(seed=1)
+        if kind == "value":
+            values[7, 2] = bad
+            expected = "value %r of field 2" % float(bad)
+        else:
+            labels[7] = bad
+            expected = "label %r" % float(bad)
+        paths = self.three_files(data_format, middle=(labels, ids, values))
+        if data_format == formats.LIBSVM:
+            # LibSVM has no `inf` (a bad line): a number too large for float32 is one.
+            with open(paths[1]) as f:
+                text = f.read().replace(" %d:inf " % ids[7, 2], " %d:1e39 " % ids[7, 2], 1)
+            with open(paths[1], "w") as f:
+                f.write(text)
+        where = "line 8" if data_format == formats.LIBSVM else "row 7" if data_format.packed else "record 7"
+        self.assertIn("training file %s, %s: %s" % (paths[1], where, expected), self.refused(paths, data_format))
+
+    def test_nan_and_inf_are_no_libsvm_numbers(self):
+        labels, ids, values = rows(seed=1)
+        labels[7] = np.nan
+        paths = self.three_files(formats.LIBSVM, middle=(labels, ids, values))
+        self.assertIn("%s:8: bad LibSVM line" % paths[1], self.refused(paths, formats.LIBSVM))
+
+    @parameterized.named_parameters(
+        ("tfrecord_negative", formats.TFRECORD, -3),
+        ("packed_feature_size", formats.TFRECORD_PACKED, FEATURE_SIZE),
+        ("libsvm_above", formats.LIBSVM, FEATURE_SIZE + 5))
+    def test_ids_out_of_range_are_named(self, data_format, bad):
+        labels, ids, values = rows(seed=1)
+        ids[11, 1] = bad
+        paths = self.three_files(data_format, middle=(labels, ids, values))
+        where = "line 12" if data_format == formats.LIBSVM else "row 11" if data_format.packed else "record 11"
+        self.assertIn("training file %s, %s: feature id %d of field 1 is out of range [0, feature_size=%d)"
+                      % (paths[1], where, bad, FEATURE_SIZE), self.refused(paths, data_format))
+
+    def test_a_negative_id_in_libsvm_is_a_bad_line(self):
+        labels, ids, values = rows(seed=1)
+        ids[11, 1] = -3
+        paths = self.three_files(formats.LIBSVM, middle=(labels, ids, values))
+        self.assertIn("%s:12" % paths[1], self.refused(paths, formats.LIBSVM))
+
+    def test_metadata_that_disagrees_with_its_files_is_named(self):
+        root = self.create_tempdir().full_path
+        example_files.write_dataset_root(root, {"train": [rows(seed=0), rows(seed=1)]})
+        train = [os.path.join(root, "train", schema.shard_stem(i) + ".tfrecord") for i in range(2)]
+        data_check.check_files(train, config(formats.TFRECORD), FEATURE_SIZE)
+        # A shard rewritten with fewer rows than the metadata says.
+        example_files.write_tfrecord(train[1], rows(seed=1, num=ROWS - 3))
+        message = self.refused(train, formats.TFRECORD)
+        self.assertIn("training file %s holds %d rows, %s says %d" % (
+            train[1], ROWS - 3, os.path.join(root, schema.METADATA_FILE), ROWS), message)
+        # A file the metadata does not list is counted, as files outside a dataset are.
+        stray = os.path.join(root, "train", "part-00099.tfrecord")
+        shutil.copy(train[0], stray)
+        self.assertEqual([ROWS], [s.rows for s in data_check.check_files([stray], config(formats.TFRECORD),
+                                                                          FEATURE_SIZE)])
+
+    def refused(self, paths, data_format):
+        with self.assertRaises(data_check.DataCheckError) as raised:
+            data_check.check_files(paths, config(data_format), FEATURE_SIZE)
+        message = str(raised.exception)
+        self.assertNotIn("\n", message)
+        return message
+
+
+if __name__ == "__main__":
+    tf.test.main()
