@@ -136,6 +136,10 @@ class TrainConfig:
       trace_dir: where the traces go; None: `<model_dir>/traces`.
       metrics_port: the chief serves Prometheus metrics on this port
         (`deepfm.runtime.metrics_server`); None for none.
+      check_data: read every training and validation file once before the
+        model directory is touched, and refuse damaged files, rows of another
+        layout, values that are not finite, ids out of range and row counts
+        other than the metadata's (`input_pipeline.data_check`); File mode.
     """
 
     model_dir: str
@@ -156,6 +160,7 @@ class TrainConfig:
     trace_steps: int = 0
     trace_dir: Optional[str] = None
     metrics_port: Optional[int] = None
+    check_data: bool = True
 
     def __post_init__(self):
         for name in ("batch_size", "num_epochs", "log_every_n_steps", "save_checkpoints_steps"):

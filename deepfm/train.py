@@ -75,6 +75,9 @@ def define_flags() -> None:
                       "TensorFlow 2.14 it can hold up the end of each training session by up to 60 s.")
     flags.DEFINE_string("cache", None, "Cache the decoded-ready records: 'memory' or a file path prefix.")
     flags.DEFINE_bool("skip_bad_records", False, "Skip malformed LibSVM lines instead of failing.")
+    flags.DEFINE_bool("check_data", config_lib.TrainConfig.check_data, "Read every training and validation file "
+                      "once before the model directory is touched; refuse damaged files, bad rows, values that "
+                      "are not finite, ids out of range and row counts other than the metadata's.")
     flags.DEFINE_integer("seed", None, "Random seed of the graph.")
     flags.DEFINE_integer("log_every_n_steps", 100, "Progress interval in steps (console line, TensorBoard "
                          "examples_per_sec, --progress_file).")
@@ -223,7 +226,7 @@ def parse_flags(flag_values=FLAGS):
             save_checkpoints_steps=f.save_checkpoints_steps, seed=f.seed,
             eval_every_n_steps=f.eval_every_n_steps, early_stopping_patience=f.early_stopping_patience,
             progress_file=f.progress_file, trace_steps=f.trace_steps, trace_dir=f.trace_dir,
-            metrics_port=f.metrics_port)
+            metrics_port=f.metrics_port, check_data=f.check_data)
         input_config = pipeline.PipelineConfig(
             data_format=data_format, field_size=field_size, shuffle_buffer=f.shuffle_buffer,
             cache=f.cache, seed=f.seed, skip_bad_records=f.skip_bad_records, input_mode=f.input_mode,

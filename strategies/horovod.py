@@ -32,9 +32,10 @@ No rank ever waits in a collective for a rank busy with something else
   from the smallest shard's rows, and the training input repeats, so no rank
   runs out of data first.
 * The only collectives are the gradient allreduces of training steps, the
-  broadcast at session start, and one broadcast of rank 0's resume step in
-  `run_config`, which every rank calls once. Evaluation and export run after
-  the last step and contain no collective.
+  broadcast at session start, and the trainer's agreement on rank 0's resume
+  step and input position before training (`deepfm.runtime.input_position`),
+  which every rank makes once. Evaluation and export run after the last step
+  and contain no collective.
 * A stop on SIGTERM or SIGINT (`deepfm.runtime.interrupt`) is agreed in the step
   itself: `agree_to_stop`'s allreduce of a stop flag is fetched with every
   training step, so all ranks stop after the same step.
@@ -42,9 +43,10 @@ No rank ever waits in a collective for a rank busy with something else
   set: the same work everywhere, and since the variables are equal every
   rank computes the same metrics. Sharding the validation set would need an
   allreduce of the metric state, i.e. one more chance to stall.
-* A model directory whose checkpoint already reached the step budget would
-  make rank 0 skip training while the others wait for its broadcast; every
-  rank detects this from the broadcast resume step and stops with an error.
+* A model directory whose checkpoint already reached the step budget (a
+  job stopped during its final evaluation or export) gets a training session
+  of no step on every rank, then the evaluation and the export
+  (`deepfm.runtime.trainer`).
 * Rank 0's periodic checkpoints and summaries are the only work it does
   alone during training; they are local and short.
 """
@@ -80,7 +82,6 @@ ROOT_RANK = 0
 FINAL_CHECKPOINT_ONLY_STEPS = 2**62
 PRIVATE_KEEP_CHECKPOINT_MAX = 1
 NO_SUMMARIES = 0
-NO_RESUME_STEP = 0
 COMPRESSION_FP16 = "fp16"
 # `hvd_groups` of no explicit groups.
 NO_GROUPS = 0
@@ -274,7 +275,6 @@ class HorovodStrategy(base.Strategy):
         super().__init__(config)
         self._hvd = None
         self._gpu: Optional[int] = None
-        self._max_steps: Optional[int] = None
         self._private_dir: Optional[str] = None
         self._checkpoint_dir: Optional[str] = None
 
@@ -405,19 +405,12 @@ class HorovodStrategy(base.Strategy):
     def run_config(self, **kwargs) -> tf.estimator.RunConfig:
         """The `RunConfig` of this rank.
 
-        A collective: every rank must call it once. Rank 0 keeps `model_dir`
-        and the checkpoint settings given; the other ranks get a private
-        temporary `model_dir`, a final checkpoint only and no summaries. The
-        graph seed, when set, is offset by the rank so the ranks draw
-        different dropout masks (initial values come from rank 0 anyway).
-
-        Raises:
-          ValueError: rank 0's checkpoint already reached the step budget
-            given to `global_max_steps` (every rank raises).
+        Rank 0 keeps `model_dir` and the checkpoint settings given; the other
+        ranks get a private temporary `model_dir`, a final checkpoint only and
+        no summaries. The graph seed, when set, is offset by the rank so the
+        ranks draw different dropout masks (initial values come from rank 0
+        anyway).
         """
-        model_dir = kwargs.get("model_dir")
-        if model_dir is not None:
-            self._check_resume_step(model_dir)
         if kwargs.get("tf_random_seed") is not None:
             kwargs["tf_random_seed"] += self.rank
         if not self.is_chief:
@@ -441,31 +434,8 @@ class HorovodStrategy(base.Strategy):
             atexit.register(shutil.rmtree, self._private_dir, ignore_errors=True)
         return self._private_dir
 
-    def _check_resume_step(self, model_dir: str) -> None:
-        step = NO_RESUME_STEP
-        if self.is_chief:
-            checkpoint = tf.train.latest_checkpoint(model_dir)
-            if checkpoint:
-                step = int(tf.train.load_variable(checkpoint, tf.compat.v1.GraphKeys.GLOBAL_STEP))
-        step = self._broadcast_int(step)
-        if self._max_steps is not None and step >= self._max_steps:
-            raise ValueError(
-                "--model_dir %r on rank 0 holds a checkpoint at global step %d, and the step budget is %d: "
-                "rank 0 would skip training while the other ranks wait for it. Raise --max_steps or "
-                "--num_epochs, or use a new --model_dir" % (model_dir, step, self._max_steps))
-
-    def _broadcast_int(self, value: int) -> int:
-        """Rank 0's `value` on every rank (a collective)."""
-        hvd = self.hvd
-        with tf.Graph().as_default():
-            with tf.device(devices.HOST_DEVICE):
-                broadcast = hvd.broadcast(tf.constant(value, tf.int64), ROOT_RANK, name="resume_step")
-            with tf.compat.v1.Session(config=self.session_config()) as session:
-                return int(session.run(broadcast))
-
     def global_max_steps(self, steps_per_worker: int) -> int:
-        """The same budget on every rank; remembered for `run_config`'s check."""
-        self._max_steps = steps_per_worker
+        """The same budget on every rank."""
         return steps_per_worker
 
     def learning_rate_factor(self) -> float:

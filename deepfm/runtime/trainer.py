@@ -23,6 +23,8 @@ each, the best checkpoint is kept and exported, and training may stop early
 import dataclasses
 import json
 import os
+import re
+import shutil
 import time
 from typing import Dict, List, Optional
 
@@ -32,7 +34,17 @@ from absl import logging
 from deepfm import models
 from deepfm.config import ModelConfig, TrainConfig
 from deepfm.models import ctr
-from deepfm.runtime import checkpoints, early_stopping, interrupt, metrics_server, run_config, step_trace, watchdog
+from deepfm.runtime import (
+    checkpoints,
+    early_stopping,
+    input_position,
+    interrupt,
+    metrics_server,
+    preflight,
+    run_config,
+    step_trace,
+    watchdog,
+)
 from deepfm.runtime import console as console_lib
 from deepfm.runtime import hooks as hooks_lib
 from input_pipeline import pipeline
@@ -41,6 +53,8 @@ from strategies import base as strategies_base
 EVAL_BATCH_SIZE = 4096
 # The EVAL metrics a model_fn must return: the result, the best checkpoint and early stopping use them.
 REPORTED_METRICS = ("auc", "logloss")
+# The directory TensorFlow writes a SavedModel into before moving it to `<export_dir>/<timestamp>`.
+PARTIAL_EXPORT = re.compile(r"^temp-\d+$")
 # Under the model directory, where `--trace_steps` traces go by default.
 TRACE_DIR = "traces"
 
@@ -86,16 +100,14 @@ class TrainResult:
 
 def check_model_dir(model_dir: str, model: Optional[ModelConfig] = None, repair: bool = True,
                     model_fn: Optional[strategies_base.ModelFn] = None) -> Optional[int]:
-    """Makes sure `model_dir` is usable before training starts.
-
-    Unreadable checkpoints are skipped and, with `model`, a checkpoint of
-    another model shape is refused (see `deepfm.runtime.checkpoints`).
+    """Makes sure `model_dir` is usable before training starts (`preflight.resume_point`, `prepare_model_dir`).
 
     Args:
       model_dir: the model directory.
       model: the model this run trains; None skips the shape check.
-      repair: point the state file at the checkpoint resumed from when a
-        newer one is unreadable (the chief).
+      repair: prepare the directory for training (the chief): point the
+        state file at the checkpoint resumed from when a newer one is
+        unreadable, and remove what saves cut short left.
       model_fn: the model function; default: the built-in `model.model`.
 
     Returns:
@@ -103,23 +115,12 @@ def check_model_dir(model_dir: str, model: Optional[ModelConfig] = None, repair:
       new model directory.
 
     Raises:
-      ValueError: `model_dir` is a file or cannot be written, none of its
-        checkpoints is readable, or its checkpoint holds another model shape.
+      ValueError: as `preflight.resume_point`.
     """
-    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
-        raise ValueError("--model_dir %r exists and is not a directory" % model_dir)
-    try:
-        os.makedirs(model_dir, exist_ok=True)
-    except OSError as e:
-        raise ValueError("--model_dir %r cannot be created: %s" % (model_dir, e)) from e
-    if not os.access(model_dir, os.W_OK | os.X_OK):
-        raise ValueError("--model_dir %r is not writable" % model_dir)
-    checkpoint = checkpoints.resume_checkpoint(model_dir, repair=repair)
-    if checkpoint is None:
-        return None
-    if model is not None:
-        checkpoints.check_model_shapes(checkpoint, model, model_fn or models.get(model.model))
-    return checkpoints.checkpoint_step(checkpoint)
+    checkpoint = preflight.resume_point(model_dir, model, model_fn)
+    if repair:
+        preflight.prepare_model_dir(model_dir, checkpoint)
+    return None if checkpoint is None else checkpoints.checkpoint_step(checkpoint)
 
 
 def _steps_per_worker(train: TrainConfig, builder: pipeline.DatasetBuilder,
@@ -188,20 +189,31 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         return None
 
     model_fn = model_fn or models.get(model.model)
+    # Every check first, then the first write: a refused run leaves the model directory as it was.
     record = run_config.resolved(train, model, input_config, strategy.config, _qualified_name(model_fn))
     if strategy.is_chief:
         run_config.check_resume(train.model_dir, record)
-    resumed_step = check_model_dir(train.model_dir, model, repair=strategy.is_chief, model_fn=model_fn)
-    if strategy.is_chief:
-        run_config.write(train.model_dir, record)
-    if resumed_step is not None:
-        logging.info("resuming from the checkpoint in %s at global step %d", train.model_dir, resumed_step)
+    checkpoint = preflight.resume_point(train.model_dir, model, model_fn)
+    resumed_step = None if checkpoint is None else checkpoints.checkpoint_step(checkpoint)
     context = strategy.input_context()
     batch = strategy.batch_per_input_pipeline(train.batch_size)
-    source = strategy.pipe_channel() if input_config.input_mode == pipeline.INPUT_MODE_PIPE else train.train_files
+    pipe_mode = input_config.input_mode == pipeline.INPUT_MODE_PIPE
+    source = strategy.pipe_channel() if pipe_mode else train.train_files
     train_builder = pipeline.DatasetBuilder(source, input_config, batch_size=batch, num_epochs=None)
     per_step = strategy.batches_per_step()
     steps = _steps_per_worker(train, train_builder, context, per_step)
+    rounds = bool(train.eval_every_n_steps) and strategy.evaluates
+    if rounds and pipe_mode:
+        raise ValueError("--eval_every_n_steps needs File mode: training in rounds would reopen the Pipe-mode "
+                         "channel %r from its first epoch each round" % source)
+    if train.check_data and not pipe_mode:
+        preflight.check_data(train, model, input_config, _file_eval_config(input_config), strategy, context)
+    if strategy.is_chief:
+        preflight.prepare_model_dir(train.model_dir, checkpoint)
+        run_config.write(train.model_dir, record)
+    if resumed_step is not None:
+        logging.info("resuming from the checkpoint in %s at global step %d", train.model_dir, resumed_step)
+    position = None
     if steps is None:
         # Pipe mode without row counts: each epoch ends with its FIFO.
         train_builder = pipeline.DatasetBuilder(source, input_config, batch_size=batch, num_epochs=train.num_epochs)
@@ -212,18 +224,22 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         logging.info("%s; per-replica batch %d; training for %d epoch(s) of channel %s, each ending with its FIFO",
                      strategy.describe(), train.batch_size, train.num_epochs, source)
     else:
-        max_steps = strategy.global_max_steps(steps)
+        position = preflight.resume_plan(train, strategy, resumed_step, steps, strategy.global_max_steps(steps), batch,
+                                per_step)
+        max_steps = position.max_steps
+        skip = position.skip_in_pass(_batches_per_pass(train_builder, context))
 
         def input_fn():
-            return train_builder(context)
+            dataset = train_builder(context)
+            return dataset.skip(skip) if skip else dataset
         logging.info("%s; per-replica batch %d; training to global step %d",
                      strategy.describe(), train.batch_size, max_steps)
+        if position.resumed_step:
+            logging.info("the steps before global step %d trained %d of the budget's %d examples: this worker's "
+                         "input skips their %d batch(es) of its shard", position.resumed_step,
+                         position.examples_done, position.examples_budget, skip)
 
     console = console or console_lib.Console(enabled=False)
-    rounds = bool(train.eval_every_n_steps) and strategy.evaluates
-    if rounds and input_config.input_mode == pipeline.INPUT_MODE_PIPE:
-        raise ValueError("--eval_every_n_steps needs File mode: training in rounds would reopen the Pipe-mode "
-                         "channel %r from its first epoch each round" % source)
     epoch_steps = _global_steps_per_epoch(train_builder, context, per_step, steps, max_steps)
     console.line("%s; per-replica batch %d; %s" % (
         strategy.describe(), train.batch_size, "training to global step %d" % max_steps if max_steps
@@ -233,7 +249,8 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     throughput = hooks_lib.ProgressHook(
         batch * per_step, every_n_steps=train.log_every_n_steps,
         listeners=_progress_listeners(train, model, strategy, console, max_steps, epoch_steps) + [metrics])
-    train_input_fn = _continuing_input_fn(train_builder, context, throughput, per_step) if rounds else input_fn
+    train_input_fn = _continuing_input_fn(train_builder, context, throughput, per_step,
+                                          position.skip_batches if position else 0) if rounds else input_fn
     start = time.time()
     outcome = None
     with interrupt.StopRequest() as stop, checkpoints.save_errors(train.model_dir), \
@@ -245,8 +262,11 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
             outcome = _train_evaluating_in_session(estimator, train_input_fn, hooks, train, input_config, console,
                                                    max_steps, lambda: stop.stopped_before(max_steps) is not None)
         elif rounds:
-            outcome = _train_in_rounds(estimator, train_input_fn, hooks, train, input_config, strategy, console,
-                                       resumed_step, max_steps, lambda: stop.stopped_before(max_steps) is not None)
+            outcome = _train_in_rounds(estimator, train_input_fn, hooks, train, input_config, console,
+                                       position.resumed_step, max_steps, strategy,
+                                       lambda: stop.stopped_before(max_steps) is not None)
+        elif position is not None and position.budget_reached:
+            _train_no_step(estimator, train_input_fn, hooks, position, console)
         else:
             estimator.train(train_input_fn, max_steps=max_steps, hooks=hooks)
     console.close()
@@ -305,18 +325,53 @@ def _evaluate(estimator, source: pipeline.Source, eval_config: pipeline.Pipeline
 
 
 def _continuing_input_fn(builder: pipeline.DatasetBuilder, context: tf.distribute.InputContext,
-                         progress: hooks_lib.ProgressHook, per_step: int):
+                         progress: hooks_lib.ProgressHook, per_step: int, resumed_batches: int = 0):
     """An input_fn for training in rounds: each round goes on where the last one left the data.
 
-    The dataset skips the batches this process trained in earlier rounds
-    (modulo one epoch's batches).
+    The dataset skips the batches trained before this run resumed
+    (`resumed_batches`) and those this process trained in earlier rounds,
+    modulo one pass over its shard.
     """
-    epoch_batches = builder.steps_per_epoch(context)
+    pass_batches = _batches_per_pass(builder, context)
 
     def input_fn():
-        skip = progress.steps * per_step
-        return builder(context).skip(skip % epoch_batches if epoch_batches else skip)
+        skip = resumed_batches + progress.steps * per_step
+        return builder(context).skip(skip % pass_batches if pass_batches else skip)
     return input_fn
+
+
+def _batches_per_pass(builder: pipeline.DatasetBuilder, context: tf.distribute.InputContext) -> Optional[int]:
+    """Full batches one pass over this process's own shard yields; None where its rows are unknown."""
+    plan = builder.shard_plan(context)
+    if plan.rows_per_shard is None:
+        return None
+    return plan.rows_per_shard[plan.index] // builder.batch_size
+
+
+class _StopBeforeFirstStep(tf.estimator.SessionRunHook):
+    """Ends a training session before its first step (its hooks still start and end)."""
+
+    def after_create_session(self, session, coord):
+        del session
+        coord.request_stop()
+
+
+def _train_no_step(estimator: tf.estimator.Estimator, input_fn, hooks, position: input_position.ResumePlan,
+                   console: console_lib.Console) -> None:
+    """A run resumed at its budget: one training session of no step, on every process.
+
+    `Estimator.train` would skip the session where the checkpoint reached
+    `max_steps` (rank 0) and not elsewhere (the other Horovod ranks, with
+    private directories), which would then wait for rank 0 in a collective.
+    The session restores the checkpoint everywhere and its savers write each
+    process's own checkpoint (what the other ranks evaluate), so evaluation
+    and the export follow as after the last step.
+    """
+    message = ("the checkpoint at global step %d already holds the budget's %d examples: no step to train; "
+               "evaluating and exporting it" % (position.resumed_step, position.examples_budget))
+    logging.info("%s", message)
+    console.line(message)
+    estimator.train(input_fn, hooks=list(hooks) + [_StopBeforeFirstStep()])
 
 
 def _global_steps_per_epoch(builder: pipeline.DatasetBuilder, context: tf.distribute.InputContext,
@@ -362,18 +417,13 @@ def _agree(strategy: strategies_base.Strategy, value: int) -> int:
     A collective where the strategy has one (`agree_to_stop`): every rank
     calls it at the same point.
     """
-    with tf.Graph().as_default():
-        combined = strategy.agree_to_stop(tf.constant(value, tf.int32))
-        if combined is None:
-            return value
-        with tf.compat.v1.Session(config=strategy.session_config()) as session:
-            return int(session.run(combined))
+    combined = preflight.combined(strategy, (value,))
+    return value if combined is None else combined[0]
 
 
 def _train_in_rounds(estimator: tf.estimator.Estimator, input_fn, hooks, train: TrainConfig,
-                     input_config: pipeline.PipelineConfig, strategy: strategies_base.Strategy,
-                     console: console_lib.Console, resumed_step: Optional[int], max_steps: int,
-                     interrupted) -> early_stopping.RoundsOutcome:
+                     input_config: pipeline.PipelineConfig, console: console_lib.Console, start_step: int,
+                     max_steps: int, strategy: strategies_base.Strategy, interrupted) -> early_stopping.RoundsOutcome:
     """Trains to each evaluation step, evaluates, keeps the best checkpoint, stops early."""
     tracker = early_stopping.BestCheckpoint(train.model_dir, train.early_stopping_patience, keep=strategy.is_chief)
     eval_config = _file_eval_config(input_config)
@@ -387,8 +437,8 @@ def _train_in_rounds(estimator: tf.estimator.Estimator, input_fn, hooks, train: 
         auc, logloss, step = _evaluate(estimator, train.val_files, eval_config, checkpoint)
         return early_stopping.Evaluation(step=step, auc=auc, logloss=logloss), checkpoint
 
-    # Rank 0's resume step on every Horovod rank: the others train in private directories.
-    start_step = _agree(strategy, (resumed_step or 0) if strategy.is_chief else 0)
+    # `start_step` is rank 0's resume step on every Horovod rank (`preflight.resume_plan`): the others train in
+    # private directories.
     return early_stopping.train_in_rounds(
         train_to, evaluate, tracker, start_step, max_steps, train.eval_every_n_steps,
         agree=lambda flag: _agree(strategy, flag), report=console.line, interrupted=interrupted)
@@ -424,12 +474,30 @@ def export(estimator: tf.estimator.Estimator, export_dir: str, field_size: int,
            checkpoint_path: Optional[str] = None) -> str:
     """Exports a checkpoint (by default the latest) as a SavedModel under `export_dir`.
 
+    An export cut short (a killed process) leaves its `temp-<timestamp>`
+    directory, which TensorFlow Serving ignores; it is removed first.
+
     Returns:
       The timestamped SavedModel directory.
     """
+    remove_partial_exports(export_dir)
     path = estimator.export_saved_model(export_dir, ctr.serving_input_receiver_fn(field_size),
                                         checkpoint_path=checkpoint_path)
     return path.decode() if isinstance(path, bytes) else path
+
+
+def remove_partial_exports(export_dir: str) -> List[str]:
+    """Removes the `temp-<timestamp>` directories exports cut short left in `export_dir`; returns them."""
+    if not os.path.isdir(export_dir):
+        return []
+    removed = []
+    for name in sorted(os.listdir(export_dir)):
+        target = os.path.join(export_dir, name)
+        if PARTIAL_EXPORT.match(name) and os.path.isdir(target):
+            shutil.rmtree(target, ignore_errors=True)
+            logging.warning("removed %s, left by an export that was cut short (a killed process)", target)
+            removed.append(target)
+    return removed
 
 
 def write_metrics(path: str, result: TrainResult) -> None:

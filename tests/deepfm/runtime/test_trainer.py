@@ -13,6 +13,7 @@ import tensorflow as tf
 import strategies
 from dataprep import criteo, synthetic
 from deepfm import config
+from deepfm.runtime import checkpoints
 from deepfm.runtime import trainer
 from input_pipeline import files, pipeline, schema
 from tests import paths
@@ -102,6 +103,89 @@ class EndToEndTest(tf.test.TestCase):
         self.assertNotEmpty(tf.io.gfile.glob(os.path.join(model_dir, "model.ckpt-30.*")))
 
 
+class ResumeTest(tf.test.TestCase):
+    """A run resumed from a checkpoint goes on with the input and the budget where the checkpoint left them."""
+
+    STEPS = 24  # checkpoints at 0, 8, 16 and 24: every one kept
+    INTERVAL = 8
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root = tempfile.mkdtemp(dir=tf.compat.v1.test.get_temp_dir())
+        cls.data_dir = os.path.join(cls.root, "data")
+        synthetic.generate(4_000, cls.data_dir, feature_size=FEATURE_SIZE, seed=5, shards=2)
+        cls.model = small_model(FEATURE_SIZE, embedding_size=4)
+
+    def train(self, model_dir, **overrides):
+        values = dict(model_dir=model_dir, train_files=tuple(files.resolve([self.data_dir], "tfrecord")),
+                      batch_size=64, max_steps=self.STEPS, seed=1, save_checkpoints_steps=self.INTERVAL)
+        values.update(overrides)
+        strategy = strategies.get(strategies.StrategyConfig(name="single", intra_op_threads=1, inter_op_threads=1))
+        return trainer.run(config.TrainConfig(**values), self.model, pipeline.PipelineConfig(), strategy)
+
+    def copy_checkpoint(self, model_dir, step):
+        """A model directory holding `model_dir`'s checkpoint at `step` and its records, as a job killed after it."""
+        copy = tempfile.mkdtemp(dir=self.root)
+        for path in tf.io.gfile.glob(os.path.join(model_dir, "model.ckpt-%d.*" % step)):
+            shutil.copy(path, copy)
+        for name in ("config.json", "input_position.json"):
+            if os.path.exists(os.path.join(model_dir, name)):
+                shutil.copy(os.path.join(model_dir, name), copy)
+        checkpoints.write_state(copy, [os.path.join(copy, "model.ckpt-%d" % step)])
+        return copy
+
+    def test_a_resumed_run_trains_the_batches_of_an_uninterrupted_one(self):
+        whole = os.path.join(self.root, "whole")
+        self.assertEqual(self.STEPS, self.train(whole).global_step)
+        resumed = self.copy_checkpoint(whole, self.INTERVAL)
+        self.assertEqual(self.STEPS, self.train(resumed).global_step)
+        # The same batches after the same state: the same weights (restarting the input at its first
+        # batch trained other ones).
+        names = [name for name, _ in tf.train.list_variables(whole) if not name.startswith("global_step")]
+        self.assertNotEmpty(names)
+        for name in names:
+            self.assertAllClose(tf.train.load_variable(whole, name), tf.train.load_variable(resumed, name),
+                                rtol=1e-5, atol=1e-7, msg=name)
+
+    def test_a_run_resumed_at_its_budget_trains_no_step_and_exports(self):
+        model_dir = os.path.join(self.root, "done")
+        self.train(model_dir)
+        resumed = self.copy_checkpoint(model_dir, self.STEPS)
+        export_dir = os.path.join(resumed, "export")
+        partial = os.path.join(export_dir, "temp-123")  # an export killed before it completed
+        os.makedirs(partial)
+        result = self.train(resumed, export_dir=export_dir, val_files=tuple(
+            files.default_validation([self.data_dir], "tfrecord")))
+        self.assertEqual(self.STEPS, result.global_step)
+        self.assertIsNotNone(result.auc)
+        self.assertTrue(os.path.isfile(os.path.join(result.export_path, "saved_model.pb")))
+        self.assertFalse(os.path.exists(partial))
+
+    def test_a_resize_keeps_the_examples_of_the_budget(self):
+        # Twice the batch stands for twice the workers: the rest of the budget takes half the steps.
+        model_dir = os.path.join(self.root, "resized")
+        self.train(model_dir)
+        resumed = self.copy_checkpoint(model_dir, self.INTERVAL)
+        result = self.train(resumed, batch_size=128, max_steps=self.STEPS // 2)
+        self.assertEqual(self.INTERVAL + (self.STEPS - self.INTERVAL) // 2, result.global_step)
+
+    def test_saves_cut_short_are_removed_before_resuming(self):
+        model_dir = os.path.join(self.root, "partial")
+        self.train(model_dir, max_steps=self.INTERVAL)
+        partial_save = os.path.join(model_dir, "model.ckpt-16_temp")
+        os.makedirs(partial_save)
+        with open(os.path.join(partial_save, "part-00000-of-00001.data-00000-of-00001"), "wb") as f:
+            f.write(b"cut short")
+        partial_state = os.path.join(model_dir, "checkpoint.tmp" + "0" * 32)
+        with open(partial_state, "w") as f:
+            f.write("model_checkpoint_path")
+        self.assertEqual(self.INTERVAL, trainer.check_model_dir(model_dir))
+        self.assertFalse(os.path.exists(partial_save))
+        self.assertFalse(os.path.exists(partial_state))
+        self.assertNotEmpty(tf.io.gfile.glob(os.path.join(model_dir, "model.ckpt-%d.*" % self.INTERVAL)))
+
+
 class BadInputTest(tf.test.TestCase):
 
     def test_model_dir_that_is_a_file(self):
@@ -116,9 +200,15 @@ class BadInputTest(tf.test.TestCase):
         data_dir = os.path.join(self.get_temp_dir(), "data")
         synthetic.generate(2_000, data_dir, feature_size=FEATURE_SIZE, seed=4, shards=1)
         too_small = small_model(FEATURE_SIZE // 2)
+        # Found by the data check before training, naming the file and the record ...
+        with self.assertRaisesRegex(ValueError, r"training file .*part-00000.tfrecord, record \d+: feature id \d+ "
+                                    r"of field \d+ is out of range \[0, feature_size=%d\)" % (FEATURE_SIZE // 2)):
+            train_once(data_dir, os.path.join(self.get_temp_dir(), "model"), too_small, export=False, max_steps=5)
+        # ... and by the model's own check without it.
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
                                     r"feature id \d+ is out of range \[0, feature_size=%d\)" % (FEATURE_SIZE // 2)):
-            train_once(data_dir, os.path.join(self.get_temp_dir(), "model"), too_small, export=False, max_steps=5)
+            train_once(data_dir, os.path.join(self.get_temp_dir(), "model2"), too_small, export=False, max_steps=5,
+                       check_data=False)
 
     def test_a_model_fn_without_the_reported_metrics_is_named(self):
         import deepfm  # pylint: disable=import-outside-toplevel
