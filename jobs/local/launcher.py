@@ -26,6 +26,7 @@ import dataclasses
 import os
 import shutil
 import sys
+import tempfile
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -48,6 +49,9 @@ HOROVOD_RANK_LOGS = "ranks"
 # Flags the launcher sets itself; they may not follow `--`.
 RESERVED_TRAIN_FLAGS = ("strategy",)
 EXIT_FAILURE = 1
+# Each attempt's tasks keep their temporary files in a directory of their own (`TMPDIR`), removed after it.
+TMPDIR_VARIABLE = "TMPDIR"
+ATTEMPT_TMP_PREFIX = "deepfm-launch-tmp-"
 RESTART_LOG_DIR = "restart_%d"
 # A training task stopped by SIGTERM finishes its step and saves a
 # checkpoint (`deepfm.runtime.interrupt`) before it exits; it gets this long.
@@ -350,15 +354,26 @@ def attempt_size(config: LaunchConfig) -> LaunchConfig:
 
 def _run_attempt(config: LaunchConfig, train_args: Sequence[str], environ: Mapping[str, str], python: str,
                  deadline: Optional[float]) -> None:
-    """Starts every task of the job once and supervises them until they end."""
-    if config.strategy == STRATEGY_PS:
-        ports = processes.free_ports(config.num_ps + config.num_workers, host=config.host)
-        specs = ps_tasks(config, train_args, ports, environ, python)
-    else:
-        specs = [horovod_task(config, train_args, environ, python)]
-    with processes.ProcessGroup(config.log_dir, stop_grace_seconds=config.stop_grace_s) as group:
-        for spec in specs:
-            group.start(spec.name, spec.argv, env=spec.env, service=spec.service)
-        print("started %s; logs in %s" % (", ".join(spec.name for spec in specs), config.log_dir), flush=True)
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        group.wait(timeout=timeout)
+    """Starts every task of the job once and supervises them until they end.
+
+    The tasks' temporary files (`TMPDIR`: a Horovod rank's private model
+    directory, Open MPI's session directory, ...) go to a directory of the
+    attempt under their environment's `TMPDIR`, removed once every task is
+    gone: a task killed by SIGKILL cannot remove its own.
+    """
+    tmp_dir = tempfile.mkdtemp(prefix=ATTEMPT_TMP_PREFIX, dir=environ.get(TMPDIR_VARIABLE) or None)
+    try:
+        environ = dict(environ, **{TMPDIR_VARIABLE: tmp_dir})
+        if config.strategy == STRATEGY_PS:
+            ports = processes.free_ports(config.num_ps + config.num_workers, host=config.host)
+            specs = ps_tasks(config, train_args, ports, environ, python)
+        else:
+            specs = [horovod_task(config, train_args, environ, python)]
+        with processes.ProcessGroup(config.log_dir, stop_grace_seconds=config.stop_grace_s) as group:
+            for spec in specs:
+                group.start(spec.name, spec.argv, env=spec.env, service=spec.service)
+            print("started %s; logs in %s" % (", ".join(spec.name for spec in specs), config.log_dir), flush=True)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            group.wait(timeout=timeout)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)

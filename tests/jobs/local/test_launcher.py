@@ -157,6 +157,31 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         fixed = launch.LaunchConfig(strategy="ps", log_dir="/logs", discovery_script="exit 1")
         self.assertIs(fixed, launch.attempt_size(fixed))
 
+    def test_a_killed_tasks_temporary_files_are_removed_with_its_attempt(self):
+        # Every task makes a directory in its TMPDIR (as a Horovod rank's private model directory) and
+        # records it; the chief then dies by SIGKILL, which no atexit handler survives.
+        work = self.create_tempdir().full_path
+        record = os.path.join(work, "made.txt")
+        program = os.path.join(work, "task.py")
+        with open(program, "w") as f:
+            f.write("import json, os, signal, tempfile\n"
+                    "made = tempfile.mkdtemp(prefix='private-')\n"
+                    "with open(%r, 'a') as f:\n"
+                    "    f.write(made + '\\n')\n"
+                    "if json.loads(os.environ['TF_CONFIG'])['task']['type'] == 'chief':\n"
+                    "    os.kill(os.getpid(), signal.SIGKILL)\n" % record)
+        config = launch.LaunchConfig(strategy="ps", num_ps=1, num_workers=1, log_dir=os.path.join(work, "logs"),
+                                     program=program)
+        with self.assertRaisesRegex(Exception, "task chief_0 failed with exit code -9"):
+            launch.launch(config, [], environ=dict(os.environ, TMPDIR=work))
+        with open(record) as f:
+            made = f.read().split()
+        self.assertLen(made, 2)
+        for path in made:
+            self.assertStartsWith(os.path.relpath(path, work), launch.ATTEMPT_TMP_PREFIX)
+            self.assertFalse(os.path.exists(path), path)
+        self.assertEqual(["logs", "made.txt", "task.py"], sorted(os.listdir(work)))
+
     def test_usage_error_from_the_command_line(self):
         result = subprocess.run(
             [sys.executable, "-m", "deepfm.launch", "--strategy", "ps", "--num_ps", "0", "--", "--model_dir=/m"],
