@@ -1,8 +1,9 @@
 """The training data read whole once before a run touches its model directory.
 
-`check_files` reads every row of each file once, file by file, through the
-format's own reader and decoder (`DataFormat.decoded_batches`), and stops
-at the first file that has any of:
+`check_files` reads every row of the files once, in one pass through the
+format's own reader and decoder (`DataFormat.decoded_batches`), and names
+the first file that has any of (a second look, only where the pass found
+a problem, finds its row):
 
 * damage: a TFRecord or packed TFRecord file cut short, or a record whose
   bytes do not match their checksum (`input_pipeline.formats` counts each
@@ -49,19 +50,17 @@ class DataCheckError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class FileSummary:
-    """What one pass over a file found.
+class Summary:
+    """What one pass over files found.
 
     Attributes:
-      path: the file.
-      rows: its rows.
+      rows: their rows.
       min_id, max_id: the smallest and largest feature id (none: int64's
         largest and smallest).
       bad_values: values that are not finite.
       bad_labels: labels that are not finite.
     """
 
-    path: str
     rows: int
     min_id: int
     max_id: int
@@ -69,8 +68,11 @@ class FileSummary:
     bad_labels: int
 
 
-def check_files(paths: Sequence[str], config, feature_size: int, role: str = "training") -> List[FileSummary]:
+def check_files(paths: Sequence[str], config, feature_size: int, role: str = "training") -> Summary:
     """Reads every row of `paths` once and refuses the first file with a problem (see the module docstring).
+
+    One pass reads every file (a second look, file by file, only finds the
+    row of a problem the first found).
 
     Args:
       paths: the files.
@@ -80,80 +82,75 @@ def check_files(paths: Sequence[str], config, feature_size: int, role: str = "tr
       role: what the files are, in messages (`training`, `validation`).
 
     Returns:
-      A summary of each file.
+      What the pass found.
 
     Raises:
       DataCheckError: the message names the file, the row and the value.
     """
-    summaries = []
-    for path in paths:
-        summary = summarize(path, config, role)
-        where = "%s file %s" % (role, path)
-        if summary.rows == 0:
-            raise DataCheckError("%s holds no row: remove it from the input, or write its rows again" % where)
-        if summary.min_id < 0 or summary.max_id >= feature_size:
-            row, text = _first_bad_row(path, config, lambda ids, values, labels: _bad_id(ids, feature_size))
-            raise DataCheckError("%s, %s: %s is out of range [0, feature_size=%d): check --feature_size or the "
-                                 "metadata of the data" % (where, _location(path, config, row), text, feature_size))
-        if summary.bad_values or summary.bad_labels:
-            row, text = _first_bad_row(path, config, lambda ids, values, labels: _bad_value(values, labels))
-            raise DataCheckError("%s, %s: %s (%d such value(s) and %d such label(s) in the file): fix or drop the "
-                                 "rows" % (where, _location(path, config, row), text, summary.bad_values,
+    if not paths:
+        return Summary(0, INT64_MAX, INT64_MIN, 0, 0)
+    summary = summarize(paths, config, role)
+    if summary.min_id < 0 or summary.max_id >= feature_size:
+        path, row, text = _first_bad_row(paths, config, lambda ids, values, labels: _bad_id(ids, feature_size))
+        raise DataCheckError("%s file %s, %s: %s is out of range [0, feature_size=%d): check --feature_size or the "
+                             "metadata of the data" % (role, path, _location(config, row), text, feature_size))
+    if summary.bad_values or summary.bad_labels:
+        path, row, text = _first_bad_row(paths, config, lambda ids, values, labels: _bad_value(values, labels))
+        raise DataCheckError("%s file %s, %s: %s (%d such value(s) and %d such label(s) in the input): fix or drop "
+                             "the rows" % (role, path, _location(config, row), text, summary.bad_values,
                                            summary.bad_labels))
-        _check_metadata_rows(path, config, summary.rows, where)
-        summaries.append(summary)
-    return summaries
+    _check_rows(paths, config, summary.rows, role)
+    return summary
 
 
-def summarize(path: str, config, role: str = "training") -> FileSummary:
-    """One pass over `path`: its rows, id range and bad values.
+def summarize(paths: Sequence[str], config, role: str = "training") -> Summary:
+    """One pass over `paths`: rows, id range and values that are not finite.
 
     Raises:
-      DataCheckError: the file is damaged or a row cannot be decoded; the
-        message names the file (and the row where the decoder or a second
-        look can tell it).
+      DataCheckError: a file is damaged or a row cannot be decoded; the
+        message names the file (and the record where a second look finds it).
     """
     data_format = formats.as_format(config.data_format)
     with tf.Graph().as_default():
-        dataset = data_format.decoded_batches([path], config, CHECK_BATCH)
-
-        def add(totals, batch):
-            features, labels = batch
-            ids, values = features[schema.FEAT_IDS], features[schema.FEAT_VALS]
-            rows, low, high, bad_values, bad_labels = totals
-            bad_label = tf.logical_not(tf.math.is_finite(labels))
-            return (rows + tf.shape(labels, out_type=tf.int64)[0],
-                    tf.minimum(low, tf.reduce_min(ids)), tf.maximum(high, tf.reduce_max(ids)),
-                    bad_values + tf.math.count_nonzero(tf.logical_not(tf.math.is_finite(values)), dtype=tf.int64),
-                    bad_labels + tf.math.count_nonzero(bad_label, dtype=tf.int64))
-
         zero = tf.constant(0, tf.int64)
-        totals = dataset.reduce(
-            (zero, tf.constant(INT64_MAX, tf.int64), tf.constant(INT64_MIN, tf.int64), zero, zero), add)
+        initial = (zero, tf.constant(INT64_MAX, tf.int64), tf.constant(INT64_MIN, tf.int64), zero, zero)
+        total = data_format.decoded_batches(list(paths), config, CHECK_BATCH).reduce(initial, _add)
         with tf.compat.v1.Session() as session:
             try:
-                rows, low, high, bad_values, bad_labels = (int(v) for v in session.run(totals))
-            except tf.errors.OpError as e:
-                raise DataCheckError(_describe_read_error(path, config, role, e)) from None
-    return FileSummary(path, rows, low, high, bad_values, bad_labels)
+                return Summary(*(int(v) for v in session.run(total)))
+            except tf.errors.OpError as error:
+                raise DataCheckError(_describe_read_error(paths, config, role, error)) from None
 
 
-def _describe_read_error(path: str, config, role: str, error: tf.errors.OpError) -> str:
-    """One line for a read or decode error of `path`: the decoder's own message, or the bad record found."""
+def _add(totals, batch):
+    """One batch's rows, id range and values that are not finite, added to `totals`."""
+    features, labels = batch
+    ids, values = features[schema.FEAT_IDS], features[schema.FEAT_VALS]
+    rows, low, high, bad_values, bad_labels = totals
+    return (rows + tf.shape(labels, out_type=tf.int64)[0],
+            tf.minimum(low, tf.reduce_min(ids)), tf.maximum(high, tf.reduce_max(ids)),
+            bad_values + tf.math.count_nonzero(tf.logical_not(tf.math.is_finite(values)), dtype=tf.int64),
+            bad_labels + tf.math.count_nonzero(tf.logical_not(tf.math.is_finite(labels)), dtype=tf.int64))
+
+
+def _describe_read_error(paths: Sequence[str], config, role: str, error: tf.errors.OpError) -> str:
+    """One line for a read or decode error: the reader's or decoder's own message where it names the file,
+    else the first record of a TFRecord file that is not a row of the layout."""
     text = error.message
     match = _ASSERTION.search(text)
     if match:
         message = match.group("message")
     else:
         message = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    if path in message:
+    if any(path in message for path in paths):
         return "%s data: %s" % (role, message)
     data_format = formats.as_format(config.data_format)
     if data_format.pipe_record_format is not None:
-        found = _first_bad_record(path, data_format, config.field_size)
-        if found:
-            return "%s file %s, %s" % (role, path, found)
-    return "%s file %s: %s" % (role, path, message)
+        for path in paths:
+            found = _first_bad_record(path, data_format, config.field_size)
+            if found:
+                return "%s file %s, %s" % (role, path, found)
+    return "%s data (%s): %s" % (role, ", ".join(paths), message)
 
 
 def _first_bad_record(path: str, data_format, field_size: int) -> Optional[str]:
@@ -207,24 +204,25 @@ def _bad_value(values, labels):
     return rows, describe
 
 
-def _first_bad_row(path: str, config, find):
-    """The first row of `path` that `find` flags, and its description (a second, eager pass)."""
+def _first_bad_row(paths: Sequence[str], config, find):
+    """The first file of `paths` with a row `find` flags, that row and its description (eager passes)."""
     data_format = formats.as_format(config.data_format)
-    offset = 0
-    for features, labels in data_format.decoded_batches([path], config, CHECK_BATCH):
-        ids, values, labels = (features[schema.FEAT_IDS].numpy(), features[schema.FEAT_VALS].numpy(),
-                               labels.numpy())
-        rows, describe = find(ids, values, labels)
-        if rows.any():
-            row = int(rows.nonzero()[0][0])
-            return offset + row, describe(row)
-        offset += len(labels)
-    raise DataCheckError("%s: a row was flagged in a first pass and not found in a second: is the file being "
-                         "written?" % path)
+    for path in paths:
+        offset = 0
+        for features, labels in data_format.decoded_batches([path], config, CHECK_BATCH):
+            ids, values, labels = (features[schema.FEAT_IDS].numpy(), features[schema.FEAT_VALS].numpy(),
+                                   labels.numpy())
+            rows, describe = find(ids, values, labels)
+            if rows.any():
+                row = int(rows.nonzero()[0][0])
+                return path, offset + row, describe(row)
+            offset += len(labels)
+    raise DataCheckError("%s: a row was flagged in a first pass and not found in a second: were the files being "
+                         "written?" % ", ".join(paths))
 
 
-def _location(path: str, config, row: int) -> str:
-    """Where row `row` (from 0) of `path` is: a TFRecord record, a LibSVM line, a packed file's row."""
+def _location(config, row: int) -> str:
+    """Where row `row` (from 0) of a file is: a TFRecord record, a LibSVM line, a packed file's row."""
     data_format = formats.as_format(config.data_format)
     if data_format.pipe_record_format is None:
         # LibSVM: one line per row, unless bad lines are skipped.
@@ -232,22 +230,29 @@ def _location(path: str, config, row: int) -> str:
     return "row %d" % row if data_format.packed else "record %d" % row
 
 
-def _check_metadata_rows(path: str, config, rows: int, where: str) -> None:
-    """Refuses a file whose dataset metadata has another row count for it."""
+def _check_rows(paths: Sequence[str], config, rows: int, role: str) -> None:
+    """Refuses files whose dataset metadata has other row counts for them, or files without a row.
+
+    The pass's total is compared with the metadata's; only when they differ
+    (or a file is not listed) are files counted one by one
+    (`DataFormat.count_rows`), to name the one.
+    """
     if config.skip_bad_records or config.max_corrupted_records:
         return
-    meta = schema.find_metadata(path)
-    if meta is None:
+    data_format = formats.as_format(config.data_format)
+    listed = {}
+    for path in paths:
+        counts = files.row_counts([path], data_format) if schema.find_metadata(path) else None
+        listed[path] = None if counts is None else counts[path]
+    if all(count is not None for count in listed.values()) and sum(listed.values()) == rows \
+            and all(listed.values()):
         return
-    expected = files.row_counts([path], config.data_format)
-    if expected is None:
-        # Not listed: its rows are counted (`input_pipeline.files`), as for files outside a dataset.
-        return
-    if expected[path] != rows:
-        raise DataCheckError("%s holds %d rows, %s says %d: the metadata and the files disagree; write the "
-                             "metadata again or restore the file" % (where, rows, meta, expected[path]))
-
-
-def row_totals(summaries: Sequence[FileSummary]) -> Dict[str, int]:
-    """Rows per file of `check_files`' summaries."""
-    return {summary.path: summary.rows for summary in summaries}
+    for path, expected in listed.items():
+        counted = data_format.count_rows(path)
+        if counted == 0:
+            raise DataCheckError("%s file %s holds no row: remove it from the input, or write its rows again"
+                                 % (role, path))
+        if expected is not None and counted != expected:
+            raise DataCheckError("%s file %s holds %d rows, %s says %d: the metadata and the files disagree; write "
+                                 "the metadata again or restore the file"
+                                 % (role, path, counted, schema.find_metadata(path), expected))

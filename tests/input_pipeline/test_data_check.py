@@ -37,10 +37,11 @@ class DataCheckTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.named_parameters(*FORMATS)
     def test_good_files_are_summarized(self, data_format):
         paths = self.three_files(data_format)
-        summaries = data_check.check_files(paths, config(data_format), FEATURE_SIZE)
-        self.assertEqual([ROWS] * 3, [s.rows for s in summaries])
-        expected_ids = rows(seed=0)[1]
-        self.assertEqual((expected_ids.min(), expected_ids.max()), (summaries[0].min_id, summaries[0].max_id))
+        summary = data_check.check_files(paths, config(data_format), FEATURE_SIZE)
+        self.assertEqual(3 * ROWS, summary.rows)
+        expected_ids = np.concatenate([rows(seed=i)[1] for i in range(3)])
+        self.assertEqual((expected_ids.min(), expected_ids.max()), (summary.min_id, summary.max_id))
+        self.assertEqual((0, 0), (summary.bad_values, summary.bad_labels))
 
     @parameterized.named_parameters(*FORMATS)
     def test_a_truncated_file_in_the_middle_is_named(self, data_format):
@@ -157,8 +158,7 @@ class DataCheckTest(tf.test.TestCase, parameterized.TestCase):
         # A file the metadata does not list is counted, as files outside a dataset are.
         stray = os.path.join(root, "train", "part-00099.tfrecord")
         shutil.copy(train[0], stray)
-        self.assertEqual([ROWS], [s.rows for s in data_check.check_files([stray], config(formats.TFRECORD),
-                                                                          FEATURE_SIZE)])
+        self.assertEqual(ROWS, data_check.check_files([stray], config(formats.TFRECORD), FEATURE_SIZE).rows)
 
     def refused(self, paths, data_format):
         with self.assertRaises(data_check.DataCheckError) as raised:
