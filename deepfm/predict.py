@@ -59,7 +59,12 @@ def serving_signature(saved_model: str):
     if not tf.saved_model.contains_saved_model(saved_model):
         raise ValueError("--saved_model %r holds no SavedModel (saved_model.pb); pass one timestamped "
                          "directory under the --export_dir of training" % saved_model)
-    loaded = tf.saved_model.load(saved_model)
+    try:
+        loaded = tf.saved_model.load(saved_model)
+    except (OSError, ValueError, tf.errors.OpError) as e:
+        reason = str(getattr(e, "message", e)).strip().splitlines()[0]
+        raise ValueError("--saved_model %r is not a readable SavedModel (%s): pass one complete timestamped "
+                         "directory under the --export_dir of training" % (saved_model, reason)) from None
     signature = loaded.signatures.get(tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY)
     if signature is None:
         raise ValueError("--saved_model %r has no %r signature (it has %s)" % (
