@@ -65,6 +65,10 @@ DEFAULT_FIFO_TIMEOUT_S = 120.0
 FIFO_POLL_INTERVAL_S = 0.05
 # Repeat count of `tf.data.Dataset.repeat` meaning "without end".
 REPEAT_FOREVER = -1
+# What `PipeModeDataset`'s error says when a FIFO ends inside a record.
+BROKEN_STREAM_MARK = "CRC check on"
+# Channel -> the FIFO this process opened last for it.
+_OPENED: Dict[str, str] = {}
 
 
 def default_base_dir() -> str:
@@ -104,6 +108,23 @@ def fifo_path(base_dir: Optional[str], channel: str, epoch: int) -> str:
 def state_file_path(state_directory: str, channel: str) -> str:
     """Returns the file in which `PipeModeDataset` keeps `channel`'s next FIFO index."""
     return os.path.join(state_directory, ".%s-pipe_mode-state" % channel)
+
+
+def broken_stream(error: Exception, channel: str) -> Optional[str]:
+    """What to tell a user about `error` when it is a channel's stream breaking, else None.
+
+    `PipeModeDataset` fails with `InternalError: CRC check on header failed`
+    (or `on data`) when a FIFO ends inside a record: its writer closed it
+    early, or sent damaged bytes. The message names the FIFO the channel
+    read last. A FIFO closed exactly between two records only makes its
+    epoch shorter, which the reader cannot tell.
+    """
+    text = str(getattr(error, "message", error))
+    if type(error).__name__ != "InternalError" or BROKEN_STREAM_MARK not in text:
+        return None
+    return ("Pipe-mode channel %r: the stream of FIFO %s broke (%s): its writer closed it inside a record, or "
+            "sent damaged bytes" % (channel, _OPENED.get(channel, "(not opened yet)"),
+                                    text[text.index(BROKEN_STREAM_MARK):].split(".")[0]))
 
 
 def read_input_data_config(base_dir: Optional[str] = None) -> Dict[str, dict]:
@@ -255,7 +276,7 @@ def open_channel(channel: str, base_dir: Optional[str] = None,
     wait_for_fifo(channel, base_dir, timeout_s, state_directory)
 
     def wait() -> bool:
-        wait_for_fifo(channel, base_dir, timeout_s, state_directory)
+        _OPENED[channel] = wait_for_fifo(channel, base_dir, timeout_s, state_directory)
         return True
 
     def one_epoch(_):

@@ -20,6 +20,7 @@ each, the best checkpoint is kept and exported, and training may stop early
 (`deepfm.runtime.early_stopping`).
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -47,7 +48,7 @@ from deepfm.runtime import (
 )
 from deepfm.runtime import console as console_lib
 from deepfm.runtime import hooks as hooks_lib
-from input_pipeline import pipeline
+from input_pipeline import pipe, pipeline
 from strategies import base as strategies_base
 
 EVAL_BATCH_SIZE = 4096
@@ -254,7 +255,8 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     start = time.time()
     outcome = None
     with interrupt.StopRequest() as stop, checkpoints.save_errors(train.model_dir), \
-            watchdog.watch_peers(strategy.peers()), metrics.serving():
+            watchdog.watch_peers(strategy.peers()), metrics.serving(), _named_stream_errors(source, pipe_mode,
+                                                                                            train.model_dir):
         hooks = strategy.train_hooks() + [throughput, stop.hook(strategy.agree_to_stop)]
         if train.trace_steps:
             hooks.append(_trace_hook(train, strategy))
@@ -302,6 +304,19 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         if train.metrics_file:
             write_metrics(train.metrics_file, result)
     return result
+
+
+@contextlib.contextmanager
+def _named_stream_errors(channel, pipe_mode: bool, model_dir: str):
+    """In Pipe mode, a channel's stream that broke (`pipe.broken_stream`) is a `ValueError` naming its FIFO."""
+    try:
+        yield
+    except tf.errors.OpError as e:
+        broken = pipe.broken_stream(e, channel) if pipe_mode else None
+        if broken is None:
+            raise
+        raise ValueError("%s. Training stopped; --model_dir %r keeps the checkpoints saved before (the latest: %s)"
+                         % (broken, model_dir, tf.train.latest_checkpoint(model_dir) or "none")) from None
 
 
 def _file_eval_config(input_config: pipeline.PipelineConfig) -> pipeline.PipelineConfig:
