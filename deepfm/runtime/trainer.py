@@ -212,8 +212,11 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     if strategy.is_chief:
         preflight.prepare_model_dir(train.model_dir, checkpoint)
         run_config.write(train.model_dir, record)
+    console = console or console_lib.Console(enabled=False)
     if resumed_step is not None:
-        logging.info("resuming from the checkpoint in %s at global step %d", train.model_dir, resumed_step)
+        resuming = "resuming from the checkpoint in %s at global step %d" % (train.model_dir, resumed_step)
+        logging.info("%s", resuming)
+        console.line(resuming)
     position = None
     if steps is None:
         # Pipe mode without row counts: each epoch ends with its FIFO.
@@ -240,7 +243,6 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
                          "input skips their %d batch(es) of its shard", position.resumed_step,
                          position.examples_done, position.examples_budget, skip)
 
-    console = console or console_lib.Console(enabled=False)
     epoch_steps = _global_steps_per_epoch(train_builder, context, per_step, steps, max_steps)
     console.line("%s; per-replica batch %d; %s" % (
         strategy.describe(), train.batch_size, "training to global step %d" % max_steps if max_steps
