@@ -228,7 +228,7 @@ class LocalRun:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError("the job ran past %.0f s; every pod was stopped (logs in %s)"
                                        % (self.config.timeout_s, shown))
-                self._inject_faults(network, running)
+                self._inject_faults(network, [name for name in running if name not in done])
                 for name, task in list(running.items()):
                     code = task.poll()
                     if code is None or name in done:
@@ -237,6 +237,9 @@ class LocalRun:
                     pod = by_name[name]
                     verdict = self.operator.judge(pod, code)
                     self.log("pod %s exited with code %d: %s" % (name, code, verdict))
+                    # Whatever follows (a pod recreated, every pod restarted, the end) is decided below, before
+                    # the next fault can land.
+                    self.faults.settled(name)
                     if verdict == SUCCEEDED:
                         done.add(name)
                         if pod.completes_job and self._completed(pods, done):
@@ -276,8 +279,8 @@ class LocalRun:
     def _completed(self, pods: Sequence[Pod], done: set) -> bool:
         return all(pod.name in done for pod in pods if pod.completes_job)
 
-    def _inject_faults(self, network: hosts_lib.HostNetwork, running: Dict[str, processes.Task]) -> None:
-        """Applies the faults whose checkpoint step has been reached."""
+    def _inject_faults(self, network: hosts_lib.HostNetwork, running: Sequence[str]) -> None:
+        """Applies the next faults whose checkpoint step has been reached (`FaultSchedule.apply`)."""
 
         def kill(pod: str) -> None:
             for pid in network.pids(network.host(pod)):
