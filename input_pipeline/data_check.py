@@ -32,7 +32,7 @@ range, finite values) stop a step that would train on a bad row.
 
 import dataclasses
 import re
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 
@@ -155,7 +155,7 @@ def _describe_read_error(paths: Sequence[str], config, role: str, error: tf.erro
 
 def _first_bad_record(path: str, data_format, field_size: int) -> Optional[str]:
     """The first record of a TFRecord file (packed or not) that is not a row of the layout, as `record N: why`."""
-    import google.protobuf.message  # pylint: disable=import-outside-toplevel
+    from google.protobuf.message import DecodeError  # pylint: disable=import-outside-toplevel
     try:
         records = list(tf.compat.v1.io.tf_record_iterator(path))
     except tf.errors.OpError:
@@ -163,7 +163,7 @@ def _first_bad_record(path: str, data_format, field_size: int) -> Optional[str]:
     for number, record in enumerate(records):
         try:
             feature = tf.train.Example.FromString(record).features.feature
-        except google.protobuf.message.DecodeError as e:
+        except DecodeError as e:
             return "record %d is not a tf.train.Example: %s" % (number, e)
         rows = len(feature[schema.LABEL_KEY].float_list.value) if data_format.packed else 1
         expected = {schema.LABEL_KEY: ("float_list", rows),
@@ -240,12 +240,12 @@ def _check_rows(paths: Sequence[str], config, rows: int, role: str) -> None:
     if config.skip_bad_records or config.max_corrupted_records:
         return
     data_format = formats.as_format(config.data_format)
-    listed = {}
+    listed: Dict[str, Optional[int]] = {}
     for path in paths:
         counts = files.row_counts([path], data_format) if schema.find_metadata(path) else None
         listed[path] = None if counts is None else counts[path]
-    if all(count is not None for count in listed.values()) and sum(listed.values()) == rows \
-            and all(listed.values()):
+    known = [count for count in listed.values() if count]
+    if len(known) == len(listed) and sum(known) == rows:
         return
     for path, expected in listed.items():
         counted = data_format.count_rows(path)

@@ -23,10 +23,8 @@ from absl import logging
 
 from deepfm import models
 from deepfm.config import ModelConfig, TrainConfig
-from deepfm.runtime import checkpoints
-from deepfm.runtime import input_position
-from input_pipeline import data_check
-from input_pipeline import pipeline
+from deepfm.runtime import checkpoints, input_position
+from input_pipeline import data_check, pipeline
 from strategies import base as strategies_base
 
 

@@ -83,7 +83,7 @@ class DataCheckTest(tf.test.TestCase, parameterized.TestCase):
             example_files.write_libsvm(paths[1], (labels[:-1], ids[:-1], values[:-1]), extra_lines=extra)
             expected = "%s:6" % paths[1]
         else:
-            records = [example_files.serialize(float(l), i, v) for l, i, v in zip(labels, ids, values)]
+            records = [example_files.serialize(float(label), i, v) for label, i, v in zip(labels, ids, values)]
             if data_format.packed:
                 records = [example_files.serialize_packed(labels[s:s + 3], ids[s:s + 3], values[s:s + 3])
                            for s in range(0, ROWS, 3)]

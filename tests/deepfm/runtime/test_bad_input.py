@@ -17,13 +17,12 @@ import numpy as np
 import tensorflow as tf
 
 import strategies
+from dataprep import synthetic
 from deepfm import config
 from deepfm.runtime import trainer
-from dataprep import synthetic
 from input_pipeline import files, formats, pipeline, schema
 from tests import command_line
-from tests.input_pipeline import dataset_io
-from tests.input_pipeline import example_files
+from tests.input_pipeline import dataset_io, example_files
 
 FEATURE_SIZE = 1_000
 ROWS = 3_000
@@ -155,7 +154,7 @@ class BadInputTest(tf.test.TestCase):
 
     def test_negative_ids_and_ids_at_feature_size(self):
         for bad in (-7, FEATURE_SIZE):
-            def bad_id(labels, ids, values):
+            def bad_id(labels, ids, values, bad=bad):
                 ids[25, 2] = bad
             data, path = self.bad_data(formats.TFRECORD, lambda p: self.rewrite_tfrecord(p, bad_id))
             self.assertRefused(r"^training file %s, record 25: feature id %d of field 2 is out of range "

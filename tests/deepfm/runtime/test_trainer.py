@@ -13,8 +13,7 @@ import tensorflow as tf
 import strategies
 from dataprep import criteo, synthetic
 from deepfm import config
-from deepfm.runtime import checkpoints
-from deepfm.runtime import trainer
+from deepfm.runtime import checkpoints, trainer
 from input_pipeline import files, pipeline, schema
 from tests import paths
 
