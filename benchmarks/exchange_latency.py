@@ -1,21 +1,34 @@
-"""What one exchange costs between ranks: Horovod's all-to-all against MPI directly, on one core per rank.
+"""What one exchange costs between ranks pinned to their cores: Horovod, MPI directly, TensorFlow's collectives.
 
     python -m benchmarks.exchange_latency [--ranks 2] [--rows 5000] [--width 33] [--runs 3]
-                                          [--cycle_times 1,0.1] [--name exchange_latency]
+                                          [--cycle_times 1,0.1] [--controllers gloo,mpi,tf]
+                                          [--name exchange_latency]
 
 A step of `hybrid` waits on the exchanges of its critical path. This
-measures one exchange on its own: each rank (`benchmarks.exchange_latency_rank`)
-pinned to its own core runs one exchange per `session.run`, for each
-controller (Horovod over Gloo under `horovodrun --gloo`, over MPI under
-`mpirun`) and each Horovod cycle time, `--runs` rounds interleaved. The
-variants (the rank module's docstring): an exchange of a fixed shape (which
-Horovod's response cache holds), of a shape that changes every run (a full
-negotiation), an allreduce of the same bytes, and MPI's own `Alltoall`,
-inside the step (`tf.numpy_function`) and alone (the transport's floor).
+measures one exchange on its own: each rank pinned to its own core runs one
+exchange per `session.run`, `--runs` rounds with every launch interleaved:
 
-Writes `benchmarks/results/<name>.md` and `.json`: per variant the median
-wall time of one run (min-max over rounds) and the CPU time of one run
-summed over the rank's threads.
+* `gloo` and `mpi`, once per Horovod cycle time: ranks of
+  `benchmarks.exchange_latency_rank` under `horovodrun --gloo` or `mpirun`.
+  The variants (that module's docstring): an exchange of a fixed shape (which
+  Horovod's response cache holds), of a shape that changes every run (a full
+  negotiation), an allreduce of the same bytes, and MPI's own `Alltoall`,
+  inside the step (`tf.numpy_function`) and alone (the transport's floor);
+* `tf`: TensorFlow 2.14's own collective ops in graph mode, no Horovod
+  (`benchmarks.exchange_latency_collective_rank`): this program starts the
+  ranks itself, each with a `TF_CONFIG` naming a cluster of free local ports
+  and its task, and each rank's `tf.distribute.Server` runs the collective
+  runtime over gRPC. Variants: `CollectiveAllToAllV2` of the same fixed
+  shape (it has a CPU kernel in 2.14, and its `AllToAll` implementation
+  sends and receives through the collective executor's remote access, gRPC
+  between tasks), `CollectiveGatherV2` of each rank's rows and
+  `CollectiveReduceV2` of the allreduce's bytes. Before timing, every rank
+  checks every value it received.
+
+Writes `benchmarks/results/<name>.md` and `.json`: per launch and variant the
+median wall time of one run (min-max over rounds) and the CPU time of one run
+summed over the rank's threads; the JSON also holds what each `tf` rank
+received from each peer in its check.
 """
 
 import itertools
@@ -25,18 +38,25 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
 from benchmarks import common
+from jobs.local import processes
 
 FLAGS = flags.FLAGS
 RANK_MODULE = "benchmarks.exchange_latency_rank"
-CONTROLLERS = ("gloo", "mpi")
+COLLECTIVE_RANK_MODULE = "benchmarks.exchange_latency_collective_rank"
+# Horovod's controllers (one launch per cycle time) and TensorFlow's collective runtime (one launch).
+HOROVOD_CONTROLLERS = ("gloo", "mpi")
+COLLECTIVES = "tf"
+CONTROLLERS = HOROVOD_CONTROLLERS + (COLLECTIVES,)
+COLLECTIVES_LAUNCH = "tf collectives, grpc"
 LAUNCH_TIMEOUT_S = 600
 VARIANT_ORDER = ("session", "horovod_alltoall_fixed", "horovod_alltoall_variable", "horovod_allreduce",
-                 "mpi_alltoall_in_session", "mpi_alltoall")
+                 "mpi_alltoall_in_session", "mpi_alltoall", "tf_collective_alltoall", "tf_collective_gather",
+                 "tf_collective_reduce")
 
 
 def define_flags() -> None:
@@ -47,7 +67,9 @@ def define_flags() -> None:
     flags.DEFINE_integer("warmup", 30, "Untimed exchanges per variant and round.")
     flags.DEFINE_integer("runs", 3, "Rounds; each starts every launch afresh.")
     flags.DEFINE_list("cycle_times", ["1", "0.1"], "Horovod cycle times to measure, in ms.")
-    flags.DEFINE_list("controllers", list(CONTROLLERS), "gloo (horovodrun --gloo) and/or mpi (mpirun).")
+    flags.DEFINE_list("controllers", list(CONTROLLERS),
+                      "gloo (horovodrun --gloo), mpi (mpirun) and/or tf (TensorFlow's collective ops over gRPC, "
+                      "ranks started by this program).")
     flags.DEFINE_string("name", "exchange_latency", "Results name.")
     flags.DEFINE_string("results_dir", common.RESULTS_DIR, "Where the results go.")
 
@@ -62,6 +84,51 @@ def launch_argv(controller: str, ranks: int, rank_flags: Sequence[str]) -> List[
     pin = "exec taskset -c $HOROVOD_RANK %s -m %s %s" % (sys.executable, RANK_MODULE, " ".join(rank_flags))
     return [os.path.join(bin_dir, "horovodrun"), "--gloo", "-np", str(ranks), "-H", "localhost:%d" % ranks,
             "bash", "-c", pin]
+
+
+def collective_rank_argv(rank: int, rank_flags: Sequence[str]) -> List[str]:
+    """The command of TensorFlow collective rank `rank`, pinned to core `rank`."""
+    return ["taskset", "-c", str(rank), sys.executable, "-m", COLLECTIVE_RANK_MODULE] + list(rank_flags)
+
+
+def collective_tf_config(workers: Sequence[str], rank: int) -> str:
+    """Rank `rank`'s `TF_CONFIG`: the cluster's one `worker` job and its own task."""
+    return json.dumps({"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": rank}})
+
+
+def measure_collectives(ranks: int, rows: int, width: int, iterations: int,
+                        warmup: int) -> Tuple[Dict[str, dict], List[dict]]:
+    """One launch of TensorFlow collective ranks on free local ports.
+
+    Returns:
+      Every variant's result on rank 0, and each rank's checks (what it
+      received from each peer), in rank order.
+
+    Raises:
+      processes.TaskFailedError: a rank failed (its log's tail in the message).
+      TimeoutError: the ranks ran past `LAUNCH_TIMEOUT_S`.
+    """
+    work = tempfile.mkdtemp(prefix="exchange-latency-tf-")
+    try:
+        host = "localhost"
+        workers = ["%s:%d" % (host, port) for port in processes.free_ports(ranks, host=host)]
+        rank_flags = ["--rows=%d" % rows, "--width=%d" % width, "--iterations=%d" % iterations,
+                      "--warmup=%d" % warmup, "--output_dir=" + work]
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                   PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        with processes.ProcessGroup(os.path.join(work, "logs")) as group:
+            for rank in range(ranks):
+                group.start("rank%d" % rank, collective_rank_argv(rank, rank_flags),
+                            env=dict(env, TF_CONFIG=collective_tf_config(workers, rank)))
+            group.wait(timeout=LAUNCH_TIMEOUT_S)
+        records = []
+        for rank in range(ranks):
+            with open(os.path.join(work, "rank%d.json" % rank)) as f:
+                records.append(json.load(f))
+        return records[0]["results"], [record["checks"] for record in records]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def measure(controller: str, cycle_time: str, ranks: int, rows: int, width: int, iterations: int,
@@ -102,7 +169,7 @@ def summarize(rounds: Dict[str, List[Dict[str, dict]]]) -> Dict[str, Dict[str, d
 
 
 def report(summary: Dict[str, Dict[str, dict]], config: dict, info: Dict[str, str], name: str,
-           results_dir: str) -> str:
+           results_dir: str, checks: Optional[Dict[str, list]] = None) -> str:
     """Writes the markdown and JSON reports; returns the markdown body."""
     rows = []
     for launch, variants in summary.items():
@@ -113,15 +180,16 @@ def report(summary: Dict[str, Dict[str, dict]], config: dict, info: Dict[str, st
             "to every rank (%(bytes)s bytes to each other rank); %(iterations)d timed runs per variant after "
             "%(warmup)d, %(runs)d rounds (each a new launch). One `session.run` per exchange. Wall: median of "
             "one run on rank 0 (min-max over rounds); p90: the 90th percentile of one run; CPU: rank 0's "
-            "process CPU per run, every thread.\n\n"
-            % dict(config, bytes=format(config["rows"] * config["width"] * 4, ",")))
+            "process CPU per run, every thread. Launch `%(tf)s`: TensorFlow's own collective ops in graph "
+            "mode between `tf.distribute.Server`s, no Horovod.\n\n"
+            % dict(config, bytes=format(config["rows"] * config["width"] * 4, ","), tf=COLLECTIVES_LAUNCH))
     body += common.markdown_table(["launch", "variant", "wall us", "p90 us", "CPU us per run"], rows)
     command = ("python -m benchmarks.exchange_latency --ranks %(ranks)d --rows %(rows)d --width %(width)d "
                "--iterations %(iterations)d --warmup %(warmup)d --runs %(runs)d --cycle_times %(cycle_times)s "
                "--controllers %(controllers)s --name %(name)s" % dict(
                    config, cycle_times=",".join(config["cycle_times"]), controllers=",".join(config["controllers"])))
     common.write_report(name, "One exchange between ranks", body + "\n\nCommand: `%s`\n" % command, info,
-                        {"config": config, "summary": summary}, results_dir=results_dir)
+                        {"config": config, "summary": summary, "checks": checks or {}}, results_dir=results_dir)
     return body
 
 
@@ -138,14 +206,26 @@ def main(argv):
                              % (FLAGS.ranks, os.cpu_count() or 1))
     info = common.machine_info()
     rounds: Dict[str, List[Dict[str, dict]]] = {}
-    launches = list(itertools.product(FLAGS.controllers, FLAGS.cycle_times))
+    checks: Dict[str, list] = {}
+    horovod = [c for c in FLAGS.controllers if c in HOROVOD_CONTROLLERS]
+    launches = list(itertools.product(horovod, FLAGS.cycle_times))
+    if COLLECTIVES in FLAGS.controllers:
+        launches.append((COLLECTIVES, None))
     for round_index in range(FLAGS.runs):
         for controller, cycle_time in launches:
-            launch = "%s, cycle %s ms" % (controller, cycle_time)
-            print("round %d: %s" % (round_index + 1, launch), flush=True)
-            rounds.setdefault(launch, []).append(measure(controller, cycle_time, FLAGS.ranks, FLAGS.rows,
-                                                         FLAGS.width, FLAGS.iterations, FLAGS.warmup))
-    print(report(summarize(rounds), config, info, FLAGS.name, FLAGS.results_dir))
+            if controller == COLLECTIVES:
+                launch = COLLECTIVES_LAUNCH
+                print("round %d: %s" % (round_index + 1, launch), flush=True)
+                results, rank_checks = measure_collectives(FLAGS.ranks, FLAGS.rows, FLAGS.width, FLAGS.iterations,
+                                                           FLAGS.warmup)
+                checks.setdefault(launch, []).append(rank_checks)
+            else:
+                launch = "%s, cycle %s ms" % (controller, cycle_time)
+                print("round %d: %s" % (round_index + 1, launch), flush=True)
+                results = measure(controller, cycle_time, FLAGS.ranks, FLAGS.rows, FLAGS.width, FLAGS.iterations,
+                                  FLAGS.warmup)
+            rounds.setdefault(launch, []).append(results)
+    print(report(summarize(rounds), config, info, FLAGS.name, FLAGS.results_dir, checks))
 
 
 if __name__ == "__main__":

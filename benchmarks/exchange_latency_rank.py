@@ -51,7 +51,8 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _time(run: Callable[[int], None], iterations: int, warmup: int) -> Dict[str, object]:
+def time_runs(run: Callable[[int], None], iterations: int, warmup: int) -> Dict[str, object]:
+    """`run(i)` `warmup` times, then `iterations` timed: wall percentiles and this process's CPU per run."""
     for i in range(warmup):
         run(i)
     walls: List[float] = []
@@ -108,12 +109,12 @@ def run_variants(controller: str, rows: int, width: int, iterations: int, warmup
                 def run(i, op=op, count=count):
                     n = count(i)
                     session.run(op, {data: payload[:size * n], splits: [n] * size})
-                results[name] = _time(run, iterations, warmup)
+                results[name] = time_runs(run, iterations, warmup)
     if comm is not None:
         comm.Barrier()
         send = payload[:size * rows]
         receive = np.empty_like(send)
-        results["mpi_alltoall"] = _time(lambda i: comm.Alltoall(send, receive), iterations, warmup)
+        results["mpi_alltoall"] = time_runs(lambda i: comm.Alltoall(send, receive), iterations, warmup)
     for result in results.values():
         result["bytes_sent"] = (size - 1) * rows * width * 4
     return results

@@ -5,10 +5,12 @@ import os
 import subprocess
 import sys
 
+from unittest import mock
+
 import pytest
 import tensorflow as tf
 
-from benchmarks import exchange_latency
+from benchmarks import exchange_latency, exchange_latency_collective_rank
 from tests import paths
 
 
@@ -23,6 +25,20 @@ class LaunchTest(tf.test.TestCase):
         self.assertEqual("mpirun", mpi[0])
         self.assertEqual("3", mpi[mpi.index("-np") + 1])
         self.assertIn("exec taskset -c $OMPI_COMM_WORLD_RANK", mpi[-1])
+
+    def test_collective_ranks_are_pinned_and_named_in_their_tf_config(self):
+        argv = exchange_latency.collective_rank_argv(1, ["--rows=10"])
+        self.assertEqual(["taskset", "-c", "1"], argv[:3])
+        self.assertEqual(["-m", exchange_latency.COLLECTIVE_RANK_MODULE, "--rows=10"], argv[-3:])
+        config = json.loads(exchange_latency.collective_tf_config(["localhost:1", "localhost:2"], 1))
+        self.assertEqual({"cluster": {"worker": ["localhost:1", "localhost:2"]},
+                          "task": {"type": "worker", "index": 1}}, config)
+
+    def test_collective_rank_rejects_a_tf_config_without_its_task(self):
+        with mock.patch.dict(os.environ, {"TF_CONFIG": json.dumps({"cluster": {"worker": ["localhost:1"]},
+                                                                   "task": {"type": "worker", "index": 1}})}):
+            with self.assertRaisesRegex(ValueError, "index"):
+                exchange_latency_collective_rank.cluster_from_env()
 
     def test_summary_keeps_the_variant_order_and_every_round(self):
         round_result = {name: {"median_us": 10.0 * i, "cpu_us_per_run": 1.0, "p90_us": 20.0 * i}
@@ -54,3 +70,36 @@ class TinyRunTest(tf.test.TestCase):
             self.assertGreater(values["wall_us"][0], 0, variant)
         with open(os.path.join(results, "tiny.md")) as f:
             self.assertIn("python -m benchmarks.exchange_latency --ranks 2 --rows 50", f.read())
+
+    def test_two_ranks_exchange_the_right_values_with_tensorflow_collectives(self):
+        if (os.cpu_count() or 1) < 2:
+            self.skipTest("one rank per core needs 2 cores; this machine has %d" % (os.cpu_count() or 1))
+        results = self.get_temp_dir()
+        rows, width = 3, 2
+        command = [sys.executable, "-m", "benchmarks.exchange_latency", "--runs", "1", "--iterations", "5",
+                   "--warmup", "2", "--rows", str(rows), "--width", str(width), "--controllers", "tf",
+                   "--name", "tiny_tf", "--results_dir", results]
+        # As a user's shell starts it: PATH and HOME only.
+        completed = subprocess.run(command, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=120,
+                                   env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")})
+        self.assertEqual(0, completed.returncode, completed.stderr[-3000:])
+        with open(os.path.join(results, "tiny_tf.json")) as f:
+            raw = json.load(f)["results"]
+        launch = exchange_latency.COLLECTIVES_LAUNCH
+        summary = raw["summary"][launch]
+        self.assertEqual(["session", "tf_collective_alltoall", "tf_collective_gather", "tf_collective_reduce"],
+                         list(summary))
+        for variant, values in summary.items():
+            self.assertGreater(values["wall_us"][0], 0, variant)
+            self.assertGreater(values["cpu_us"][0], 0, variant)
+        code = exchange_latency_collective_rank.code
+        [rank_checks] = raw["checks"][launch]
+        self.assertLen(rank_checks, 2)
+        for rank, checks in enumerate(rank_checks):
+            # Part j of what rank `rank` received: every element is what rank j sent it.
+            self.assertEqual([[code(j, rank)] * 2 for j in range(2)], checks["tf_collective_alltoall"])
+            self.assertEqual([[code(j, 0)] * 2 for j in range(2)], checks["tf_collective_gather"])
+            self.assertEqual([[code(0, i) + code(1, i)] * 2 for i in range(2)], checks["tf_collective_reduce"])
+        with open(os.path.join(results, "tiny_tf.md")) as f:
+            table = f.read()
+        self.assertIn("| %s | `tf_collective_alltoall` |" % launch, table)
