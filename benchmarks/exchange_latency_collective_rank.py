@@ -9,7 +9,12 @@ does in graph mode (the group leader `/job:worker/replica:0/task:0`, the
 session's devices filtered to the rank's own task), and runs graph-mode
 `tf.compat.v1.Session`s against its own server: the collective ops exchange
 their tensors between the processes over gRPC (`CollectiveRemoteAccess`'s
-`RecvBuf`), no `session.run` touches another task's devices.
+`RecvBuf`), no `session.run` touches another task's devices. The runs with
+collectives name a collective graph key (`RunOptions.experimental`): without
+one, TensorFlow 2.14's distributed session gives the step no collective
+executor (`Failed to get CollectiveExecutor from OpKernelContext for Op
+CollectiveAllToAllV2`), since it derives the key only from the V1 ops'
+`instance_key` attributes.
 
 Variants (the same payload as `benchmarks.exchange_latency_rank`'s: `--rows`
 rows of `--width` float32 for every rank; fixed shapes, as these ops need):
@@ -54,6 +59,9 @@ GROUP_KEY = 1
 INSTANCE_KEYS = {"barrier": 1, "tf_collective_alltoall": 2, "tf_collective_gather": 3, "tf_collective_reduce": 4}
 # A received value that names its sender and receiver exactly (float32 holds these integers exactly).
 SENDER_SCALE = 1000.0
+# A distributed session gives a step a collective executor (and the same step id on every task) only for a
+# graph with a collective graph key; any value, the same on every rank (the module docstring).
+COLLECTIVE_GRAPH_KEY = 33
 FINISH_TIMEOUT_S = 120.0
 FINISH_POLL_S = 0.05
 
@@ -150,11 +158,14 @@ def run_variants(workers: List[str], rank: int, rows: int, width: int, iteration
                                                                    **keys("tf_collective_reduce"))),
         ]
         ops = [("session", tf.identity(data))] + collectives
+        collective_run = tf.compat.v1.RunOptions()
+        collective_run.experimental.collective_graph_key = COLLECTIVE_GRAPH_KEY
         with tf.compat.v1.Session(server.target, config=config) as session:
             for name, op in ops:
-                session.run(barrier)
-                if name != "session":
-                    result = session.run(op, {data: payload})
+                session.run(barrier, options=collective_run)
+                options = None if name == "session" else collective_run
+                if options is not None:
+                    result = session.run(op, {data: payload}, options=options)
                     want = expected(name, rank, size, rows, width)
                     if result.shape != want.shape or not np.array_equal(result, want):
                         raise AssertionError("rank %d, %s: received %s, expected every element of the part from "
@@ -162,11 +173,11 @@ def run_variants(workers: List[str], rank: int, rows: int, width: int, iteration
                                                                   [float(w.flat[0]) for w in want.reshape(size, -1)]))
                     checks[name] = received_from(name, result, size, rows)
 
-                def run(i, op=op):
+                def run(i, op=op, options=options):
                     del i
-                    session.run(op, {data: payload})
+                    session.run(op, {data: payload}, options=options)
                 results[name] = exchange_latency_rank.time_runs(run, iterations, warmup)
-            session.run(barrier)
+            session.run(barrier, options=collective_run)
     for result in results.values():
         result["bytes_sent"] = (size - 1) * rows * width * 4
     return {"results": results, "checks": checks}
