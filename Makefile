@@ -11,7 +11,7 @@ RUN_DIR     := runs/$(STRATEGY)-$(shell date +%Y%m%d-%H%M%S)
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup lint train test test-fast bench clean-runs
+.PHONY: setup lint train test test-fast bench soak clean-runs
 
 setup:
 	@PYTHON="$(PYTHON)" bash tools/setup_venv.sh
@@ -45,3 +45,10 @@ bench: setup $(DATA_DIR)/metadata.json
 	$(PY) -m benchmarks.train_single --data_dir $(DATA_DIR)
 	$(PY) -m benchmarks.input_speed --data_dir $(DATA_DIR)
 	$(PY) -m benchmarks.strategy_speed --data_dir $(DATA_DIR)
+
+# The long soak (docs/reliability.md#soak), outside CI: every multi-process strategy under 20 faults,
+# checked to lose nothing; 30 minutes or more. Writes benchmarks/results/soak.{md,json}.
+SOAK_FLAGS := --strategies horovod,hybrid,ps --faults 20 --references 2
+
+soak: setup
+	$(PY) -m benchmarks.soak $(SOAK_FLAGS)

@@ -1,0 +1,581 @@
+"""A soak: `deepfm.launch --max_restarts` jobs under a seeded schedule of faults, checked to lose nothing.
+
+    python -m benchmarks.soak [--strategies ps,horovod,hybrid] [--faults 20] [--seed 1]
+                              [--rows 60000] [--epochs 3] [--name soak]
+
+For each strategy, the same job runs twice on the same synthetic data, with
+the same seed and flags: once without faults (the reference), once under
+`benchmarks.soak_faults.schedule(seed, strategy, faults)`: SIGKILL of a
+random training task, SIGTERM of one, a kill inside a checkpoint write and
+inside the export (windows detected, see `soak_faults`), a lost parameter
+server (`ps`), and restarts with another number of ranks (`hybrid`, 2 -> 3
+-> 2 ...). Each fault causes exactly one restart of the launcher, and the
+next fault is armed only once that restart trains again, so a schedule
+replays the same story every time.
+
+After the faulted job it checks (`check_*`), each check a row of the report:
+
+* the launcher succeeded after exactly one restart per fault;
+* the job ended at its budget: the examples trained by its last global step
+  (`deepfm.runtime.input_position`) are those of the reference (a `ps` job
+  may pass it by a step of each other worker, as the reference may; a
+  resized `hybrid` job by less than one step of its last size);
+* every checkpoint left in the model directory reads back whole and holds
+  this model's variables (`deepfm.runtime.checkpoints`);
+* the final validation AUC is within `AUC_TOLERANCE` of the reference's;
+* each fault lost at most the steps since the latest checkpoint when it
+  landed (the restart resumed at or after that checkpoint);
+* nothing is left: no process of the job, no port it listened on, no FIFO,
+  no network namespace of its processes, nothing in the job's temporary
+  directory (`TMPDIR`), no partial save or export in the model and export
+  directories.
+
+"Same examples": a synchronous job (`horovod`, `hybrid` at a fixed size)
+resumed from step g skips the batches of the first g steps, so the faulted
+job trains on the reference's batches at every step. Asynchronous `ps`
+workers each skip an equal share (their own positions are not in the
+checkpoint), so the count of examples is exact and the rows those of the
+workers' average position; the reference's own asynchronous updates come in
+another order from run to run anyway. A `hybrid` restart with another
+number of ranks keeps the count of examples (its budget is in examples) and
+deals the rest of the pass out again over the new ranks.
+
+Writes `benchmarks/results/<name>.md` and `.json`: the command, the machine
+(`lscpu`), every fault with its step, time, placement, restart and steps
+lost, and every check.
+"""
+
+import argparse
+import dataclasses
+import glob
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import psutil
+
+from benchmarks import common
+from benchmarks import soak_faults as faults_lib
+
+NAME = "soak"
+STRATEGIES = ("ps", "horovod", "hybrid")
+AUC_TOLERANCE = 0.005
+DEFAULT_FAULTS = 3
+DEFAULT_SEED = 1
+DEFAULT_ROWS = 20_000
+DEFAULT_FEATURE_SIZE = 50_000
+DEFAULT_EPOCHS = 2
+DEFAULT_BATCH = 128
+DEFAULT_CHECKPOINT_STEPS = 20
+DEFAULT_WAIT_S = 600.0
+DEFAULT_PS_WORKERS = 2
+LOG_EVERY_STEPS = 5
+# A job's error when the soak was stopped during it.
+INTERRUPTED = "the soak was interrupted during this job"
+# What stands for the soak's working directory in its report.
+WORK_DIR_MARK = "<work_dir>"
+# How long a launcher stopped by the soak (after a failure) may take to stop its tasks.
+STOP_WAIT_S = 120
+# The model and the optimizer of every job: small enough for two cores, its checkpoint large enough
+# (feature_size x (embedding + 1) x 3 floats with Adam's two slots) that a save takes some milliseconds.
+MODEL_FLAGS = ("--embedding_size", "8", "--deep_layers", "32,16", "--dropout", "0,0", "--learning_rate", "0.005",
+               "--intra_op_threads", "1")
+LAUNCH_FLAGS = {
+    "ps": ("--strategy", "ps", "--num_ps", "2"),
+    "horovod": ("--strategy", "horovod", "--np", "2"),
+    "hybrid": ("--strategy", "hybrid", "--np", "2"),
+}
+PARTIAL_NAMES = (faults_lib.CHECKPOINT_TEMP, faults_lib.EXPORT_TEMP)
+NETNS_DIR = "/run/netns"
+
+
+@dataclasses.dataclass(frozen=True)
+class SoakConfig:
+    """What to soak.
+
+    Attributes:
+      strategies: the strategies, each a reference job and a faulted one.
+      faults: faults per strategy.
+      seed: the schedule's and the jobs' seed.
+      rows: synthetic rows (train and validation together).
+      feature_size: distinct ids.
+      epochs: passes over the training split.
+      batch_size: per worker.
+      checkpoint_steps: `--save_checkpoints_steps`.
+      work_dir: where the data and the jobs go.
+      wait_s: the longest any one wait of the soak may take.
+      kinds: per strategy, the kinds of its faults in order (the export kill
+        aside); a strategy not named draws them from the seed.
+      export_kill: whether each faulted job ends with `kill_in_export`.
+      ps_workers: training tasks of a `ps` job (the chief included).
+      references: fault-free runs of each job; the AUC check takes the
+        nearest (asynchronous `ps` runs differ among themselves).
+    """
+
+    strategies: Sequence[str] = STRATEGIES
+    faults: int = DEFAULT_FAULTS
+    seed: int = DEFAULT_SEED
+    rows: int = DEFAULT_ROWS
+    feature_size: int = DEFAULT_FEATURE_SIZE
+    epochs: int = DEFAULT_EPOCHS
+    batch_size: int = DEFAULT_BATCH
+    checkpoint_steps: int = DEFAULT_CHECKPOINT_STEPS
+    work_dir: str = ""
+    wait_s: float = DEFAULT_WAIT_S
+    kinds: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+    export_kill: bool = True
+    ps_workers: int = DEFAULT_PS_WORKERS
+    references: int = 1
+
+    def __post_init__(self):
+        unknown = [s for s in self.strategies if s not in STRATEGIES]
+        if unknown:
+            raise ValueError("--strategies: unknown %s (known: %s)" % (", ".join(unknown), ", ".join(STRATEGIES)))
+        for name in ("faults", "rows", "feature_size", "epochs", "batch_size", "checkpoint_steps", "ps_workers",
+                     "references"):
+            if getattr(self, name) < 1:
+                raise ValueError("--%s must be >= 1, got %r" % (name, getattr(self, name)))
+
+
+@dataclasses.dataclass
+class JobResult:
+    """One launcher job of the soak (the reference or the faulted one)."""
+
+    strategy: str
+    faulted: bool
+    returncode: Optional[int] = None
+    seconds: float = 0.0
+    metrics: dict = dataclasses.field(default_factory=dict)
+    final_step: Optional[int] = None
+    examples: Optional[int] = None
+    restarts: int = 0
+    faults: List[dict] = dataclasses.field(default_factory=list)
+    leftovers: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
+    error: str = ""
+    dirs: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+def log_line(text: str) -> None:
+    print(text, flush=True)
+
+
+def train_flags(config: SoakConfig, data_dir: str, dirs: Dict[str, str]) -> List[str]:
+    """The flags after `--` of every job of the soak."""
+    return ["--train_data", data_dir, "--model_dir", dirs["model"], "--export_dir", dirs["export"],
+            "--metrics_file", dirs["metrics"], "--progress_file", os.path.join(dirs["progress"], "{task}.jsonl"),
+            "--batch_size", str(config.batch_size), "--num_epochs", str(config.epochs), "--seed", str(config.seed),
+            "--save_checkpoints_steps", str(config.checkpoint_steps), "--log_every_n_steps", str(LOG_EVERY_STEPS)
+            ] + list(MODEL_FLAGS)
+
+
+def launch_command(config: SoakConfig, strategy: str, data_dir: str, dirs: Dict[str, str], restarts: int
+                   ) -> List[str]:
+    """The launcher's command line of one job: a faulted `hybrid` job is elastic (2 or 3 ranks)."""
+    argv = [sys.executable, "-m", "deepfm.launch"] + list(LAUNCH_FLAGS[strategy])
+    if strategy == "ps":
+        argv += ["--num_workers", str(config.ps_workers)]
+    argv += ["--max_restarts", str(restarts), "--log_dir", dirs["logs"]]
+    if strategy == "hybrid" and restarts:
+        argv += ["--min_replicas", str(min(faults_lib.HYBRID_SIZES)), "--max_replicas",
+                 str(max(faults_lib.HYBRID_SIZES)), "--host_discovery_script", "cat %s" % dirs["slots"]]
+    return argv + ["--"] + train_flags(config, data_dir, dirs)
+
+
+def job_environment(tmp_dir: str) -> Dict[str, str]:
+    """A user's environment (PATH, HOME) and the job's own temporary directory."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
+            "TMPDIR": tmp_dir, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def run_job(config: SoakConfig, strategy: str, data_dir: str, schedule: Sequence[faults_lib.Fault],
+            examples_budget: Optional[int], log=log_line, name: str = "") -> JobResult:
+    """Runs one job (faulted when `schedule` is not empty) and looks for what it left."""
+    faulted = bool(schedule)
+    root = os.path.join(config.work_dir, strategy, name or ("faulted" if faulted else "reference"))
+    dirs = {name: os.path.join(root, name) for name in ("model", "export", "progress", "logs", "tmp")}
+    dirs["metrics"] = os.path.join(root, "metrics.json")
+    dirs["slots"] = os.path.join(root, "slots")
+    dirs["output"] = os.path.join(root, "launcher_output.txt")
+    for name in ("export", "progress", "tmp"):
+        os.makedirs(dirs[name])
+    with open(dirs["slots"], "w") as f:
+        f.write("localhost:%d\n" % faults_lib.HYBRID_SIZES[0])
+    result = JobResult(strategy=strategy, faulted=faulted, dirs=dirs)
+    argv = launch_command(config, strategy, data_dir, dirs, len(schedule))
+    start = time.monotonic()
+    with open(dirs["output"], "wb") as output:
+        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=job_environment(dirs["tmp"]),
+                                   cwd=root, start_new_session=True)
+    view = faults_lib.JobView(process, dirs["output"], dirs["logs"], dirs["model"], dirs["progress"], strategy)
+    try:
+        if faulted:
+            if examples_budget is None:
+                raise ValueError("a faulted job needs the examples of its fault-free run")
+            injector = faults_lib.Injector(view, examples_budget, dirs["export"], dirs["slots"], config.wait_s, log)
+            try:
+                injector.run(schedule)
+            finally:
+                result.faults = [record.to_dict() for record in injector.records]
+        deadline = time.monotonic() + config.wait_s
+        while process.poll() is None and time.monotonic() < deadline:
+            view.track()
+            time.sleep(0.2)
+        if process.poll() is None:
+            raise faults_lib.SoakError("the launcher ran %.0f s past its last fault" % config.wait_s)
+    except faults_lib.SoakError as e:
+        result.error = str(e)
+    except KeyboardInterrupt:
+        # The soak was stopped (Ctrl-C): the job is stopped below, and its faults so far are reported.
+        result.error = INTERRUPTED
+    finally:
+        view.track()
+        if process.poll() is None:
+            # The launcher stops every task on SIGTERM; SIGKILL only if it does not.
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        result.seconds = time.monotonic() - start
+        result.returncode = process.returncode
+        result.leftovers = leftovers(view, dirs)
+        for survivor in view.alive():
+            survivor.kill()
+    result.restarts = len(view.restarts())
+    if os.path.isfile(dirs["metrics"]):
+        with open(dirs["metrics"]) as f:
+            result.metrics = json.load(f)
+        result.final_step = result.metrics.get("global_step")
+        if result.final_step is not None:
+            result.examples = faults_lib.examples_at(dirs["model"], result.final_step)
+    return result
+
+
+def leftovers(view: faults_lib.JobView, dirs: Dict[str, str]) -> Dict[str, List[str]]:
+    """What the job left behind, by kind (empty lists: nothing)."""
+    found: Dict[str, List[str]] = {"processes": [], "ports": [], "fifos": [], "network namespaces": [],
+                                   "temporary files": []}
+    ours = {process.pid for process in view.alive()}
+    # Processes of the job that left its process tree (re-parented) are found by what they name.
+    for process in psutil.process_iter():
+        try:
+            if process.pid != os.getpid() and _names_the_job(process, dirs):
+                ours.add(process.pid)
+        except psutil.Error:
+            continue
+    for pid in sorted(ours):
+        try:
+            found["processes"].append("%d %s" % (pid, " ".join(psutil.Process(pid).cmdline()[:6])))
+        except psutil.Error:
+            continue
+    # A port is left where one of the job's processes still listens on it; another program may take a
+    # port the job used once it is free.
+    found["ports"] = ["%d (%s)" % (c.laddr.port, view.listening_ports[c.laddr.port])
+                      for c in psutil.net_connections(kind="inet")
+                      if c.status == psutil.CONN_LISTEN and c.laddr.port in view.listening_ports and c.pid in ours]
+    for directory in (os.path.dirname(dirs["model"]), dirs["tmp"]):
+        for parent, _, names in os.walk(directory):
+            for name in names:
+                path = os.path.join(parent, name)
+                if stat.S_ISFIFO(os.lstat(path).st_mode):
+                    found["fifos"].append(path)
+    found["network namespaces"] = _namespaces_left(view.network_namespaces)
+    found["temporary files"] = sorted(os.path.join(dirs["tmp"], name) for name in os.listdir(dirs["tmp"]))
+    for directory in (dirs["model"], dirs["export"]):
+        if os.path.isdir(directory):
+            found["temporary files"] += sorted(
+                os.path.join(directory, name) for name in os.listdir(directory)
+                if any(p.match(name) for p in PARTIAL_NAMES) or ".tmp" in name)
+    return found
+
+
+def _names_the_job(process: psutil.Process, dirs: Dict[str, str]) -> bool:
+    """Whether a process belongs to the job: its command line names the model directory, or its TMPDIR is the job's."""
+    if any(dirs["model"] in arg for arg in process.cmdline()):
+        return True
+    return process.environ().get("TMPDIR", "").startswith(dirs["tmp"])
+
+
+def _namespaces_left(seen: Dict[str, str]) -> List[str]:
+    """The network namespaces the job's processes were in that still exist (a process in it, or a name)."""
+    if not seen:
+        return []
+    alive = set()
+    for path in glob.glob("/proc/[0-9]*/ns/net") + glob.glob(os.path.join(NETNS_DIR, "*")):
+        try:
+            alive.add(os.readlink(path) if path.startswith("/proc") else "net:[%d]" % os.stat(path).st_ino)
+        except OSError:
+            continue
+    return ["%s (%s)" % (namespace, owner) for namespace, owner in sorted(seen.items()) if namespace in alive]
+
+
+# --- checks -----------------------------------------------------------------------------------------------
+def check_job(config: SoakConfig, strategy: str, references: Sequence[JobResult], soak: JobResult,
+              planned: int) -> List[Check]:
+    """Every check of a faulted job against its fault-free references (see the module docstring).
+
+    Args:
+      planned: the faults of its schedule (each must have landed).
+    """
+    reference = references[0]
+    checks = [Check("the job succeeded after one restart per fault",
+                    soak.returncode == 0 and not soak.error and soak.restarts == len(soak.faults) == planned,
+                    "exit code %s, %d restart(s) for %d fault(s) of %d planned%s" % (
+                        soak.returncode, soak.restarts, len(soak.faults), planned,
+                        "; " + soak.error if soak.error else ""))]
+    # Asynchronous workers each finish the step in flight when the budget is reached; a job resized on the way
+    # ends on the first step that reaches its budget in examples, less than one step of its last size past it.
+    slack = config.batch_size * (config.ps_workers if strategy == "ps" else
+                                 max(faults_lib.HYBRID_SIZES) - 1 if strategy == "hybrid" else 0)
+    if soak.examples is not None and reference.examples is not None:
+        checks.append(Check("it ended at its budget", abs(soak.examples - reference.examples) <= slack,
+                            "%d examples by global step %s; the reference %d by step %s (%d examples of slack)" % (
+                                soak.examples, soak.final_step, reference.examples, reference.final_step, slack)))
+    else:
+        checks.append(Check("it ended at its budget", False, "no final step (no metrics file)"))
+    checks.append(check_checkpoints(config, soak.dirs["model"]))
+    name = "AUC within %.3f of the reference" % AUC_TOLERANCE
+    auc = soak.metrics.get("auc")
+    reference_aucs: List[float] = [r.metrics["auc"] for r in references if r.metrics.get("auc") is not None]
+    if auc is not None and reference_aucs:
+        nearest = min(reference_aucs, key=lambda value: abs(value - auc))
+        spread = " (fault-free runs: %s, spread %.4f)" % (", ".join("%.4f" % a for a in reference_aucs),
+                                                          max(reference_aucs) - min(reference_aucs)) \
+            if len(reference_aucs) > 1 else ""
+        checks.append(Check(name, abs(auc - nearest) <= AUC_TOLERANCE,
+                            "%.4f against %.4f (%+.4f)%s" % (auc, nearest, auc - nearest, spread)))
+    else:
+        checks.append(Check(name, False, "no AUC"))
+    late = ["fault %d resumed at %s, before the checkpoint at %s" % (
+        f["number"], f["resume_step"], f["checkpoint_at_fault"]) for f in soak.faults
+        if f["resume_step"] is None or f["resume_step"] < (f["checkpoint_at_fault"] or 0)]
+    lost = [f["steps_lost"] or 0 for f in soak.faults]
+    checks.append(Check("steps lost at most those since the last checkpoint", not late,
+                        "; ".join(late) or "steps lost per fault: %s" % ", ".join(map(str, lost))))
+    left: Dict[str, List[str]] = {}
+    for job in list(references) + [soak]:
+        for kind, items in job.leftovers.items():
+            if items:
+                left.setdefault("%s: %s" % (os.path.basename(os.path.dirname(job.dirs["model"])), kind), items)
+    checks.append(Check("nothing left by any job", not left,
+                        json.dumps(left) if left else "no process, port, FIFO, network namespace or temporary file "
+                        "after any of the %d job(s)" % (len(references) + 1)))
+    return checks
+
+
+def check_checkpoints(config: SoakConfig, model_dir: str) -> Check:
+    """Every checkpoint in `model_dir` reads back whole and holds this model's variables."""
+    from deepfm import config as config_lib
+    from deepfm import models
+    from deepfm.runtime import checkpoints
+    model = config_lib.ModelConfig(feature_size=config.feature_size, embedding_size=8, deep_layers=(32, 16),
+                                   dropout=(0.0, 0.0), learning_rate=0.005)
+    paths = sorted(glob.glob(os.path.join(model_dir, "model.ckpt-*.index")),
+                   key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
+    bad = []
+    for path in paths:
+        prefix = path[:-len(".index")]
+        reason = checkpoints.unreadable_reason(prefix)
+        if reason is None:
+            try:
+                checkpoints.check_model_shapes(prefix, model, models.get(model.model))
+            except ValueError as e:
+                reason = str(e).splitlines()[0]
+        if reason:
+            bad.append("%s: %s" % (os.path.basename(prefix), reason))
+    steps = [int(p.rsplit("-", 1)[1].split(".")[0]) for p in paths]
+    return Check("every checkpoint on disk restores", bool(paths) and not bad,
+                 "; ".join(bad) or "%d checkpoint(s), steps %s" % (len(paths), ", ".join(map(str, steps))))
+
+
+# --- the run and its report --------------------------------------------------------------------------------
+def soak_strategy(config: SoakConfig, strategy: str, data_dir: str, log=log_line) -> dict:
+    """The fault-free references and the faulted job of one strategy, and their checks."""
+    schedule = faults_lib.schedule(config.seed, strategy, config.faults, config.export_kill,
+                                   config.kinds.get(strategy))
+    references = []
+    for index in range(config.references):
+        log("%s: fault-free job %d of %d" % (strategy, index + 1, config.references))
+        reference = run_job(config, strategy, data_dir, [], None, log,
+                            name="reference" if not index else "reference_%d" % (index + 1))
+        log("%s: fault-free job ended with exit code %s after %.0f s, AUC %s, %s examples" % (
+            strategy, reference.returncode, reference.seconds, reference.metrics.get("auc"), reference.examples))
+        references.append(reference)
+    result: Dict[str, Any] = {"strategy": strategy, "schedule": [dataclasses.asdict(f) for f in schedule],
+              "references": [dataclasses.asdict(r) for r in references], "faulted": None}
+    failed = [r for r in references if r.returncode != 0 or r.examples is None]
+    result["interrupted"] = any(r.error == INTERRUPTED for r in references)
+    if failed:
+        result["checks"] = [dataclasses.asdict(Check("the fault-free jobs succeeded", False, "; ".join(
+            "exit code %s %s" % (r.returncode, r.error) for r in failed)))]
+        return result
+    log("%s: faulted job, schedule: %s" % (strategy, "; ".join(f.describe() for f in schedule)))
+    soak = run_job(config, strategy, data_dir, schedule, references[0].examples, log)
+    checks = check_job(config, strategy, references, soak, len(schedule))
+    for check in checks:
+        log("%s: %s %s: %s" % (strategy, "PASS" if check.passed else "FAIL", check.name, check.detail))
+    result.update(faulted=dataclasses.asdict(soak), checks=[dataclasses.asdict(c) for c in checks],
+                  interrupted=soak.error == INTERRUPTED)
+    return result
+
+
+def lscpu() -> str:
+    try:
+        return subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "lscpu unavailable"
+
+
+def report(config: SoakConfig, command: str, results: List[dict], seconds: float) -> str:
+    """The markdown body of the report."""
+    lines = ["Command: `%s` (%.0f min in all). Schedule seed %d, %d fault(s) per strategy; data: %d synthetic "
+             "rows, feature_size %d, %d epoch(s) at batch %d per worker, a checkpoint every %d steps; `ps`: 2 "
+             "parameter servers and %d training task(s), `horovod` 2 ranks, `hybrid` 2 ranks (3 after a "
+             "resize)." % (command, seconds / 60, config.seed, config.faults, config.rows, config.feature_size,
+                           config.epochs, config.batch_size, config.checkpoint_steps, config.ps_workers), ""]
+    rows = []
+    for result in results:
+        soak = result["faulted"] or {}
+        lost = [f["steps_lost"] or 0 for f in soak.get("faults", [])]
+        auc = soak.get("metrics", {}).get("auc")
+        reference_aucs = [r["metrics"]["auc"] for r in result["references"] if r["metrics"].get("auc") is not None]
+        nearest = min(reference_aucs, key=lambda value: abs(value - auc)) if auc is not None and reference_aucs \
+            else None
+        rows.append([result["strategy"], str(len(soak.get("faults", []))), str(soak.get("restarts", "-")),
+                     "%d (max %d)" % (sum(lost), max(lost)) if lost else "-",
+                     " / ".join("%.4f" % a for a in reference_aucs) or "-",
+                     "%.4f" % auc if auc is not None else "-",
+                     "%+.4f" % (auc - nearest) if nearest is not None else "-",
+                     "%s / %.0f" % (" / ".join("%.0f" % r["seconds"] for r in result["references"]),
+                                    soak.get("seconds", 0)),
+                     "%d/%d" % (sum(c["passed"] for c in result["checks"]), len(result["checks"]))])
+    lines += [common.markdown_table(["strategy", "faults", "restarts", "steps lost (total)", "AUC fault-free",
+                                     "AUC faulted", "difference (nearest)", "seconds (fault-free / faulted)",
+                                     "checks passed"], rows), ""]
+    for result in results:
+        lines += ["## %s" % result["strategy"], ""]
+        soak = result["faulted"] or {}
+        fault_rows = []
+        for f in soak.get("faults", []):
+            kind = f["fault"]["kind"] + (" to %d ranks" % f["fault"]["size"] if f["fault"]["size"] else "")
+            fault_rows.append([str(f["number"]), kind, f["target"], f["signal"], "%.0f" % f["elapsed"],
+                               str(f["step_at_fault"]), str(f["checkpoint_at_fault"]), f["placement"], f["restart"],
+                               str(f["resume_step"]), str(f["steps_lost"])])
+        if fault_rows:
+            lines += [common.markdown_table(["#", "fault", "target", "signal", "at s", "step", "checkpoint then",
+                                             "placement", "restart", "resumed at", "steps lost"], fault_rows), ""]
+        lines += [common.markdown_table(["check", "result", "detail"],
+                                        [[c["name"], "pass" if c["passed"] else "FAIL", c["detail"].replace("|", "/")]
+                                         for c in result["checks"]]), ""]
+    lines += ["## lscpu", "", "```", lscpu(), "```"]
+    return "\n".join(lines)
+
+
+def write(args: argparse.Namespace, config: SoakConfig, command: str, results: List[dict], seconds: float) -> str:
+    """Writes the report of the strategies soaked so far; paths under the working directory are relative."""
+    missing = [s for s in config.strategies if s not in [r["strategy"] for r in results]]
+    interrupted = [r["strategy"] for r in results if r.get("interrupted")]
+    body = report(config, command, results, seconds)
+    if missing or interrupted:
+        body = ("**Incomplete**: %s. The command below runs the whole soak.\n\n" % "; ".join(
+            (["the soak was interrupted during %s" % ", ".join(interrupted)] if interrupted else [])
+            + (["not soaked (yet): %s" % ", ".join(missing)] if missing else []))) + body
+    raw = {"command": command, "config": dataclasses.asdict(config), "seconds": seconds, "lscpu": lscpu(),
+           "strategies": results, "complete": not missing and not interrupted}
+    raw = json.loads(json.dumps(raw).replace(config.work_dir, WORK_DIR_MARK))
+    return common.write_report(args.name, "Soak: faults under deepfm.launch, checked to lose nothing",
+                               body.replace(config.work_dir, WORK_DIR_MARK), common.machine_info(), raw,
+                               results_dir=args.results_dir)
+
+
+def parse_kinds(text: str) -> Dict[str, Sequence[str]]:
+    """`ps=lose_ps+kill_task,hybrid=resize` -> {"ps": ("lose_ps", "kill_task"), "hybrid": ("resize",)}.
+
+    Raises:
+      ValueError: another form; the message names the part.
+    """
+    kinds: Dict[str, Sequence[str]] = {}
+    for part in filter(None, text.split(",")):
+        strategy, separator, names = part.partition("=")
+        if not separator or not names:
+            raise ValueError("--kinds %r: %r is not STRATEGY=KIND+KIND..." % (text, part))
+        kinds[strategy] = tuple(names.split("+"))
+    return kinds
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--faults", type=int, default=DEFAULT_FAULTS, help="Faults per strategy.")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
+    parser.add_argument("--feature_size", type=int, default=DEFAULT_FEATURE_SIZE)
+    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
+    parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH)
+    parser.add_argument("--checkpoint_steps", type=int, default=DEFAULT_CHECKPOINT_STEPS)
+    parser.add_argument("--wait_s", type=float, default=DEFAULT_WAIT_S)
+    parser.add_argument("--references", type=int, default=1, help="Fault-free runs of each job.")
+    parser.add_argument("--kinds", default="", help="Per strategy, the kinds of its faults in order, e.g. "
+                        "ps=lose_ps+kill_in_checkpoint,hybrid=resize+resize (default: drawn from the seed).")
+    parser.add_argument("--no_export_kill", action="store_true", help="Do not end each faulted job with a kill "
+                        "during its export.")
+    parser.add_argument("--ps_workers", type=int, default=DEFAULT_PS_WORKERS,
+                        help="Training tasks of the ps jobs, the chief included.")
+    parser.add_argument("--work_dir", default="", help="Default: a new temporary directory, removed at the end.")
+    parser.add_argument("--name", default=NAME, help="The report's name under --results_dir.")
+    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    command = "python -m benchmarks.soak " + " ".join(sys.argv[1:] if argv is None else argv)
+    own_work_dir = not args.work_dir
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="deepfm-soak-")
+    try:
+        config = SoakConfig(strategies=tuple(s for s in args.strategies.split(",") if s), faults=args.faults,
+                            seed=args.seed, rows=args.rows, feature_size=args.feature_size, epochs=args.epochs,
+                            batch_size=args.batch_size, checkpoint_steps=args.checkpoint_steps,
+                            work_dir=os.path.abspath(work_dir), wait_s=args.wait_s, ps_workers=args.ps_workers,
+                            references=args.references, kinds=parse_kinds(args.kinds),
+                            export_kill=not args.no_export_kill)
+        start = time.monotonic()
+        data_dir = os.path.join(config.work_dir, "data")
+        common.ensure_data(data_dir, config.rows, config.feature_size, seed=config.seed)
+        results = []
+        for strategy in config.strategies:
+            results.append(soak_strategy(config, strategy, data_dir))
+            # Written after each strategy: a soak stopped later keeps what it measured.
+            path = write(args, config, command, results, time.monotonic() - start)
+            print("wrote %s" % path, flush=True)
+            if results[-1].get("interrupted"):
+                print("interrupted: %s not soaked" % (", ".join(config.strategies[len(results):]) or "nothing else"),
+                      file=sys.stderr)
+                return 130
+        failed = [c["name"] for r in results for c in r["checks"] if not c["passed"]]
+        if failed:
+            print("FAILED: %s" % "; ".join(failed), file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        if own_work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
