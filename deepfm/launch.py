@@ -26,10 +26,13 @@ that trains its own model_fn through `deepfm.train_and_evaluate`::
 
     python -m deepfm.launch --strategy ps --program examples/custom_model.py -- data/synthetic --model_dir runs/c
 
-Each task logs to `<log_dir>/<task>_<index>.log`. When a task fails,
-every other process is stopped, and the launcher names the task, its exit
-code and the end of its log, and exits with a non-zero code; so it does on
-Ctrl-C or SIGTERM. Stopped training tasks finish their step and the chief
+Each task logs to `<log_dir>/<task>_<index>.log`. A job that completes
+ends with the chief's summary (validation AUC and logloss, global step,
+model directory, SavedModel), read from its `--metrics_file` (the launcher
+asks for `<log_dir>/metrics.json` when the flags after `--` name none).
+When a task fails, every other process is stopped, and the launcher names
+the task, its exit code and the end of its log, and exits with a non-zero
+code; so it does on Ctrl-C or SIGTERM. Stopped training tasks finish their step and the chief
 saves a checkpoint at it (within `--stop_grace_s`).
 
 With `--max_restarts N`, a failed job is stopped and started again from the
@@ -159,8 +162,7 @@ def main(argv):
         signum = getattr(e, "signum", signal.SIGINT)
         print("launch stopped by %s; every task was stopped" % signal.Signals(signum).name, file=sys.stderr)
         sys.exit(processes.SIGNAL_EXIT_BASE + signum)
-    if restarts:
-        print("the job finished after %d restart(s)" % restarts, flush=True)
+    print(local.result_summary(config, argv[1:], restarts), flush=True)
 
 
 def run():

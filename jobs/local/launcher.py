@@ -23,6 +23,7 @@ learning-rate scaling from the new size, as at any start.
 """
 
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -48,6 +49,13 @@ HOROVOD_TASK = "horovodrun_0"
 HOROVOD_RANK_LOGS = "ranks"
 # Flags the launcher sets itself; they may not follow `--`.
 RESERVED_TRAIN_FLAGS = ("strategy",)
+# Flags `python -m deepfm.train` requires: checked by the launcher before any task starts (each task
+# would otherwise fail on its own, after the others started), and the restarts resume from it.
+REQUIRED_TRAIN_FLAGS = ("model_dir",)
+# The chief's metrics file, which the launcher reads for its summary; without `--metrics_file` after
+# `--`, the launcher asks for one in its log directory.
+METRICS_FILE_FLAG = "metrics_file"
+DEFAULT_METRICS_FILE = "metrics.json"
 EXIT_FAILURE = 1
 # Each attempt's tasks keep their temporary files in a directory of their own (`TMPDIR`), removed after it.
 TMPDIR_VARIABLE = "TMPDIR"
@@ -179,17 +187,70 @@ class TaskSpec:
     service: bool = False
 
 
-def check_train_args(train_args: Sequence[str]) -> None:
-    """Rejects training flags the launcher sets itself.
+def check_train_args(train_args: Sequence[str], program: str = "") -> None:
+    """Rejects training flags the launcher sets itself and, for `deepfm.train`, a required flag left out.
+
+    Args:
+      train_args: the flags after `--`.
+      program: the training script of `--program` (its flags are its own),
+        or "" for `python -m deepfm.train`.
 
     Raises:
-      ValueError: a reserved flag (e.g. `--strategy`) follows `--`.
+      ValueError: a reserved flag (e.g. `--strategy`) follows `--`, or
+        `deepfm.train` misses a flag it requires (`--model_dir`).
     """
+    given = set()
     for arg in train_args:
         name = arg.lstrip("-").split("=", 1)[0]
         if arg.startswith("-") and name in RESERVED_TRAIN_FLAGS:
             raise ValueError("%r: the launcher sets --%s itself; pass it before --, not after"
                              % (arg, name))
+        if arg.startswith("-"):
+            given.add(name)
+    missing = [name for name in REQUIRED_TRAIN_FLAGS if name not in given] if not program else []
+    if missing:
+        raise ValueError("--%s is required after --: every task of the job writes and resumes its checkpoints "
+                         "there (e.g. -- --train_data data/synthetic --%s runs/job)" % (missing[0], missing[0]))
+
+
+def flag_value(train_args: Sequence[str], name: str) -> Optional[str]:
+    """The value of `--name` (or `--name=value`) among `train_args`, the last one given; None when absent."""
+    value = None
+    for index, arg in enumerate(train_args):
+        if arg in ("-" + name, "--" + name) and index + 1 < len(train_args):
+            value = train_args[index + 1]
+        elif arg.startswith("--" + name + "=") or arg.startswith("-" + name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def with_metrics_file(config: LaunchConfig, train_args: Sequence[str]) -> List[str]:
+    """`train_args`, with `--metrics_file <log_dir>/metrics.json` added for `deepfm.train` when none is given."""
+    if config.program or flag_value(train_args, METRICS_FILE_FLAG):
+        return list(train_args)
+    return list(train_args) + ["--%s=%s" % (METRICS_FILE_FLAG, os.path.join(config.log_dir, DEFAULT_METRICS_FILE))]
+
+
+def result_summary(config: LaunchConfig, train_args: Sequence[str], restarts: int) -> str:
+    """What a job that completed reports: its chief's metrics file (`with_metrics_file`), or where its logs are."""
+    head = "job completed" + (" after %d restart(s)" % restarts if restarts else "")
+    path = flag_value(with_metrics_file(config, train_args), METRICS_FILE_FLAG)
+    if not path or not os.path.exists(path):
+        return "%s; logs in %s" % (head, config.log_dir)
+    with open(path) as f:
+        metrics = json.load(f)
+    auc, logloss = metrics.get("auc"), metrics.get("logloss")
+    lines = [head, "strategy:           %s" % metrics.get("strategy", config.strategy)]
+    if auc is not None:
+        lines.append("validation AUC:     %.4f" % auc)
+    if logloss is not None:
+        lines.append("validation logloss: %.4f" % logloss)
+    lines += ["global step:        %s" % metrics.get("global_step"),
+              "model dir:          %s" % (flag_value(train_args, "model_dir") or metrics.get("model_dir")),
+              "SavedModel:         %s" % (metrics.get("export_path") or "not exported"),
+              "metrics file:       %s" % path,
+              "logs:               %s" % config.log_dir]
+    return "\n".join(lines)
 
 
 def train_command(strategy: str, train_args: Sequence[str], python: str = sys.executable,
@@ -314,7 +375,8 @@ def launch(config: LaunchConfig, train_args: Sequence[str], environ: Optional[Ma
       elastic.BelowMinimumError: an elastic job has fewer workers up than
         `min_replicas` at a (re)start.
     """
-    check_train_args(train_args)
+    check_train_args(train_args, config.program)
+    train_args = with_metrics_file(config, train_args)
     environ = os.environ if environ is None else environ
     deadline = time.monotonic() + config.timeout_s if config.timeout_s else None
     attempt = 0

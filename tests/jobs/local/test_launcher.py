@@ -12,7 +12,6 @@ import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -26,6 +25,7 @@ from jobs import elastic
 from jobs.local import launcher as launch
 from strategies import cluster as cluster_lib
 from strategies import strategy_names
+from tests import command_line
 from tests.jobs.local import launch_testing
 
 FEATURE_SIZE = 1000
@@ -117,6 +117,29 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "the launcher sets --strategy itself"):
             launch.check_train_args(["--model_dir=/m", flag])
 
+    def test_the_summary_reads_the_chiefs_metrics_file(self):
+        log_dir = self.get_temp_dir()
+        config = launch.LaunchConfig(strategy="ps", log_dir=log_dir)
+        train_args = ["--model_dir", "runs/ps"]
+        added = launch.with_metrics_file(config, train_args)
+        self.assertEqual(train_args + ["--metrics_file=" + os.path.join(log_dir, "metrics.json")], added)
+        self.assertEqual(["--metrics_file", "m.json"], launch.with_metrics_file(config, ["--metrics_file", "m.json"]))
+        self.assertEqual("job completed; logs in %s" % log_dir, launch.result_summary(config, train_args, 0))
+        with open(os.path.join(log_dir, "metrics.json"), "w") as f:
+            json.dump({"auc": 0.71234, "logloss": 0.5, "global_step": 600, "strategy": "ps: 1 parameter server(s)",
+                       "export_path": "runs/ps/export/1"}, f)
+        summary = launch.result_summary(config, train_args, 1)
+        for line in ("job completed after 1 restart(s)", "validation AUC:     0.7123", "global step:        600",
+                     "model dir:          runs/ps", "SavedModel:         runs/ps/export/1"):
+            self.assertIn(line, summary.splitlines())
+
+    def test_a_required_training_flag_is_checked_before_any_task_starts(self):
+        with self.assertRaisesRegex(ValueError, "--model_dir is required after --"):
+            launch.check_train_args(["--train_data", "data/synthetic"])
+        launch.check_train_args(["--train_data", "data/synthetic", "--model_dir=runs/ps"])
+        # A training script of one's own has flags of its own.
+        launch.check_train_args(["data/synthetic"], program="examples/custom_model.py")
+
     @parameterized.named_parameters(
         ("strategy", {"strategy": "mirrored"}, "--strategy must be one of ps, horovod, hybrid, got 'mirrored'"),
         ("num_ps", {"num_ps": 0}, "--num_ps must be >= 1, got 0"),
@@ -183,10 +206,9 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(["logs", "made.txt", "task.py"], sorted(os.listdir(work)))
 
     def test_usage_error_from_the_command_line(self):
-        result = subprocess.run(
-            [sys.executable, "-m", "deepfm.launch", "--strategy", "ps", "--num_ps", "0", "--", "--model_dir=/m"],
-            cwd=launch_testing.REPO_ROOT, capture_output=True, text=True, timeout=120,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        result = command_line.run(command_line.python_module(
+            "deepfm.launch", "--strategy", "ps", "--num_ps", "0", "--", "--model_dir=m"), self.get_temp_dir(),
+            timeout=120)
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("--num_ps must be >= 1, got 0", result.stderr)
 
@@ -353,7 +375,7 @@ class RestartTest(FaultTestCase):
         returncode, output = job.wait()
         self.assertEqual(returncode, 0, output)
         self.assertRegex(output, r"restart 1 of 1: task %s failed with exit code -9 \(killed by SIGKILL\)" % task)
-        self.assertIn("the job finished after 1 restart(s)", output)
+        self.assertIn("job completed after 1 restart(s)", output)
         job.assert_no_process_left()
         # The first attempt's logs are kept; the restart logs beside them.
         self.assertTrue(os.path.exists(os.path.join(job.log_dir, task + ".log")))
@@ -385,7 +407,7 @@ class RestartTest(FaultTestCase):
         returncode, output = job.wait()
         self.assertEqual(returncode, 0, output)
         self.assertRegex(output, r"restart 1 of 1: task %s failed with exit code" % launch.HOROVOD_TASK)
-        self.assertIn("the job finished after 1 restart(s)", output)
+        self.assertIn("job completed after 1 restart(s)", output)
         job.assert_no_process_left()
         metrics = read_json(metrics_file)
         # Synchronous ranks: the restarted job ends exactly at the uninterrupted job's step,
