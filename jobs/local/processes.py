@@ -27,6 +27,7 @@ import ctypes
 import ctypes.util
 import dataclasses
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -41,6 +42,13 @@ DEFAULT_STOP_GRACE_SECONDS = 5.0
 DEFAULT_SERVICE_GRACE_SECONDS = 60.0
 LOG_TAIL_LINES = 20
 LOG_TAIL_MAX_BYTES = 64 * 1024
+# A line that says why a program failed: a command line's user error (`cli.entry`: "<program>: error:
+# ...") or the last line of a Python traceback ("ValueError: ...").
+ERROR_LINE = re.compile(r"^\S+: error: |^[A-Za-z_][\w.]*(Error|Exception|Interrupt): ")
+# Lines kept from an error line that comes before the tail: it and the one after (the hint, or the
+# message's second line).
+ERROR_CONTEXT_LINES = 2
+SKIPPED = "..."
 # Exit status of a process ended by signal N, as shells report it.
 SIGNAL_EXIT_BASE = 128
 # prctl(2) option: the signal a process gets when its parent dies (Linux).
@@ -120,7 +128,13 @@ def describe_returncode(returncode: int) -> str:
 
 
 def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
-    """The last `lines` lines of a text file ("" when it does not exist)."""
+    """The last `lines` lines of a text file ("" when it does not exist), and the error line before them.
+
+    What a supervisor (SageMaker's training toolkit, `horovodrun`) writes
+    after its program failed can push the program's own error line (see
+    `ERROR_LINE`) out of the last lines: the last such line before them is
+    kept, with the line after it, then `...`, then the last lines.
+    """
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -128,7 +142,15 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
             data = f.read()
     except FileNotFoundError:
         return ""
-    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
+    found = data.decode("utf-8", errors="replace").splitlines()
+    tail = found[-lines:]
+    if not any(ERROR_LINE.search(line) for line in tail):
+        earlier = [index for index, line in enumerate(found[:-lines]) if ERROR_LINE.search(line)]
+        if earlier:
+            start = earlier[-1]
+            before = found[start:min(start + ERROR_CONTEXT_LINES, len(found) - lines)]
+            tail = before + [SKIPPED] + tail
+    return "\n".join(tail)
 
 
 def free_ports(count: int, host: str = "localhost") -> List[int]:

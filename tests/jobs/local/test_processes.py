@@ -178,6 +178,18 @@ class HelpersTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(processes.log_tail(path, lines=2), "line 98\nline 99")
         self.assertEqual(processes.log_tail(os.path.join(self.get_temp_dir(), "missing.log")), "")
 
+    def test_log_tail_keeps_the_programs_error_line_a_supervisor_pushed_out(self):
+        # SageMaker's training toolkit reports a failure in lines of its own after the script's error.
+        lines = ["start", "deepfm.train: error: --deep_layers must be a list of integers, got '8,x'",
+                 "(--help lists the flags; --verbosity 0 shows the details)"]
+        lines += ["sagemaker-training-toolkit ERROR    line %d" % i for i in range(30)]
+        path = self.create_tempfile(content="\n".join(lines) + "\n").full_path
+        self.assertEqual(lines[1:3] + [processes.SKIPPED] + lines[-5:], processes.log_tail(path, lines=5).splitlines())
+        # An error line within the tail, or none at all: the tail alone.
+        self.assertEqual(lines[-40:], processes.log_tail(path, lines=40).splitlines())
+        traceback_end = self.create_tempfile(content="Traceback\nValueError: bad\nbye\n").full_path
+        self.assertEqual("ValueError: bad\nbye", processes.log_tail(traceback_end, lines=2))
+
     def test_free_ports_are_distinct_and_bindable(self):
         ports = processes.free_ports(4)
         self.assertLen(set(ports), 4)
