@@ -96,8 +96,10 @@ def options_from_flags(flag_values: flags.FlagValues) -> ConversionOptions:
 
 
 def main(argv: Sequence[str]) -> None:
-    """Runs the conversion with the parsed flags and prints a summary."""
+    """Runs the conversion with the parsed flags and prints a summary (the timings once: the library's
+    INFO lines of them are for the logs of a Processing job, and `--verbosity 0`)."""
     cfg = flags.FLAGS
+    entry.configure_logging(entry.flags_want_detail())
     start = time.time()
     keep_freed_memory()
     try:

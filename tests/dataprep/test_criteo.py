@@ -5,8 +5,6 @@ import dataclasses
 import errno
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import zlib
 from unittest import mock
@@ -20,10 +18,9 @@ from absl.testing import parameterized
 from dataprep import criteo, raw_criteo
 from dataprep.criteo import command, writing
 from input_pipeline import schema
-from tests import paths
+from tests import command_line, paths
 from tests.input_pipeline import dataset_io
 
-REPO_ROOT = paths.REPO_ROOT
 KAGGLE_HEAD_FILE = "criteo_kaggle_train_head8000.txt"
 KAGGLE_ROWS_USED = 2000
 NUM_DENSE = schema.NUM_DENSE_FIELDS
@@ -524,8 +521,8 @@ class WorkersTest(CriteoTestCase, parameterized.TestCase):
                   "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n")
         faults = {}
         for mode in ("keep", "default"):
-            result = subprocess.run([sys.executable, "-c", script, mode], cwd=REPO_ROOT, capture_output=True,
-                                    text=True, timeout=60, check=True)
+            result = command_line.run(["python", "-c", script, mode], self.get_temp_dir(), timeout=60)
+            self.assertEqual(0, result.returncode, command_line.describe(mode, result))
             faults[mode] = int(result.stdout)
         self.assertLess(faults["keep"] * 10, faults["default"], faults)
 
@@ -546,21 +543,24 @@ class CommandLineTest(CriteoTestCase):
     def test_cli_converts_files_and_refuses_to_overwrite(self):
         first = self.write_input(_varied_lines(6))
         second = self.write_input(_varied_lines(4, seed=1), name="day2.txt")
-        out = self.new_dir()
-        command = [sys.executable, "-m", "dataprep.criteo", "--output_dir", out, "--val_fraction", "0",
-                   "--shards", "1", "--min_count", "1", "--workers", "2", "--memory_mb", "64", "--shuffle",
-                   "--negative_sampling", "0.5", "--input", first, second]
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        meta = schema.DatasetMetadata.read(out)
+        cwd = self.new_dir()
+        command = command_line.python_module(
+            "dataprep.criteo", "--output_dir", "data/criteo", "--val_fraction", "0", "--shards", "1",
+            "--min_count", "1", "--workers", "2", "--memory_mb", "64", "--shuffle", "--negative_sampling", "0.5",
+            "--input", os.path.relpath(first, cwd), os.path.relpath(second, cwd))
+        result = command_line.run(command, cwd, timeout=120)
+        self.assertEqual(result.returncode, 0, command_line.describe(command, result))
+        meta = schema.DatasetMetadata.read(os.path.join(cwd, "data/criteo"))
         self.assertRegex(result.stdout, r"train\s+%d rows in 1 shards" % meta.splits["train"].rows)
         self.assertRegex(result.stdout, r"count .* MB/s")
+        # The timings once: the summary's, not the library's INFO lines of them as well.
+        self.assertLen(re.findall(r"\btotal +[\d.]+s ", result.stdout + result.stderr), 1,
+                       result.stdout + result.stderr)
         self.assertIn("on 2 worker(s)", result.stdout)
         self.assertEqual(criteo.recorded_negative_sampling(meta), 0.5)
         self.assertBetween(meta.splits["train"].rows, 1, 10)
 
-        again = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+        again = command_line.run(command, cwd, timeout=120)
         self.assertNotEqual(again.returncode, 0)
         self.assertIn("--overwrite", again.stderr)
 
