@@ -166,6 +166,27 @@ class NoticeFilter(std_logging.Filter):
         return not any(marker in message for marker in QUIET_MARKERS)
 
 
+# Whether `configure_logging` ran: then the process's logging is as it asked, and
+# `drop_deprecation_notices` leaves it alone.
+_configured = False
+
+
+def drop_deprecation_notices() -> None:
+    """Keeps TensorFlow's deprecation notices (and the step counter's false alarm) out of a script's output.
+
+    What the Python API (`deepfm.train_and_evaluate`) does for a script of
+    one's own, where the notices, about the TF1 APIs this library trains
+    with, are a hundred lines no user can act on. Only `NoticeFilter` is
+    added to the `tensorflow` logger: levels and handlers stay the
+    script's. A no-op once `configure_logging` ran (`detail=True` brings
+    the notices back).
+    """
+    tf_logger = std_logging.getLogger(TENSORFLOW_LOGGER)
+    if _configured or any(isinstance(f, NoticeFilter) for f in tf_logger.filters):
+        return
+    tf_logger.addFilter(NoticeFilter())
+
+
 def configure_logging(detail: bool, task_logs: bool = False) -> None:
     """Sets absl's and TensorFlow's Python log levels (call after flags are parsed).
 
@@ -182,6 +203,8 @@ def configure_logging(detail: bool, task_logs: bool = False) -> None:
         TensorFlow's stay at WARNING.
     """
     from absl import logging  # pylint: disable=import-outside-toplevel
+    global _configured
+    _configured = True
     tf_logger = std_logging.getLogger(TENSORFLOW_LOGGER)
     tf_logger.handlers = []  # absl's handler on the root logger prints TensorFlow's records.
     for old in [f for f in tf_logger.filters if isinstance(f, NoticeFilter)]:

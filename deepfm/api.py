@@ -32,6 +32,10 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
       console: print progress lines and evaluations on the chief, as the
         command line does.
 
+    TensorFlow's deprecation notices (about the TF1 APIs the library trains
+    with) are kept out of the script's output, unless the script called
+    `deepfm.configure_logging` (`detail=True` keeps everything).
+
     Returns:
       The `deepfm.runtime.trainer.TrainResult`, or None on a process that
       does not train (a parameter server).
@@ -39,6 +43,8 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
     Raises:
       ValueError: a bad configuration, found before training starts.
     """
+    from cli import entry  # pylint: disable=import-outside-toplevel
+    entry.drop_deprecation_notices()
     import strategies  # pylint: disable=import-outside-toplevel
     from deepfm.runtime import console as console_lib  # pylint: disable=import-outside-toplevel
     from deepfm.runtime import trainer  # pylint: disable=import-outside-toplevel
