@@ -1,13 +1,14 @@
 """Single-device training benchmark at the SageMaker sample's defaults.
 
-    python -m benchmarks.train_single [--rows 1000000] [--runs 5] [--steps 300]
+    python -m benchmarks.train_single [--rows 1000000] [--runs 5] [--steps 300] [--results_dir DIR]
 
 Trains DeepFM (batch 1024, embedding 32, layers 128-64-32, feature_size
 117,581, 39 fields) on synthetic TFRecord data fed by the vectorized
 pipeline, once per optimizer variant and run, each run in a fresh process,
 variants interleaved. Reports examples/sec after warm-up (min/median/max over
 runs) and each process's peak resident memory, and writes
-`benchmarks/results/train_single.{md,json,png}`.
+`train_single.{md,json,png}` to `--results_dir` (default `benchmarks/results/`,
+the committed results: a trial run names another directory).
 """
 
 import argparse
@@ -57,6 +58,8 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300, help="timed steps per run, after warm-up")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--results_dir", default=common.RESULTS_DIR,
+                        help="where the report goes (default: the committed benchmarks/results/)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -93,9 +96,11 @@ def main(argv=None) -> int:
             ["optimizer", "examples/sec median (min-max)", "ratio to %s" % variants[0],
              "peak RSS MiB", "meets floor"], rows))
     info = common.machine_info()
-    common.write_report("train_single", "Single-device training throughput", body, info, results)
+    common.write_report("train_single", "Single-device training throughput", body, info, results,
+                        results_dir=args.results_dir)
     common.bar_chart("train_single", "Single-device DeepFM training (%s cores)" % info["cores"], variants,
-                     [stats[v] for v in variants], "examples/sec", FLOOR_EXAMPLES_PER_SEC, "floor")
+                     [stats[v] for v in variants], "examples/sec", FLOOR_EXAMPLES_PER_SEC, "floor",
+                     results_dir=args.results_dir)
     print(body)
     return 0
 
