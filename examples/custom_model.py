@@ -104,5 +104,7 @@ def model_fn(features, labels, mode, params):
 
 
 if __name__ == "__main__":
-    # The command line of examples/train_from_python.py, with this model_fn.
+    # The command line of examples/train_from_python.py (the script beside this one), with this model_fn.
+    # Imported here, so that a job that imports this module for its model_fn alone needs only this file.
+    import train_from_python  # pylint: disable=import-outside-toplevel
     train_from_python.main(model_fn=model_fn)

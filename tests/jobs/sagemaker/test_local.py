@@ -27,7 +27,7 @@ from jobs.local import hosts
 from jobs.sagemaker import local as sagemaker_local
 from jobs.sagemaker import metrics as sagemaker_metrics
 from strategies import strategy_names
-from tests import paths
+from tests import command_line, paths
 
 REPO_ROOT = paths.REPO_ROOT
 JOB_TIMEOUT_S = 300
@@ -82,10 +82,10 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
             self.skipTest(reason)
 
     def start(self, output_dir, *args, hyperparameters=HYPERPARAMETERS):
-        argv = [sys.executable, "-m", "deepfm.sagemaker", "local", "--output_dir", output_dir,
-                "--timeout_s", str(JOB_TIMEOUT_S), *args, "--", *hyperparameters]
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), start_new_session=True)
+        argv = command_line.python_module("deepfm.sagemaker", "local", "--output_dir", output_dir,
+                                          "--timeout_s", str(JOB_TIMEOUT_S), *args, "--", *hyperparameters)
+        process = command_line.start(argv, self.get_temp_dir(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
         self.addCleanup(self._stop, process)
         return process
 
@@ -224,10 +224,9 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         os.symlink(sysconfig.get_paths()["purelib"],
                    os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2], "site-packages"))
         output_dir = os.path.join(self.create_tempdir().full_path, "job")
-        proc = subprocess.run([os.path.join(venv, "bin", "python"), "-m", "deepfm.sagemaker", "local",
-                               "--output_dir", output_dir, "--channel", "train=%s" % self.data],
-                              capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
-                              env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+        proc = command_line.run([os.path.join(venv, "bin", "python"), "-m", "deepfm.sagemaker", "local",
+                                 "--output_dir", output_dir, "--channel", "train=%s" % self.data],
+                                self.get_temp_dir(), timeout=120)
         self.assertEqual(2, proc.returncode, proc.stderr[-3000:])
         self.assertIn("the interpreter, %s, is under /tmp, which every emulated host replaces with its own"
                       % os.path.join(venv, "bin", "python"), proc.stderr)
@@ -245,17 +244,17 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
             hyperparameters = json.load(f)
         self.assertEqual('"single-host-job"', hyperparameters["sagemaker_job_name"])
         self.assertEqual("2", hyperparameters["num_epochs"])
-        again = subprocess.run([sys.executable, "-m", "deepfm.sagemaker", "local", "--output_dir", output_dir,
-                                "--channel", "train=%s" % self.data], capture_output=True, text=True, cwd=REPO_ROOT,
-                               timeout=120)
+        again = command_line.run(command_line.python_module(
+            "deepfm.sagemaker", "local", "--output_dir", output_dir, "--channel", "train=%s" % self.data),
+            self.get_temp_dir(), timeout=120)
         self.assertEqual(2, again.returncode)
         self.assertIn("already holds a run of a job (algo-1): pass --restart", again.stderr)
         self.assertLen(self.exports(output_dir, "algo-1"), 1)
 
     def test_a_users_entry_point_and_model_module_from_a_source_dir(self):
         source_dir = self.create_tempdir().full_path
-        for example in ("custom_model.py", "train_from_python.py"):  # the first imports the second
-            shutil.copy(os.path.join(REPO_ROOT, "examples", example), source_dir)
+        # docs/sagemaker.md: examples/custom_model.py copied alone into the source directory.
+        shutil.copy(os.path.join(REPO_ROOT, "examples", "custom_model.py"), source_dir)
         with open(os.path.join(source_dir, "train_mine.py"), "w") as f:
             f.write("import custom_model\nimport sagemaker_entry_point\n"
                     "sagemaker_entry_point.main(model_fn=custom_model.model_fn)\n")
