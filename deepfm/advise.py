@@ -46,6 +46,7 @@ from absl import app, flags
 
 from cli import entry
 from deepfm import config as config_lib
+from input_pipeline import schema
 from strategies import calibrated, cost_model, host_layout
 
 PROGRAM = "deepfm.advise"
@@ -193,8 +194,11 @@ def main(argv):
     for flag in ("hosts", "cores_per_host", "batch_size", "steps"):
         if getattr(FLAGS, flag) < 1:
             raise app.UsageError("--%s must be >= 1, got %r" % (flag, getattr(FLAGS, flag)))
-    if not os.path.isdir(FLAGS.data):
-        raise app.UsageError("--data %r is not a directory (a dataset root with metadata.json)" % FLAGS.data)
+    if not os.path.isfile(os.path.join(FLAGS.data, schema.METADATA_FILE)):
+        raise app.UsageError(
+            "--data %r is not a dataset root (a directory with metadata.json): make one with `python -m "
+            "dataprep.synthetic --rows 300000 --output_dir %s` (the scale-out benchmarks' data) or `python -m "
+            "dataprep.criteo`" % (FLAGS.data, FLAGS.data))
     try:
         cluster = cost_model.Cluster(hosts=FLAGS.hosts, cores_per_host=FLAGS.cores_per_host,
                                      link_gbps=FLAGS.link_gbps, latency_s=FLAGS.latency_us * 1e-6,
