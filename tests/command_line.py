@@ -17,13 +17,15 @@ through this module:
   time limit or the test fails, so no process is left behind.
 
 `checkout` makes a working directory that looks like the project's root
-(the docs' commands run from there: `examples/custom_model.py`,
-`python -m benchmarks.train_single`) without letting a command write into
-the real checkout.
+for the commands the docs run from there (`examples/custom_model.py`,
+`python -m benchmarks.train_single`): copies, never links, so that a
+command (or a cleanup that follows links, as TensorFlow's removal of its
+test directories does) can never write into or delete from the checkout.
 """
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,19 +36,20 @@ from tests import paths
 # The virtual environment whose Python runs the tests: its bin/ holds `python` and the console scripts.
 VENV_BIN = os.path.dirname(os.path.abspath(sys.executable))
 VENV_DIR = os.path.dirname(VENV_BIN)
-# Variables a user's plain shell has that the commands may read.
-USER_VARIABLES = ("HOME", "LANG")
-DEFAULT_LANG = "C.UTF-8"
-# Variables a test process gains that a user's shell lacks; a test may name one on purpose.
-NOT_IN_A_USER_SHELL = ("TF2_BEHAVIOR", "TF_CPP_MIN_LOG_LEVEL", "PYTHONPATH")
+# Variables of a user's plain shell that the commands may read, taken from this process (with defaults).
+USER_VARIABLES = {"HOME": "/root", "LANG": "C.UTF-8"}
 DEFAULT_TIMEOUT_S = 600
-# What a test's working directory takes from the checkout (as symbolic links): what the docs' commands read.
-CHECKOUT_ENTRIES = ("README.md", "Makefile", "setup.cfg", "pyproject.toml", "docs", "examples", "requirements",
-                    "tools", "deepfm", "strategies", "input_pipeline", "dataprep", "jobs", "cli")
-# benchmarks/ is copied as links to its modules with an empty results/ of its own: a benchmark run from a
-# test writes there, never over the committed results.
-BENCHMARKS = "benchmarks"
-BENCHMARK_RESULTS = "results"
+# What a test's working directory copies from the checkout: what the docs' commands read there.
+# The packages are not among them: the virtual environment has them installed.
+CHECKOUT_ENTRIES = ("examples", "benchmarks")
+# Never copied: the committed results (a benchmark run from a test writes to an empty results/ of its own).
+CHECKOUT_IGNORED = ("__pycache__", "*.pyc", "results")
+BENCHMARK_RESULTS = os.path.join("benchmarks", "results")
+
+# What a test names for a command that talks to the AWS API (a dry run, checked with botocore's Stubber):
+# no credentials, no configuration file of this machine's user.
+NO_AWS_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_CONFIG_FILE": "/nonexistent",
+                      "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
 
 Command = Union[str, Sequence[str]]
 
@@ -60,8 +63,8 @@ def user_path() -> str:
 
 def environment(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The environment of a user's shell with `.venv` activated, plus `extra` (the test's own choice)."""
-    env = {"PATH": user_path(), "VIRTUAL_ENV": VENV_DIR, "HOME": os.environ.get("HOME", "/root"),
-           "LANG": os.environ.get("LANG", DEFAULT_LANG)}
+    env = {name: os.environ.get(name, default) for name, default in USER_VARIABLES.items()}
+    env.update(PATH=user_path(), VIRTUAL_ENV=VENV_DIR)
     env.update(extra or {})
     return env
 
@@ -138,18 +141,16 @@ def run(command: Command, cwd: str, env: Optional[Mapping[str, str]] = None, tim
 def checkout(directory: str) -> str:
     """Makes `directory` look like the project's root for the docs' commands, and returns it.
 
-    The project's files are linked (read, never written, by the commands
-    the docs show); `data/` and `runs/`, which the commands write, are the
-    directory's own, and so is `benchmarks/results/`.
+    `CHECKOUT_ENTRIES` are copied (never linked: nothing a command or a
+    cleanup does there reaches the checkout), with an empty
+    `benchmarks/results/`; `data/` and `runs/`, which the commands write,
+    are the directory's own.
     """
     os.makedirs(directory, exist_ok=True)
     for name in CHECKOUT_ENTRIES:
-        source = os.path.join(paths.REPO_ROOT, name)
-        if os.path.exists(source) and not os.path.lexists(os.path.join(directory, name)):
-            os.symlink(source, os.path.join(directory, name))
-    benchmarks = os.path.join(directory, BENCHMARKS)
-    os.makedirs(os.path.join(benchmarks, BENCHMARK_RESULTS), exist_ok=True)
-    for name in os.listdir(os.path.join(paths.REPO_ROOT, BENCHMARKS)):
-        if name.endswith(".py") and not os.path.lexists(os.path.join(benchmarks, name)):
-            os.symlink(os.path.join(paths.REPO_ROOT, BENCHMARKS, name), os.path.join(benchmarks, name))
+        target = os.path.join(directory, name)
+        if not os.path.exists(target):
+            shutil.copytree(os.path.join(paths.REPO_ROOT, name), target,
+                            ignore=shutil.ignore_patterns(*CHECKOUT_IGNORED))
+    os.makedirs(os.path.join(directory, BENCHMARK_RESULTS), exist_ok=True)
     return directory
