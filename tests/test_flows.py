@@ -77,6 +77,11 @@ def read_json(path):
         return json.load(f)
 
 
+def validation_rows(cwd, data):
+    """The validation rows of the dataset root `data` (relative to `cwd`), from its metadata.json."""
+    return read_json(os.path.join(cwd, data, "metadata.json"))["splits"]["validation"]["rows"]
+
+
 def only_export(cwd, export_dir):
     """The one timestamped SavedModel directory under `export_dir`, relative to `cwd`."""
     found = glob.glob(os.path.join(cwd, export_dir, "*", "saved_model.pb"))
@@ -133,7 +138,7 @@ class PredictFlowTest(FlowTestCase):
             "--export_dir", "runs/single/export", "--metrics_file", "runs/single/metrics.json",
             "--max_steps", "60", *SMALL_MODEL))
         cls.metrics = read_json(os.path.join(cls.cwd, "runs/single/metrics.json"))
-        cls.validation_rows = read_json(os.path.join(cls.cwd, data, "metadata.json"))["splits"]["validation"]["rows"]
+        cls.validation_rows = validation_rows(cls.cwd, data)
 
     def test_the_module_scores_every_validation_row_with_the_runs_auc(self):
         self.assert_predictions_match(only_export(self.cwd, "runs/single/export"), "data/synthetic/validation",
@@ -173,12 +178,13 @@ class ApiFlowTest(FlowTestCase):
         shutil.rmtree(os.path.join(self.cwd, "runs/api/export"))
         second = self.run_ok(["python", "train_api.py", "40"])
         self.assertIn("global step 40", second.stdout)
+        # The library's TensorFlow deprecation notices stay out of a script's output (README's snippet).
+        self.assertNotIn("Instructions for updating", first.stderr + second.stderr)
         metrics = read_json(os.path.join(self.cwd, "runs/api/metrics.json"))
         self.assertEqual(40, metrics["global_step"])
-        metadata = read_json(os.path.join(self.cwd, "data/synthetic/metadata.json"))
-        validation_rows = metadata["splits"]["validation"]["rows"]
         self.assert_predictions_match(only_export(self.cwd, "runs/api/export"), "data/synthetic/validation",
-                                      "runs/api/predictions.csv", validation_rows, metrics["auc"])
+                                      "runs/api/predictions.csv", validation_rows(self.cwd, "data/synthetic"),
+                                      metrics["auc"])
 
 
 @pytest.mark.slow
@@ -217,10 +223,9 @@ class CriteoFlowTest(FlowTestCase):
     def test_early_stopping_exports_the_best_model_which_predicts_its_auc(self):
         self.assertTrue(self.metrics["stopped_early"], self.train.stdout[-3000:])
         self.assertLess(self.metrics["best_step"], self.metrics["global_step"])
-        validation_rows = read_json(os.path.join(self.cwd, "data/criteo/metadata.json"))["splits"]["validation"]["rows"]
-        self.assert_predictions_match(only_export(self.cwd, "runs/criteo/export"), "data/criteo/validation",
-                                      "runs/criteo/validation_predictions.csv", validation_rows,
-                                      self.metrics["auc"])
+        self.assert_predictions_match(
+            only_export(self.cwd, "runs/criteo/export"), "data/criteo/validation",
+            "runs/criteo/validation_predictions.csv", validation_rows(self.cwd, "data/criteo"), self.metrics["auc"])
 
     def test_the_test_rows_are_scored(self):
         output = "runs/criteo/test_predictions.csv"
@@ -298,6 +303,8 @@ class LaunchRestartFlowTest(FlowTestCase):
         returncode, output = job.wait()
         self.assertEqual(0, returncode, output)
         self.assertRegex(output, r"restart 1 of 1: task worker_0 failed with exit code -9")
+        # The chief's result, as `deepfm.train` prints it.
+        self.assertRegex(output, r"job completed after 1 restart\(s\)\n.*\nvalidation AUC: +0\.\d{4}\n")
         global_step = read_json(os.path.join(self.cwd, "runs/ps/metrics.json"))["global_step"]
         self.assertBetween(global_step, 2 * budget, 2 * budget + 2)
         job.assert_no_process_left()

@@ -15,14 +15,12 @@ the ones below:
 
 import ast
 import os
-import subprocess
-import sys
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import tensorflow as tf
 from absl.testing import parameterized
 
-from tests import paths
+from tests import command_line, paths
 
 PACKAGES = ("input_pipeline", "cli", "dataprep", "strategies", "deepfm", "jobs")
 # Module-name prefix -> layer; the longest matching prefix decides.
@@ -181,8 +179,8 @@ class LayoutTest(tf.test.TestCase, parameterized.TestCase):
         self.assertNotEmpty(modules)
         script = ("import importlib, sys\nfor m in %r:\n    importlib.import_module(m)\n"
                   "print('tensorflow' in sys.modules)" % modules)
-        result = subprocess.run([sys.executable, "-c", script], cwd=paths.REPO_ROOT, capture_output=True,
-                                text=True, timeout=120)
+        # From the repository's root: benchmarks/ imports from there, as `python -m benchmarks...` does.
+        result = command_line.run(["python", "-c", script], paths.REPO_ROOT, timeout=120)
         self.assertEqual(0, result.returncode, result.stderr[-2000:])
         self.assertEqual("False", result.stdout.strip().splitlines()[-1], modules)
 

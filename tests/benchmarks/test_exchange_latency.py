@@ -2,15 +2,13 @@
 
 import json
 import os
-import subprocess
-import sys
 from unittest import mock
 
 import pytest
 import tensorflow as tf
 
 from benchmarks import exchange_latency, exchange_latency_collective_rank
-from tests import paths
+from tests import command_line, paths
 
 
 class LaunchTest(tf.test.TestCase):
@@ -55,12 +53,12 @@ class TinyRunTest(tf.test.TestCase):
         if (os.cpu_count() or 1) < 2:
             self.skipTest("one rank per core needs 2 cores; this machine has %d" % (os.cpu_count() or 1))
         results = self.get_temp_dir()
-        command = [sys.executable, "-m", "benchmarks.exchange_latency", "--runs", "1", "--iterations", "5",
-                   "--warmup", "2", "--rows", "50", "--cycle_times", "1", "--controllers", "gloo",
-                   "--name", "tiny", "--results_dir", results]
-        completed = subprocess.run(command, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=300,
-                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        self.assertEqual(0, completed.returncode, completed.stderr[-3000:])
+        command = command_line.python_module(
+            "benchmarks.exchange_latency", "--runs", "1", "--iterations", "5", "--warmup", "2", "--rows", "50",
+            "--cycle_times", "1", "--controllers", "gloo", "--name", "tiny", "--results_dir", results)
+        # From the repository's root, where benchmarks/ (not installed) imports, as the docs run it.
+        completed = command_line.run(command, paths.REPO_ROOT, timeout=300)
+        self.assertEqual(0, completed.returncode, command_line.describe(command, completed))
         with open(os.path.join(results, "tiny.json")) as f:
             summary = json.load(f)["results"]["summary"]["gloo, cycle 1 ms"]
         self.assertEqual(sorted(["session", "horovod_alltoall_fixed", "horovod_alltoall_variable",
@@ -75,13 +73,12 @@ class TinyRunTest(tf.test.TestCase):
             self.skipTest("one rank per core needs 2 cores; this machine has %d" % (os.cpu_count() or 1))
         results = self.get_temp_dir()
         rows, width = 3, 2
-        command = [sys.executable, "-m", "benchmarks.exchange_latency", "--runs", "1", "--iterations", "5",
-                   "--warmup", "2", "--rows", str(rows), "--width", str(width), "--controllers", "tf",
-                   "--name", "tiny_tf", "--results_dir", results]
-        # As a user's shell starts it: PATH and HOME only.
-        completed = subprocess.run(command, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=120,
-                                   env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")})
-        self.assertEqual(0, completed.returncode, completed.stderr[-3000:])
+        command = command_line.python_module(
+            "benchmarks.exchange_latency", "--runs", "1", "--iterations", "5", "--warmup", "2", "--rows", str(rows),
+            "--width", str(width), "--controllers", "tf", "--name", "tiny_tf", "--results_dir", results)
+        # From the repository's root, where benchmarks/ (not installed) imports, as the docs run it.
+        completed = command_line.run(command, paths.REPO_ROOT, timeout=120)
+        self.assertEqual(0, completed.returncode, command_line.describe(command, completed))
         with open(os.path.join(results, "tiny_tf.json")) as f:
             raw = json.load(f)["results"]
         launch = exchange_latency.COLLECTIVES_LAUNCH

@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -13,7 +11,7 @@ from benchmarks import topology as topology_lib
 from benchmarks.scale_out import runner
 from benchmarks.scale_out.measure import RunResult
 from dataprep import synthetic
-from tests import paths
+from tests import command_line, paths
 
 SIXTEEN_KEYS = [
     "1024/single 1x4", "1024/hybrid 2 hosts", "1024/horovod 2 hosts", "1024/hybrid 4 hosts", "1024/horovod 4 hosts",
@@ -97,9 +95,9 @@ class PlanTest(tf.test.TestCase):
 class CommandLineTest(tf.test.TestCase):
 
     def _main(self, *args):
-        env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
-        return subprocess.run([sys.executable, "-m", "benchmarks.multicore"] + list(args), cwd=paths.REPO_ROOT,
-                              env=env, capture_output=True, text=True, timeout=300)
+        # From the repository's root, where benchmarks/ (not installed) imports, as the docs run it.
+        return command_line.run(command_line.python_module("benchmarks.multicore", *args), paths.REPO_ROOT,
+                                timeout=300)
 
     def test_plan_only_prints_every_run_and_exits(self):
         done = self._main("--plan_only", "--batches", "512", "--steps", "20")
@@ -150,12 +148,11 @@ class RealRunTest(tf.test.TestCase):
         data = self.create_tempdir().full_path
         synthetic.generate(2000, data, feature_size=1000, seed=0)
         results = self.create_tempdir().full_path
-        env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.multicore", "--results_dir", results, "--data_dir", data,
-             "--hosts_mode", "local", "--cores_per_host", "1", "--hosts", "2", "--strategies", "hybrid",
-             "--batches", "64", "--steps", "20", "--warmup_steps", "2", "--layouts", "2", "--runs", "1",
-             "--budget_s", "500"], cwd=paths.REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        done = command_line.run(command_line.python_module(
+            "benchmarks.multicore", "--results_dir", results, "--data_dir", data, "--hosts_mode", "local",
+            "--cores_per_host", "1", "--hosts", "2", "--strategies", "hybrid", "--batches", "64", "--steps", "20",
+            "--warmup_steps", "2", "--layouts", "2", "--runs", "1", "--budget_s", "500"), paths.REPO_ROOT,
+            timeout=600)
         self.assertEqual(0, done.returncode, done.stderr[-3000:])
         with open(os.path.join(results, "multicore.json")) as f:
             written = json.load(f)

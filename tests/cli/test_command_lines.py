@@ -1,12 +1,16 @@
 """Every command line ends a user error with its message and a hint, started either way.
 
-Each entry point runs as `python -m <module>` and as a console script (the
-wrapper pip writes for `setup.cfg`'s `console_scripts`, calling the module's
-`run()`), with an unknown flag, a bad value and a missing (or misplaced)
-argument. The error must be the message alone (`<program>: error: ...`)
-plus `cli.entry.ERROR_HINT`: no usage text, no traceback. Python's
-`-X importtime` tells which runs imported TensorFlow: every entry point but
-`deepfm.train` (whose flags' definitions need it) fails before importing it.
+Each entry point runs as `python -m <module>` and as its console script (the
+one pip installed into the virtual environment's bin/ for `setup.cfg`'s
+`console_scripts`; an entry point without one, through a wrapper written
+the way pip writes them), as a user starts them (`tests.command_line`), with
+an unknown flag, a bad value and a missing (or misplaced) argument. The
+error must be the message alone (`<program>: error: ...`) plus
+`cli.entry.ERROR_HINT`: no usage text, no traceback. `PYTHONPROFILEIMPORTTIME`
+(Python's `-X importtime`, named on purpose) tells which runs imported
+TensorFlow: every entry point but `deepfm.train` (whose flags' definitions
+need it) fails before importing it. `--help` lists the program's flags and
+exits 0, either way.
 """
 
 import concurrent.futures
@@ -14,14 +18,12 @@ import configparser
 import dataclasses
 import os
 import re
-import subprocess
-import sys
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 
 from cli import entry
-from tests import paths
+from tests import command_line, paths
 
 SETUP_CFG = os.path.join(paths.REPO_ROOT, "setup.cfg")
 # The wrapper pip writes for a console script (pip's `get_console_script` template).
@@ -33,6 +35,7 @@ if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
     sys.exit({function}())
 """
+IMPORT_TIME = {"PYTHONPROFILEIMPORTTIME": "1"}
 IMPORT_TIME_LINE = re.compile(r"^import time:")
 TENSORFLOW_IMPORTED = re.compile(r"^import time:.*\|\s+tensorflow$", re.MULTILINE)
 TIMEOUT_S = 120
@@ -102,19 +105,23 @@ def console_scripts() -> Dict[str, str]:
     return found
 
 
-def console_script(directory: str, point: EntryPoint) -> str:
-    """Writes the console-script wrapper of `point` (named as setup.cfg names it) and returns its path."""
-    path = os.path.join(directory, point.script or point.module.replace(".", "-"))
+def console_script(directory: str, point: EntryPoint) -> List[str]:
+    """How a user starts `point`'s console script: its name, found on `PATH` (the virtual environment's).
+
+    An entry point without a console script gets a wrapper in `directory`,
+    written the way pip writes them, run with `python`.
+    """
+    if point.script:
+        return [point.script]
+    path = os.path.join(directory, point.module.replace(".", "-"))
     with open(path, "w") as f:
         f.write(CONSOLE_SCRIPT.format(module=point.module, function="run"))
-    return path
+    return ["python", path]
 
 
-def run(argv) -> Tuple[int, str, str, bool]:
+def run(argv, cwd) -> Tuple[int, str, str, bool]:
     """(exit status, stdout, stderr without the import times, whether TensorFlow was imported)."""
-    result = subprocess.run([sys.executable, "-X", "importtime"] + list(argv), capture_output=True, text=True,
-                            cwd=paths.REPO_ROOT, timeout=TIMEOUT_S,
-                            env=dict(os.environ, PYTHONPATH=paths.REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
+    result = command_line.run(list(argv), cwd, env=IMPORT_TIME, timeout=TIMEOUT_S)
     stderr = "".join(line for line in result.stderr.splitlines(True) if not IMPORT_TIME_LINE.match(line))
     return result.returncode, result.stdout, stderr, bool(TENSORFLOW_IMPORTED.search(result.stderr))
 
@@ -129,9 +136,9 @@ def case_arguments(point: EntryPoint, kind: str) -> Tuple[Tuple[str, ...], str]:
 def test_a_user_error_ends_with_its_message_and_a_hint_either_way(module, kind, tmp_path):
     point = BY_MODULE[module]
     args, fragment = case_arguments(point, kind)
-    ways = {"python -m": ["-m", module], "console script": [console_script(str(tmp_path), point)]}
+    ways = {"python -m": command_line.python_module(module), "console script": console_script(str(tmp_path), point)}
     with concurrent.futures.ThreadPoolExecutor(len(ways)) as pool:
-        results = dict(zip(ways, pool.map(lambda start: run(start + list(args)), ways.values())))
+        results = dict(zip(ways, pool.map(lambda start: run(start + list(args), str(tmp_path)), ways.values())))
     for way, (code, out, err, imported_tensorflow) in results.items():
         where = "%s (%s): stdout %r, stderr %r" % (module, way, out[-2000:], err[-3000:])
         lines = err.splitlines()
@@ -156,11 +163,22 @@ def test_every_console_script_is_an_entry_point_tried_here():
     assert {point.script for point in ENTRY_POINTS if point.script} == set(scripts)
 
 
-def test_verbosity_leaves_the_error_to_absl_with_its_details():
-    code, _, err, _ = run(["-m", "deepfm.sagemaker", "submit", "--verbosity", "0"])
+def test_verbosity_leaves_the_error_to_absl_with_its_details(tmp_path):
+    code, _, err, _ = run(command_line.python_module("deepfm.sagemaker", "submit", "--verbosity", "0"), tmp_path)
     assert code == entry.EXIT_USER_ERROR
     assert "submit needs --role" in err
     assert "flags:" in err, err[-2000:]  # absl's usage text: the details
-    code, _, err, _ = run(["-m", "deepfm.advise", UNKNOWN_FLAG, "--verbosity=0"])
+    code, _, err, _ = run(command_line.python_module("deepfm.advise", UNKNOWN_FLAG, "--verbosity=0"), tmp_path)
     assert code == entry.EXIT_USER_ERROR
     assert "FATAL Flags parsing error" in err, err[-2000:]
+
+
+@pytest.mark.parametrize("module", sorted(BY_MODULE))
+def test_help_lists_the_flags_and_exits_0_either_way(module, tmp_path):
+    point = BY_MODULE[module]
+    ways = {"python -m": command_line.python_module(module), "console script": console_script(str(tmp_path), point)}
+    for way, start in ways.items():
+        code, out, err, _ = run(start + ["--help"], str(tmp_path))
+        where = "%s (%s): stdout %r, stderr %r" % (module, way, out[-2000:], err[-2000:])
+        assert code == 0, where
+        assert "\nflags:\n" in out and "\n  --" in out, where  # at least one flag of the program

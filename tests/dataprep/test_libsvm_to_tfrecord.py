@@ -1,18 +1,14 @@
 """Tests of dataprep.libsvm_to_tfrecord: the one-line conversion the pipeline suggests."""
 
 import os
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 import tensorflow as tf
 
 from dataprep import libsvm_to_tfrecord
-from tests import paths
+from tests import command_line
 from tests.input_pipeline import dataset_io, example_files
-
-REPO_ROOT = paths.REPO_ROOT
 
 
 class LibsvmToTFRecordTest(tf.test.TestCase):
@@ -53,11 +49,10 @@ class LibsvmToTFRecordTest(tf.test.TestCase):
         path = os.path.join(directory, "bad.libsvm")
         with open(path, "w") as f:
             f.write("1 1:1 2:1 3:1 4:1\n0 1:x 2:1 3:1 4:1\n")
-        result = subprocess.run([sys.executable, "-m", "dataprep.libsvm_to_tfrecord", "--field_size", "4",
-                                 "--input", path], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        result = command_line.run(command_line.python_module(
+            "dataprep.libsvm_to_tfrecord", "--field_size", "4", "--input", "bad.libsvm"), directory, timeout=120)
         self.assertNotEqual(result.returncode, 0)
-        self.assertIn("%s:2: bad LibSVM line" % path, result.stderr)
+        self.assertIn("bad.libsvm:2: bad LibSVM line", result.stderr)
         self.assertFalse(os.path.exists(os.path.join(directory, "bad.tfrecord")))
         self.assertEqual(np.sort(os.listdir(directory)).tolist(), ["bad.libsvm"])
 

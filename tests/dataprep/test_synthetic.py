@@ -3,8 +3,6 @@
 import itertools
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
@@ -13,10 +11,9 @@ from absl.testing import parameterized
 
 from dataprep import criteo, synthetic
 from input_pipeline import formats, schema
-from tests import paths
+from tests import command_line
 from tests.input_pipeline import dataset_io
 
-REPO_ROOT = paths.REPO_ROOT
 ROWS = 3000
 FEATURE_SIZE = 5000
 VAL_FRACTION = 0.3
@@ -190,14 +187,12 @@ class FieldSizesTest(tf.test.TestCase, parameterized.TestCase):
 class CommandLineTest(tf.test.TestCase):
 
     def test_cli_writes_dataset(self):
-        out = tempfile.mkdtemp(dir=self.get_temp_dir())
-        result = subprocess.run(
-            [sys.executable, "-m", "dataprep.synthetic", "--rows", "500", "--output_dir", out,
-             "--feature_size", "3000", "--shards", "2", "--seed", "3"],
-            cwd=REPO_ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True, text=True,
-            timeout=120)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        meta = schema.DatasetMetadata.read(out)
+        cwd = tempfile.mkdtemp(dir=self.get_temp_dir())
+        command = command_line.python_module("dataprep.synthetic", "--rows", "500", "--output_dir", "data/synthetic",
+                                             "--feature_size", "3000", "--shards", "2", "--seed", "3")
+        result = command_line.run(command, cwd, timeout=120)
+        self.assertEqual(result.returncode, 0, command_line.describe(command, result))
+        meta = schema.DatasetMetadata.read(os.path.join(cwd, "data/synthetic"))
         self.assertEqual(meta.splits["train"].rows + meta.splits["validation"].rows, 500)
         self.assertIn("planted_auc: %s" % meta.planted_auc, result.stdout)
 

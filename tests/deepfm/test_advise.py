@@ -3,8 +3,6 @@
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -12,8 +10,7 @@ import tensorflow as tf
 from dataprep import synthetic
 from deepfm import advise
 from strategies import cost_model
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests import command_line, paths
 
 # A step like the default model's on `synthetic_300k` (39 ids x batch 1,024, about 5,470 distinct).
 PROFILE = cost_model.StepProfile(
@@ -180,9 +177,9 @@ class MulticoreTest(tf.test.TestCase):
         self.assertNotIn("single", table)
 
     def test_the_calibrated_shares_are_the_fit_to_the_16_vcpu_figures(self):
-        fitted = advise.fit_cores([os.path.join(REPO_ROOT, path) for path in advise.CORES_FITTED_TO])
+        fitted = advise.fit_cores([os.path.join(paths.REPO_ROOT, path) for path in advise.CORES_FITTED_TO])
         self.assertAllClose(list(advise.CALIBRATED_CORE_COSTS), list(fitted), atol=1e-4)
-        speedups, ratios = advise.core_points([os.path.join(REPO_ROOT, advise.CORES_FITTED_TO[0])])
+        speedups, ratios = advise.core_points([os.path.join(paths.REPO_ROOT, advise.CORES_FITTED_TO[0])])
         # One process on 4 vCPUs 2.36x one; horovod's exchange at 4 vCPUs per rank two thirds of that at one.
         self.assertAllClose([(4, 72_680 / 30_771)], speedups)
         self.assertLen(ratios, 1)
@@ -217,11 +214,11 @@ class CommandLineTest(ResultsTestCase):
         data = self.create_tempdir().full_path
         synthetic.generate(3000, data, feature_size=2000, seed=0)
         paths = ",".join([self._results(SMALL_BATCH), self._results(1024)])
-        proc = subprocess.run(
-            [sys.executable, "-m", "deepfm.advise", "--data", data, "--batch_size", str(SMALL_BATCH), "--steps", "2",
-             "--warmup_steps", "2", "--fit_to", paths, "--check_against", paths], capture_output=True,
-            text=True, cwd=REPO_ROOT, timeout=300)
-        self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+        command = command_line.python_module(
+            "deepfm.advise", "--data", data, "--batch_size", str(SMALL_BATCH), "--steps", "2", "--warmup_steps", "2",
+            "--fit_to", paths, "--check_against", paths)
+        proc = command_line.run(command, self.get_temp_dir(), timeout=300)
+        self.assertEqual(0, proc.returncode, command_line.describe(command, proc))
         self.assertIn("hybrid costs (fitted to scale_out_256.json, scale_out_1024.json)", proc.stdout)
         for batch in ("256", "1,024"):
             self.assertRegex(proc.stdout, r"\| scale_out_%s \| %s \| hybrid\+fp16 \| 2x1x1 \| [\d,]+ \| 10,000 \|"
@@ -229,13 +226,13 @@ class CommandLineTest(ResultsTestCase):
         self.assertIn("pick: ", proc.stdout)
 
     def test_a_batch_larger_than_the_data_is_named(self):
-        data = self.create_tempdir().full_path
-        synthetic.generate(300, data, feature_size=2000, seed=0)
-        proc = subprocess.run(
-            [sys.executable, "-m", "deepfm.advise", "--data", data, "--batch_size", "1024", "--steps", "2",
-             "--warmup_steps", "2"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
-        self.assertEqual(1, proc.returncode, proc.stderr[-3000:])
-        self.assertIn("--data %r has no whole batch of 1024 training rows" % data, proc.stderr)
+        cwd = self.get_temp_dir()
+        synthetic.generate(300, os.path.join(cwd, "data", "tiny"), feature_size=2000, seed=0)
+        command = command_line.python_module("deepfm.advise", "--data", "data/tiny", "--batch_size", "1024",
+                                             "--steps", "2", "--warmup_steps", "2")
+        proc = command_line.run(command, cwd, timeout=300)
+        self.assertEqual(1, proc.returncode, command_line.describe(command, proc))
+        self.assertIn("--data 'data/tiny' has no whole batch of 1024 training rows", proc.stderr)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,19 @@
 """`python -m deepfm.kubernetes`: the command line of render and local."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
 import yaml
 
 from dataprep import synthetic
-from tests import paths
-
-REPO_ROOT = paths.REPO_ROOT
+from tests import command_line
 
 
 def kubernetes(*args):
-    return subprocess.run([sys.executable, "-m", "deepfm.kubernetes"] + list(args), cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    """`python -m deepfm.kubernetes args...` as a user starts it, from the tests' temporary directory."""
+    return command_line.run(command_line.python_module("deepfm.kubernetes", *args),
+                            tf.compat.v1.test.get_temp_dir(), timeout=300)
 
 
 class RenderCommandTest(tf.test.TestCase):

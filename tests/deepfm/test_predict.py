@@ -2,8 +2,6 @@
 
 import csv
 import os
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
@@ -16,9 +14,8 @@ from deepfm import config, predict
 from deepfm.models import ctr
 from deepfm.runtime import trainer
 from input_pipeline import files, formats, pipeline, schema
-from tests import paths
+from tests import command_line
 
-REPO_ROOT = paths.REPO_ROOT
 ROWS = 2_500
 FEATURE_SIZE = 300
 BATCH = 128
@@ -70,13 +67,13 @@ class PredictTest(tf.test.TestCase, parameterized.TestCase):
         return prob.numpy().reshape(-1), labels
 
     def test_cli_writes_the_signature_probabilities_in_input_order(self):
+        cwd = self.root
         output = os.path.join(self.get_temp_dir(), "out", "predictions.csv")
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        proc = subprocess.run(
-            [sys.executable, "-m", "deepfm.predict", "--saved_model", self.result.export_path,
-             "--data", os.path.join(self.data_dir, "validation"), "--output", output, "--batch_size", "64"],
-            capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
-        self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+        command = command_line.python_module(
+            "deepfm.predict", "--saved_model", os.path.relpath(self.result.export_path, cwd),
+            "--data", "data/validation", "--output", os.path.relpath(output, cwd), "--batch_size", "64")
+        proc = command_line.run(command, cwd, timeout=300)
+        self.assertEqual(0, proc.returncode, command_line.describe(command, proc))
         self.assertRegex(proc.stdout, r"scored %d rows in [\d.]+ s \([\d,]+ rows/sec\)" % len(self.expected(
             self.val_files)[0]))
         header, rows = read_csv(output)

@@ -2,16 +2,12 @@
 
 import os
 import re
-import subprocess
-import sys
 
 import tensorflow as tf
 
-from cli import entry
 from dataprep import synthetic
-from tests import paths
+from tests import command_line
 
-REPO_ROOT = paths.REPO_ROOT
 ROWS = 3_000
 FEATURE_SIZE = 500
 BATCH = 128
@@ -32,7 +28,6 @@ PROGRESS_LINE = re.compile(r"^step (\d+)/(\d+) \| epoch \d+/\d+ \| [\d,]+ ex/s \
 MAX_LINES_BESIDES_PROGRESS = 25
 
 
-
 class EntryPointTest(tf.test.TestCase):
     """`python -m deepfm.train` as a user runs it."""
 
@@ -44,15 +39,14 @@ class EntryPointTest(tf.test.TestCase):
             synthetic.generate(ROWS, cls.data_dir, feature_size=FEATURE_SIZE, seed=2, shards=1)
 
     def _train(self, *args):
-        env = {k: v for k, v in os.environ.items() if k != entry.TF_CPP_LEVEL_ENV}
-        return subprocess.run(
-            [sys.executable, "-m", "deepfm.train", "--train_data", self.data_dir, "--batch_size", str(BATCH),
-             "--embedding_size", "4", "--deep_layers", "16", "--dropout", "0"] + list(args),
-            capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
+        """`python -m deepfm.train` from the test's temporary directory, the data named relative to it."""
+        cwd = self.get_temp_dir()
+        return command_line.run(command_line.python_module(
+            "deepfm.train", "--train_data", os.path.relpath(self.data_dir, cwd), "--batch_size", str(BATCH),
+            "--embedding_size", "4", "--deep_layers", "16", "--dropout", "0", *args), cwd, timeout=300)
 
     def test_a_default_run_prints_progress_and_the_summary_and_no_noise(self):
-        model_dir = os.path.join(self.get_temp_dir(), "model")
-        proc = self._train("--model_dir", model_dir, "--num_epochs", "2", "--log_every_n_steps", str(LOG_EVERY),
+        proc = self._train("--model_dir", "model", "--num_epochs", "2", "--log_every_n_steps", str(LOG_EVERY),
                            "--eval_every_n_steps", "20")
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
         output = proc.stdout + proc.stderr
@@ -71,8 +65,8 @@ class EntryPointTest(tf.test.TestCase):
         self.assertEqual("", proc.stderr.strip())
 
     def test_a_user_error_ends_with_its_message_and_verbosity_brings_the_traceback(self):
-        not_a_dir = os.path.join(self.get_temp_dir(), "a_file")
-        with open(not_a_dir, "w") as f:
+        not_a_dir = "a_file"
+        with open(os.path.join(self.get_temp_dir(), not_a_dir), "w") as f:
             f.write("x")
         quiet = self._train("--model_dir", not_a_dir)
         self.assertEqual(1, quiet.returncode)
@@ -84,13 +78,13 @@ class EntryPointTest(tf.test.TestCase):
         self.assertIn("exists and is not a directory", detailed.stderr)
 
     def test_an_option_of_another_strategy_is_refused(self):
-        proc = self._train("--model_dir", os.path.join(self.get_temp_dir(), "m"), "--strategy", "single",
+        proc = self._train("--model_dir", "m", "--strategy", "single",
                            "--ps_towers", "2")
         self.assertEqual(1, proc.returncode)
         self.assertIn("deepfm.train: error: --ps_towers applies to --strategy ps, not single", proc.stderr)
 
     def test_dcn_trains_and_a_resume_with_another_model_is_refused_naming_both(self):
-        model_dir = os.path.join(self.get_temp_dir(), "dcn")
+        model_dir = "dcn"
         first = self._train("--model_dir", model_dir, "--model", "dcn", "--max_steps", "5")
         self.assertEqual(0, first.returncode, first.stderr[-3000:])
         self.assertIn("validation AUC:", first.stdout)

@@ -5,12 +5,11 @@ import os
 import subprocess
 import sys
 
-import psutil
 import tensorflow as tf
 
 from dataprep import synthetic
 from input_pipeline import schema
-from tests import paths
+from tests import command_line, paths
 
 EXAMPLES_DIR = os.path.join(paths.REPO_ROOT, "examples")
 # A small planted dataset: every strategy's share of it trains in a few dozen steps.
@@ -41,36 +40,24 @@ def import_example(name: str):
     return importlib.import_module(name)
 
 
-def environment(**extra) -> dict:
-    """The environment an example runs in: this checkout importable, TensorFlow's C++ INFO lines off."""
-    pythonpath = os.pathsep.join(p for p in (paths.REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p)
-    return dict(os.environ, PYTHONPATH=pythonpath, TF_CPP_MIN_LOG_LEVEL="2", **extra)
+def checkout() -> str:
+    """A working directory laid out like the project's root (`examples/` in it), one per test process."""
+    return command_line.checkout(os.path.join(tf.compat.v1.test.get_temp_dir(), "examples_checkout"))
 
 
 def run_example(name: str, args, timeout: float = RUN_TIMEOUT_S, **extra_env) -> subprocess.CompletedProcess:
-    """Runs `python examples/<name>.py <args>` from the repository root, as a user would.
+    """Runs `python examples/<name>.py <args>` from a directory like the project's root, as a user would.
 
-    When it runs past `timeout`, it is killed with every process it
-    started.
+    The project is importable as the virtual environment installed it (no
+    `PYTHONPATH`); `extra_env` names the variables the test sets on
+    purpose. When it runs past `timeout`, it is killed with every process
+    it started.
 
     Raises:
       subprocess.TimeoutExpired: it ran past `timeout`.
     """
-    argv = [sys.executable, example_path(name)] + list(args)
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=paths.REPO_ROOT,
-                               env=environment(**extra_env))
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        for child in psutil.Process(process.pid).children(recursive=True):
-            try:
-                child.kill()
-            except psutil.NoSuchProcess:
-                pass
-        process.kill()
-        process.wait()
-        raise
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+    return command_line.run(["python", "examples/%s.py" % name] + list(args), checkout(), env=extra_env,
+                            timeout=timeout)
 
 
 def shared_dataset() -> str:

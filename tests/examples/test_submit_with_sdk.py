@@ -13,13 +13,11 @@ from jobs import source as source_lib
 from jobs import spec as spec_lib
 from jobs.sagemaker import container as container_lib
 from jobs.sagemaker import metrics as sagemaker_metrics
+from tests import command_line
 from tests.examples import examples_testing
 from tests.jobs.sagemaker import test_submit as test_sagemaker_submit
 
 JOB = "example-job"
-# No credentials anywhere: a dry run needs none.
-NO_CREDENTIALS = dict(AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="", AWS_CONFIG_FILE="/nonexistent",
-                      AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
 
 
 class SubmitWithSdkTest(tf.test.TestCase):
@@ -32,7 +30,7 @@ class SubmitWithSdkTest(tf.test.TestCase):
 
     def run_example(self, *args):
         return examples_testing.run_example("submit_with_sdk", ["--job_name", JOB] + list(args), timeout=180,
-                                            **NO_CREDENTIALS)
+                                            **command_line.NO_AWS_CREDENTIALS)
 
     def test_the_dry_run_prints_the_request_the_sdk_built(self):
         proc = self.run_example("--bucket", "data-bucket", "--instance_count", "3")

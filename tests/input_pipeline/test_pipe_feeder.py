@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -19,9 +18,8 @@ import pytest
 import tensorflow as tf
 
 from input_pipeline import pipe, pipe_feeder, schema
-from tests import paths
+from tests import command_line
 
-REPO_ROOT = paths.REPO_ROOT
 # Larger than a Linux pipe's buffer (64 KiB), so a writer cannot finish an
 # epoch before its reader has read most of it.
 BIG_FILE_BYTES = 200 * 1024
@@ -73,21 +71,13 @@ def started_feeder(test_case: tf.test.TestCase, base_dir: str, channels: Dict[st
     return feeder.start()
 
 
-def subprocess_env() -> Dict[str, str]:
-    """The environment of test subprocesses: this repository importable, TF logs quieter."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
-    return env
-
-
 def start_process(test_case: tf.test.TestCase, args: Sequence[str]) -> subprocess.Popen:
-    """Starts a Python subprocess that is killed, if still running, when the test ends."""
-    process = subprocess.Popen([sys.executable] + list(args), cwd=REPO_ROOT, env=subprocess_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """Starts `python args...` as a user would (`tests.command_line`); killed, if still running, when the test ends."""
+    process = command_line.start(["python"] + list(args), test_case.get_temp_dir(), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
 
     def cleanup():
-        if process.poll() is None:
-            process.kill()
+        command_line.kill_group(process)
         process.communicate()
 
     test_case.addCleanup(cleanup)

@@ -1,9 +1,6 @@
 """Tests of `--distribution auto`: the cost model's pick as a SageMaker distribution, and a real dry run."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -13,9 +10,8 @@ from dataprep import synthetic
 from jobs import auto_distribution
 from jobs import spec as spec_lib
 from strategies import cost_model
+from tests import command_line
 from tests.jobs.sagemaker import test_submit as test_sagemaker_submit
-
-REPO_ROOT = test_sagemaker_submit.REPO_ROOT
 
 
 class FromAdviceTest(parameterized.TestCase, tf.test.TestCase):
@@ -87,15 +83,14 @@ class AutoDryRunTest(tf.test.TestCase):
         synthetic.generate(3000, data, feature_size=2000, seed=0)
         advice = auto_distribution.advise(data, 2, 36, 25.0, extra_args=["--steps", "3", "--warmup_steps", "2"])
         expected = auto_distribution.from_advice(advice, 2, 36, cost_model.instance_vcpus("ml.c5.18xlarge"))
-        argv = [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--job_name", "deepfm-auto",
-                "--role", test_sagemaker_submit.ROLE, "--output_path", "s3://bucket/jobs",
-                "--nocheckpoints", "--channel", "train=s3://bucket/data/train", "--instance_count", "2",
-                "--instance_type", "ml.c5.18xlarge", "--distribution", "auto", "--auto_data", data,
-                "--", "--num_epochs", "1"]
-        env = dict(os.environ, AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="", AWS_CONFIG_FILE="/nonexistent",
-                   AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
-        self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+        argv = command_line.python_module(
+            "deepfm.sagemaker", "submit", "--dry_run", "--job_name", "deepfm-auto",
+            "--role", test_sagemaker_submit.ROLE, "--output_path", "s3://bucket/jobs", "--nocheckpoints",
+            "--channel", "train=s3://bucket/data/train", "--instance_count", "2", "--instance_type", "ml.c5.18xlarge",
+            "--distribution", "auto", "--auto_data", data,
+            "--", "--num_epochs", "1")
+        proc = command_line.run(argv, self.get_temp_dir(), env=command_line.NO_AWS_CREDENTIALS, timeout=300)
+        self.assertEqual(0, proc.returncode, command_line.describe(argv, proc))
         self.assertIn("--distribution auto: %s" % expected.distribution, proc.stderr)
         hyperparameters = json.loads(proc.stdout)["HyperParameters"]
         if expected.distribution == spec_lib.DISTRIBUTION_MPI:
@@ -112,11 +107,11 @@ class AutoDryRunTest(tf.test.TestCase):
                          spec_lib.DISTRIBUTION_MPI else advice["ranks_per_host"])
 
     def test_unknown_instance_type_is_refused_before_measuring(self):
-        proc = subprocess.run(
-            [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--role", test_sagemaker_submit.ROLE,
-             "--output_path", "s3://bucket/jobs", "--channel", "train=s3://bucket/data/train",
-             "--instance_count", "2", "--instance_type", "ml.p3.16xlarge", "--distribution", "auto",
-             "--auto_data", "/nonexistent"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+        proc = command_line.run(command_line.python_module(
+            "deepfm.sagemaker", "submit", "--dry_run", "--role", test_sagemaker_submit.ROLE,
+            "--output_path", "s3://bucket/jobs", "--channel", "train=s3://bucket/data/train",
+            "--instance_count", "2", "--instance_type", "ml.p3.16xlarge", "--distribution", "auto",
+            "--auto_data", "/nonexistent"), self.get_temp_dir(), env=command_line.NO_AWS_CREDENTIALS, timeout=120)
         self.assertNotEqual(0, proc.returncode)
         self.assertIn("no CPU shape known for instance type 'ml.p3.16xlarge'", proc.stderr)
 

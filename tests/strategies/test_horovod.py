@@ -24,7 +24,7 @@ from input_pipeline import formats, pipeline, schema
 from jobs.local import launcher as launch
 from jobs.local import processes
 from strategies import horovod
-from tests import paths
+from tests import command_line, paths
 
 REPO_ROOT = paths.REPO_ROOT
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
@@ -305,7 +305,7 @@ class TwoRanksTest(tf.test.TestCase):
         metadata.write(root)
         return root, metadata
 
-    def _run(self, argv, name, log_name=None):
+    def _run(self, argv, name, log_name=None, tests_importable=False):
         """Runs `argv` to completion in its own process group; returns its output.
 
         Args:
@@ -313,10 +313,16 @@ class TwoRanksTest(tf.test.TestCase):
           name: the task's name; its output goes to `<logs>/<name>.log`.
           log_name: a file under the logs directory holding the ranks'
             output, when it is not the task's own.
+          tests_importable: the ranks run a program of tests/, which the
+            virtual environment does not install: the repository goes on
+            PYTHONPATH.
         """
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=self.rank_tmp,
-                   HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=str(STALL_SHUTDOWN_SECS),
-                   PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
+        # A user's environment (`tests.command_line`) and what the test sets on purpose: a private
+        # TMPDIR (no rank may leave files there), Horovod's stall shutdown, and for the rank programs
+        # of tests/ (which the virtual environment does not install) the repository on PYTHONPATH.
+        env = command_line.environment(dict(
+            TMPDIR=self.rank_tmp, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=str(STALL_SHUTDOWN_SECS),
+            **({"PYTHONPATH": REPO_ROOT} if tests_importable else {})))
         group = processes.ProcessGroup(self.log_dir)
         self.addCleanup(group.stop)
         task = group.start(name, argv, env=env)
@@ -336,11 +342,11 @@ class TwoRanksTest(tf.test.TestCase):
     def _horovodrun(self, program, flags, name):
         """`program` with `flags` on `NUM_RANKS` ranks under horovodrun."""
         return self._run([HOROVODRUN, "--gloo", "-np", str(NUM_RANKS), "-H", "localhost:%d" % NUM_RANKS,
-                          sys.executable] + list(program) + list(flags), name)
+                          "python"] + list(program) + list(flags), name, tests_importable=True)
 
     def _launch(self, train_flags):
         """`python -m deepfm.train` with `train_flags` on `NUM_RANKS` ranks through the launcher."""
-        return self._run([sys.executable, "-m", "deepfm.launch", "--strategy=horovod", "--np=%d" % NUM_RANKS,
+        return self._run(["python", "-m", "deepfm.launch", "--strategy=horovod", "--np=%d" % NUM_RANKS,
                           "--horovod_controller=gloo", "--log_dir=" + self.log_dir,
                           "--timeout_s=%d" % RUN_TIMEOUT_SECS, "--"] + list(train_flags),
                          "launch", log_name=launch.HOROVOD_TASK + ".log")

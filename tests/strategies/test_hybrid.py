@@ -7,8 +7,6 @@ in its own process group, stopped with every process it started on cleanup.
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,8 +20,8 @@ from deepfm.models import deepfm as model_lib
 from input_pipeline import schema
 from strategies import base, horovod, hybrid
 from strategies import strategy_names as names
-from tests import paths
-from tests.jobs.local import launch_testing
+from tests import command_line
+from tests.jobs import launch_testing
 
 FEATURE_SIZE = 600
 ROWS = 12_000
@@ -170,12 +168,12 @@ class RanksTest(tf.test.TestCase):
                        "--lr_scaling", "none"] + TRAIN_FLAGS, "two")
         # One process with the global batch of the two ranks, over the same examples.
         one_metrics = os.path.join(self.work, "one_metrics.json")
-        result = subprocess.run(
-            [sys.executable, "-m", "deepfm.train", "--strategy", "single", "--train_data", self.data,
-             "--model_dir", os.path.join(self.work, "one_model"), "--metrics_file", one_metrics]
-            + [f if f != "128" else "256" for f in TRAIN_FLAGS],
-            capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=paths.REPO_ROOT)
-        self.assertEqual(0, result.returncode, result.stderr[-2000:])
+        command = command_line.python_module(
+            "deepfm.train", "--strategy", "single", "--train_data", self.data,
+            "--model_dir", os.path.join(self.work, "one_model"), "--metrics_file", one_metrics,
+            *[f if f != "128" else "256" for f in TRAIN_FLAGS])
+        result = command_line.run(command, self.work, timeout=RUN_TIMEOUT_S)
+        self.assertEqual(0, result.returncode, command_line.describe(command, result))
         with open(one_metrics) as f:
             one = json.load(f)
         self.assertEqual(one["global_step"], two["global_step"])
@@ -217,9 +215,8 @@ class RanksTest(tf.test.TestCase):
                   "p = f(feat_ids=tf.constant(np.arange(78).reshape(2, 39) %% %d, tf.int64),"
                   " feat_vals=tf.ones([2, 39]))['prob'].numpy()\n"
                   "print(float(p.min()), float(p.max()))" % (export, FEATURE_SIZE))
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                                cwd=paths.REPO_ROOT)
-        self.assertEqual(0, result.returncode, result.stderr[-2000:])
+        result = command_line.run(["python", "-c", script], self.work, timeout=120)
+        self.assertEqual(0, result.returncode, command_line.describe("serve the export", result))
         low, high = map(float, result.stdout.split())
         self.assertTrue(0.0 < low <= high < 1.0, result.stdout)
         self.assertTrue(np.isfinite([low, high]).all())

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import shutil
-import sys
 import tempfile
 
 import numpy as np
@@ -25,7 +24,7 @@ from deepfm.runtime import run_config
 from jobs.local import launcher as launch
 from jobs.local import processes
 from strategies import base, large_batch
-from tests import paths
+from tests import command_line
 from tests.strategies import replica_testing as rt
 
 RATIO = 1.0
@@ -46,7 +45,6 @@ MIN_AUC = 0.9
 EVAL_BATCH = 300
 EVAL_ROWS = 3 * EVAL_BATCH + 1
 
-REPO_ROOT = paths.REPO_ROOT
 NUM_RANKS = 2
 RUN_TIMEOUT_SECS = 300
 STALL_SHUTDOWN_SECS = 120
@@ -348,13 +346,14 @@ class TwoRanksTest(tf.test.TestCase, parameterized.TestCase):
                            val_fraction=VALIDATION_ROWS / (TRAIN_ROWS + VALIDATION_ROWS), shards=2, seed=DATA_SEED)
         model_dir = os.path.join(self.work_dir, "model")
         metrics_file = os.path.join(self.work_dir, "metrics.json")
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=self.rank_tmp,
-                   HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=str(STALL_SHUTDOWN_SECS),
-                   PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])))
+        # A user's environment (`tests.command_line`) and what the test sets on purpose: a private
+        # TMPDIR (no rank may leave files there) and Horovod's stall shutdown.
+        env = command_line.environment(dict(TMPDIR=self.rank_tmp,
+                                            HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=str(STALL_SHUTDOWN_SECS)))
         group = processes.ProcessGroup(self.log_dir)
         self.addCleanup(group.stop)
         group.start("launch", [
-            sys.executable, "-m", "deepfm.launch", "--strategy=" + name, "--np=%d" % NUM_RANKS,
+            "python", "-m", "deepfm.launch", "--strategy=" + name, "--np=%d" % NUM_RANKS,
             "--horovod_controller=gloo", "--log_dir=" + self.log_dir, "--timeout_s=%d" % RUN_TIMEOUT_SECS, "--",
             "--train_data=" + data_root, "--model_dir=" + model_dir, "--metrics_file=" + metrics_file,
             # Horovod's own scaling with the ranks gives way to the rule's.

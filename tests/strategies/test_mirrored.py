@@ -1,8 +1,6 @@
 """Tests of the mirrored strategy (tf.distribute.MirroredStrategy under tf.estimator)."""
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -13,7 +11,7 @@ from absl.testing import parameterized
 import strategies
 from strategies import devices as devices_lib
 from strategies import mirrored
-from tests import paths
+from tests import command_line, paths
 from tests.strategies import replica_testing as rt
 
 REPLICAS = 2
@@ -66,8 +64,8 @@ class MirroredConfigTest(tf.test.TestCase, parameterized.TestCase):
             strategy.validate()
             print("replicas in sync:", strategy.distribution().num_replicas_in_sync)
             """ % self.get_temp_dir())
-        result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
-                                timeout=SUBPROCESS_TIMEOUT_S, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        # From the repository's root, where `tests` (which the virtual environment does not install) imports.
+        result = command_line.run(["python", "-c", script], REPO_ROOT, timeout=SUBPROCESS_TIMEOUT_S)
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         self.assertIn("replicas in sync: %d" % REPLICAS, result.stdout)
 

@@ -7,8 +7,6 @@ epoch at the same global batch, and is compared with `single`.
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -18,7 +16,7 @@ from absl.testing import parameterized
 
 from dataprep import synthetic
 from jobs.local import launcher as launch
-from tests import paths
+from tests import command_line
 
 ROWS = 16_000
 FEATURE_SIZE = 1_000
@@ -28,14 +26,9 @@ REPLICAS = 2
 # equal to 4 decimals, horovod within 0.001, asynchronous ps within 0.006.
 AUC_TOLERANCE = 0.02
 TIMEOUT_S = 600
-REPO_ROOT = paths.REPO_ROOT
 MODEL_FLAGS = ["--embedding_size", "8", "--deep_layers", "32,16", "--dropout", "0,0",
                "--learning_rate", "0.005", "--optimizer", "lazy_adam", "--seed", "1",
                "--log_every_n_steps", "20"]
-
-
-def _env():
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 def _train_flags(data_dir, run_dir, batch_size):
@@ -62,18 +55,19 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
     @classmethod
     def _run_in_process_strategy(cls, name, batch_size, extra):
         run_dir = os.path.join(cls.root, name)
-        proc = subprocess.run(
-            [sys.executable, "-m", "deepfm.train", "--strategy", name]
-            + _train_flags(cls.data_dir, run_dir, batch_size) + extra,
-            capture_output=True, text=True, cwd=REPO_ROOT, env=_env(), timeout=TIMEOUT_S)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        command = command_line.python_module("deepfm.train", "--strategy", name,
+                                             *_train_flags(cls.data_dir, run_dir, batch_size), *extra)
+        proc = command_line.run(command, cls.root, timeout=TIMEOUT_S)
+        assert proc.returncode == 0, command_line.describe(command, proc)
         return _read_metrics(run_dir)
 
     def _launch(self, name, config_kwargs):
         run_dir = os.path.join(self.root, name)
         config = launch.LaunchConfig(strategy=name, log_dir=os.path.join(run_dir, "logs"),
                                      timeout_s=TIMEOUT_S, **config_kwargs)
-        launch.launch(config, _train_flags(self.data_dir, run_dir, GLOBAL_BATCH // REPLICAS), environ=_env())
+        # The tasks get the environment of a user's shell, as the launcher started from one passes on.
+        launch.launch(config, _train_flags(self.data_dir, run_dir, GLOBAL_BATCH // REPLICAS),
+                      environ=command_line.environment())
         return _read_metrics(run_dir)
 
     def _assert_matches_single(self, metrics, examples_per_step):

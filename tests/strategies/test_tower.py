@@ -1,8 +1,6 @@
 """Tests of the tower strategy: splitting, averaging, placement, training, eval."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from deepfm.models import deepfm as model_lib
 from input_pipeline import schema
 from strategies import devices as devices_lib
 from strategies import tower
-from tests import paths
+from tests import command_line
 from tests.strategies import replica_testing as rt
 
 TOWERS = 2
@@ -27,7 +25,6 @@ MIN_AUC = 0.9
 EVAL_BATCH = 300
 EVAL_ROWS = 3 * EVAL_BATCH + 1
 CPU_TOWERS = devices_lib.DeviceList(devices_lib.CPU, ("/cpu:1", "/cpu:2"))
-REPO_ROOT = paths.REPO_ROOT
 # Imports every strategy adapter and prints the modules of the model package it loaded.
 IMPORT_SCRIPT = """
 import sys
@@ -264,10 +261,7 @@ class TowerConfigTest(tf.test.TestCase):
         self.assertIn("tower", strategies.names())
 
     def test_strategies_never_import_the_model_package(self):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")])),
-                   TF_CPP_MIN_LOG_LEVEL="2")
-        result = subprocess.run([sys.executable, "-c", IMPORT_SCRIPT], capture_output=True, text=True, env=env,
-                                cwd=self.get_temp_dir(), check=False)
+        result = command_line.run(["python", "-c", IMPORT_SCRIPT], self.get_temp_dir(), timeout=300)
         self.assertEqual(result.returncode, 0, result.stderr[-2000:])
         self.assertEqual(result.stdout.strip().splitlines()[-1], "[]")
 

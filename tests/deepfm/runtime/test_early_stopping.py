@@ -5,8 +5,6 @@ import importlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
@@ -19,9 +17,8 @@ from dataprep import synthetic
 from deepfm import config
 from deepfm.runtime import early_stopping, hooks, trainer
 from input_pipeline import files, pipeline
-from tests import paths
+from tests import command_line, paths
 
-REPO_ROOT = paths.REPO_ROOT
 ROWS = 3_000
 FEATURE_SIZE = 400
 BATCH = 64
@@ -340,18 +337,17 @@ class LaunchedJobTest(tf.test.TestCase, parameterized.TestCase):
 
     def launch(self, work, launch_args):
         model_dir = os.path.join(work, "model")
-        argv = [sys.executable, "-m", "deepfm.launch", *launch_args, "--log_dir", os.path.join(work, "logs"),
-                "--timeout_s", str(LAUNCH_TIMEOUT_S), "--",
-                "--train_data", self.data_dir, "--model_dir", model_dir, "--export_dir", os.path.join(work, "export"),
-                "--metrics_file", os.path.join(work, "metrics.json"), "--batch_size", str(BATCH),
-                "--num_epochs", str(EPOCHS), "--embedding_size", "4", "--deep_layers", "16", "--dropout", "0",
-                "--optimizer", "adam", "--learning_rate", str(OVERFITTING_LR), "--seed", "1",
-                "--eval_every_n_steps", str(EVAL_EVERY), "--early_stopping_patience", str(PATIENCE),
-                "--log_every_n_steps", str(LOG_EVERY),
-                "--progress_file", os.path.join(work, "progress", "{task}.jsonl")]
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=LAUNCH_TIMEOUT_S + 60,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        self.assertEqual(0, proc.returncode, proc.stdout[-3000:] + proc.stderr[-3000:])
+        argv = command_line.python_module(
+            "deepfm.launch", *launch_args, "--log_dir", os.path.join(work, "logs"),
+            "--timeout_s", str(LAUNCH_TIMEOUT_S), "--",
+            "--train_data", self.data_dir, "--model_dir", model_dir, "--export_dir", os.path.join(work, "export"),
+            "--metrics_file", os.path.join(work, "metrics.json"), "--batch_size", str(BATCH),
+            "--num_epochs", str(EPOCHS), "--embedding_size", "4", "--deep_layers", "16", "--dropout", "0",
+            "--optimizer", "adam", "--learning_rate", str(OVERFITTING_LR), "--seed", "1",
+            "--eval_every_n_steps", str(EVAL_EVERY), "--early_stopping_patience", str(PATIENCE),
+            "--log_every_n_steps", str(LOG_EVERY), "--progress_file", os.path.join(work, "progress", "{task}.jsonl"))
+        proc = command_line.run(argv, work, timeout=LAUNCH_TIMEOUT_S + 60)
+        self.assertEqual(0, proc.returncode, command_line.describe(argv, proc))
         with open(os.path.join(work, "metrics.json")) as f:
             return model_dir, json.load(f)
 

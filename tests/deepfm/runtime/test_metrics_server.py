@@ -18,9 +18,8 @@ from dataprep import synthetic
 from deepfm.runtime import hooks as hooks_lib
 from deepfm.runtime import metrics_server
 from jobs.local import processes
-from tests import paths
+from tests import command_line
 
-REPO_ROOT = paths.REPO_ROOT
 SCRAPE_TIMEOUT_S = 240
 METRIC = re.compile(r"^(\w+) (\S+)$", re.M)
 
@@ -93,14 +92,13 @@ class ScrapeDuringTrainingTest(tf.test.TestCase):
         data = self.create_tempdir("data").full_path
         synthetic.generate(20_000, data, feature_size=1000, seed=3)
         port = processes.free_ports(1)[0]
-        argv = [sys.executable, "-m", "deepfm.train", "--train_data", data,
-                "--model_dir", self.create_tempdir("model").full_path, "--batch_size", "32",
-                "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0", "--num_epochs", "2",
-                "--log_every_n_steps", "10",
-                "--eval_every_n_steps", "150", "--metrics_port", str(port)]
-        process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        self.addCleanup(lambda: process.poll() is None and (process.kill(), process.wait()))
+        argv = command_line.python_module(
+            "deepfm.train", "--train_data", data, "--model_dir", self.create_tempdir("model").full_path,
+            "--batch_size", "32", "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0", "--num_epochs", "2",
+            "--log_every_n_steps", "10", "--eval_every_n_steps", "150", "--metrics_port", str(port))
+        process = command_line.start(argv, self.get_temp_dir(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        self.addCleanup(command_line.kill_group, process)
         scrapes = []
         deadline = time.monotonic() + SCRAPE_TIMEOUT_S
         while process.poll() is None and time.monotonic() < deadline:

@@ -3,8 +3,6 @@
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
@@ -15,7 +13,7 @@ from dataprep import criteo, synthetic
 from deepfm import config
 from deepfm.runtime import checkpoints, trainer
 from input_pipeline import files, pipeline, schema
-from tests import paths
+from tests import command_line, paths
 
 ROWS = 24_000
 FEATURE_SIZE = 1_000
@@ -27,7 +25,6 @@ MAX_GAP_TO_CEILING = 0.08
 CRITEO_AUC_FLOOR = 0.68
 CRITEO_DIR = paths.CRITEO_DIR
 CRITEO_TSV = "criteo_kaggle_train_head8000.txt"
-REPO_ROOT = paths.REPO_ROOT
 
 
 def small_model(feature_size, **overrides):
@@ -229,9 +226,8 @@ class BadInputTest(tf.test.TestCase):
                 small_model(FEATURE_SIZE), model_fn=auc_only)
 
     def _run_cli(self, *args):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        return subprocess.run([sys.executable, "-m", "deepfm.train"] + list(args), capture_output=True,
-                              text=True, cwd=REPO_ROOT, env=env, timeout=300)
+        return command_line.run(command_line.python_module("deepfm.train", *args), self.get_temp_dir(),
+                                timeout=300)
 
     def test_cli_rejects_bad_flags_before_training(self):
         model_dir = os.path.join(self.get_temp_dir(), "never")

@@ -14,6 +14,7 @@ from dataprep import synthetic
 from deepfm.runtime import watchdog
 from jobs.local import launcher as local
 from jobs.local import processes
+from tests import command_line
 
 INTERVAL_S = 0.05
 LOST_AFTER_S = 0.3
@@ -87,7 +88,8 @@ class DeadParameterServerTest(tf.test.TestCase):
         train_args = ["--train_data", data_dir, "--model_dir", model_dir, "--max_steps", "1000000",
                       "--batch_size", "64", "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0",
                       "--save_checkpoints_steps", "50"]
-        specs = local.ps_tasks(config, train_args, processes.free_ports(3), dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        # The tasks get the environment of a user's shell, as the launcher started from one passes on.
+        specs = local.ps_tasks(config, train_args, processes.free_ports(3), command_line.environment())
         group = processes.ProcessGroup(log_dir, stop_grace_seconds=2)
         self.addCleanup(group.stop)
         tasks = {spec.name: group.start(spec.name, spec.argv, env=spec.env, service=spec.service) for spec in specs}

@@ -1,24 +1,26 @@
 """The training containers' entry point: TF_CONFIG of a JobSet pod, signals, exit codes."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
+import tempfile
 import time
 import unittest
 
 from jobs.kubernetes import entry as kubernetes_entry
-from tests import paths
+from tests import command_line
 
-REPO_ROOT = paths.REPO_ROOT
 CLUSTER = {"chief": ["js-chief-0-0.js:2222"], "worker": ["js-worker-0-0.js:2222", "js-worker-0-1.js:2222"],
            "ps": ["js-ps-0-0.js:2222"]}
 
 
 def entry(*command, env=None):
-    return [sys.executable, "-m", "jobs.kubernetes.entry", "--"] + list(command), dict(
-        os.environ, PYTHONPATH=REPO_ROOT, **(env or {}))
+    """A pod's command (`python -m jobs.kubernetes.entry -- command...`) and the variables the pod sets."""
+    return command_line.python_module("jobs.kubernetes.entry", "--", *command), env
+
+
+def run(argv, env):
+    return command_line.run(argv, tempfile.gettempdir(), env=env, timeout=120)
 
 
 class ExitCodeTest(unittest.TestCase):
@@ -41,15 +43,16 @@ class ExitCodeTest(unittest.TestCase):
 
     def test_a_real_child(self):
         for code, expected in ((75, 203), (1, 1), (0, 0)):
-            argv, env = entry(sys.executable, "-c", "import sys; sys.exit(%d)" % code)
-            self.assertEqual(expected, subprocess.run(argv, env=env).returncode)
+            argv, env = entry("python", "-c", "import sys; sys.exit(%d)" % code)
+            self.assertEqual(expected, run(argv, env).returncode)
 
     def test_sigterm_reaches_the_child(self):
         script = ("import signal, sys, time\n"
                   "signal.signal(signal.SIGTERM, lambda *a: sys.exit(75))\n"
                   "print('ready', flush=True)\ntime.sleep(60)\n")
-        argv, env = entry(sys.executable, "-c", script)
-        process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+        argv, env = entry("python", "-c", script)
+        process = command_line.start(argv, tempfile.gettempdir(), env=env, stdout=subprocess.PIPE, text=True)
+        self.addCleanup(command_line.kill_group, process)
         self.assertEqual("ready", process.stdout.readline().strip())
         start = time.monotonic()
         process.send_signal(signal.SIGTERM)
@@ -65,8 +68,8 @@ class TFConfigTest(unittest.TestCase):
                    kubernetes_entry.TASK_TYPE_VARIABLE: "worker", kubernetes_entry.INDEX_VARIABLE: "1"}
         config = json.loads(kubernetes_entry.tf_config(environ))
         self.assertEqual({"cluster": CLUSTER, "task": {"type": "worker", "index": 1}}, config)
-        argv, env = entry(sys.executable, "-c", "import os; print(os.environ['TF_CONFIG'])", env=environ)
-        printed = subprocess.run(argv, env=env, capture_output=True, text=True).stdout
+        argv, env = entry("python", "-c", "import os; print(os.environ['TF_CONFIG'])", env=environ)
+        printed = run(argv, env).stdout
         self.assertEqual(config, json.loads(printed))
 
     def test_an_operators_tf_config_is_kept(self):
@@ -82,7 +85,7 @@ class TFConfigTest(unittest.TestCase):
             with self.subTest(message), self.assertRaisesRegex(ValueError, message):
                 kubernetes_entry.tf_config(dict(base, **extra))
         argv, env = entry("true", env=dict(base, DEEPFM_TF_TASK_TYPE="evaluator"))
-        result = subprocess.run(argv, env=env, capture_output=True, text=True)
+        result = run(argv, env)
         self.assertEqual(kubernetes_entry.EXIT_USAGE, result.returncode)
         self.assertIn("DEEPFM_TF_TASK_TYPE", result.stderr)
 

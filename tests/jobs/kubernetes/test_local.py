@@ -14,16 +14,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 
 import pytest
 import yaml
 
 from dataprep import synthetic
 from jobs.local import hosts
-from tests import paths
+from tests import command_line
 
-REPO_ROOT = paths.REPO_ROOT
 JOB_TIMEOUT_S = 300
 FEATURE_SIZE = 500
 ROWS = 3_000
@@ -85,15 +83,15 @@ def volume(dataset, tmp_path):
 
 
 def command(*args):
-    return [sys.executable, "-m", "deepfm.kubernetes"] + list(args)
+    return command_line.python_module("deepfm.kubernetes", *args)
 
 
 def render(tmp_path, name, *args, hyperparameters=HYPERPARAMETERS):
     output = str(tmp_path / ("manifests-" + name))
-    result = subprocess.run(command("render", "--job_name", name, "--image", "deepfm:test", "--channel",
-                                    "train=" + DATA, "--output_dir", output, *args, "--", *hyperparameters),
-                            cwd=REPO_ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    argv = command("render", "--job_name", name, "--image", "deepfm:test", "--channel", "train=" + DATA,
+                   "--output_dir", output, *args, "--", *hyperparameters)
+    result = command_line.run(argv, str(tmp_path), timeout=120)
+    assert result.returncode == 0, command_line.describe(argv, result)
     return output
 
 
@@ -102,8 +100,7 @@ def run_local(tmp_path, manifest, volume, *faults, expect=0):
     output = str(tmp_path / ("run-" + os.path.basename(manifest)))
     argv = command("local", "--manifest", manifest, "--volume_dir", volume, "--output_dir", output,
                    "--timeout_s", str(JOB_TIMEOUT_S), *("--fault=" + fault for fault in faults))
-    process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), start_new_session=True)
+    process = command_line.start(argv, str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = process.communicate(timeout=JOB_TIMEOUT_S + 60)
     finally:

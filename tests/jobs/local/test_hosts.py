@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from jobs.local import hosts
+from tests import command_line
 
 SERVER = """
 import socket, sys
@@ -89,7 +90,7 @@ class HostNetworkTest(tf.test.TestCase):
             self.skipTest(reason)
 
     def run_in(self, network, host, code, spec_dir, cpus=()):
-        spec = hosts.InitSpec(hostname=host.name, argv=(sys.executable, "-c", code), env=dict(os.environ),
+        spec = hosts.InitSpec(hostname=host.name, argv=(sys.executable, "-c", code), env=command_line.environment(),
                               cpus=cpus or host.cpus)
         path = spec.write(os.path.join(spec_dir, host.name + ".json"))
         return subprocess.Popen(network.command(host, path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

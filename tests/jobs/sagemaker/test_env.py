@@ -2,15 +2,13 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import tensorflow as tf
 from absl.testing import parameterized
 
 from dataprep import synthetic
 from jobs.sagemaker import env as sagemaker_env
-from tests import paths
+from tests import command_line, paths
 
 REPO_ROOT = paths.REPO_ROOT
 ENTRY_POINT = os.path.join(REPO_ROOT, "examples/sagemaker_entry_point.py")
@@ -137,16 +135,15 @@ class EntryPointTest(tf.test.TestCase):
         root = self.create_tempdir().full_path
         data = os.path.join(root, "input", "data")
         synthetic.generate(3_000, data, feature_size=500, seed=7, shards=1)
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", SAGEMAKER_BASE_DIR=root,
-                   SM_CHANNEL_TRAIN=os.path.join(data, "train"),
+        # The container's variables, named on purpose; the rest is a user's environment.
+        env = dict(SAGEMAKER_BASE_DIR=root, SM_CHANNEL_TRAIN=os.path.join(data, "train"),
                    SM_CHANNEL_VALIDATION=os.path.join(data, "validation"),
                    SM_MODEL_DIR=os.path.join(root, "model"), SM_OUTPUT_DATA_DIR=os.path.join(root, "output"))
-        proc = subprocess.run(
-            [sys.executable, ENTRY_POINT, "--model_dir", os.path.join(root, "checkpoints"), "--batch_size", "128",
-             "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0", "--num_epochs", "3",
-             "--learning_rate", "0.01", "--batch_norm", "False"],
-            capture_output=True, text=True, env=env, cwd=root, timeout=300)
-        self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+        command = ["python", ENTRY_POINT, "--model_dir", "checkpoints", "--batch_size", "128",
+                   "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0", "--num_epochs", "3",
+                   "--learning_rate", "0.01", "--batch_norm", "False"]
+        proc = command_line.run(command, root, env=env, timeout=300)
+        self.assertEqual(0, proc.returncode, command_line.describe(command, proc))
         with open(os.path.join(root, "output", "metrics.json")) as f:
             metrics = json.load(f)
         self.assertEqual(3 * (2_700 // 128), metrics["global_step"])
@@ -154,9 +151,8 @@ class EntryPointTest(tf.test.TestCase):
         self.assertLen(tf.io.gfile.glob(os.path.join(root, "model", "*", "saved_model.pb")), 1)
 
     def test_contract_errors_end_with_the_message(self):
-        proc = subprocess.run([sys.executable, ENTRY_POINT, "--model_dir", "s3://bucket/model"],
-                              capture_output=True, text=True, cwd=self.get_temp_dir(), timeout=120,
-                              env=dict(os.environ, SAGEMAKER_BASE_DIR=self.get_temp_dir()))
+        proc = command_line.run(["python", ENTRY_POINT, "--model_dir", "s3://bucket/model"], self.get_temp_dir(),
+                                env=dict(SAGEMAKER_BASE_DIR=self.get_temp_dir()), timeout=120)
         self.assertNotEqual(0, proc.returncode)
         self.assertIn("'s3://bucket/model' is on S3", proc.stderr)
         self.assertNotIn("Traceback", proc.stderr)

@@ -12,7 +12,6 @@ import posixpath
 import shutil
 import signal
 import subprocess
-import sys
 
 import psutil
 import pytest
@@ -26,7 +25,7 @@ from jobs.local import hosts
 from jobs.sagemaker import local as sagemaker_local
 from jobs.sagemaker import processing as sagemaker_processing
 from jobs.sagemaker import processing_job
-from tests import paths
+from tests import command_line, paths
 from tests.input_pipeline import dataset_io
 
 REPO_ROOT = paths.REPO_ROOT
@@ -39,8 +38,6 @@ JOB_NAME = "criteo-test"
 JOB_TIMEOUT_S = 120
 BAD_LINE = "1\tnot-a-number\n"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
-NO_CREDENTIALS = dict(AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="", AWS_CONFIG_FILE="/nonexistent",
-                      AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
 
 
 def write_raw(directory, bad_file=None):
@@ -205,8 +202,7 @@ class SpecTest(tf.test.TestCase):
 
     def test_the_jobs_layer_imports_no_tensorflow(self):
         probe = "import sys, jobs.sagemaker.processing; print('tensorflow' in sys.modules)"
-        result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO_ROOT,
-                                timeout=120)
+        result = command_line.run(["python", "-c", probe], self.get_temp_dir(), timeout=120)
         self.assertEqual(0, result.returncode, result.stderr)
         self.assertEqual("False", result.stdout.strip())
 
@@ -368,11 +364,11 @@ class LocalConversionTest(EmulatedHostsTestCase):
         root = self.create_tempdir().full_path
         write_raw(os.path.join(root, "raw"), bad_file=1)
         output = os.path.join(root, "out")
-        argv = [sys.executable, "-m", "jobs.sagemaker.processing", "local", "--input", os.path.join(root, "raw"),
-                "--output_dir", output, "--instance_count", str(INSTANCES), "--job_name", JOB_NAME,
-                "--workers", "1", "--timeout_s", str(JOB_TIMEOUT_S)]
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-                                   start_new_session=True)
+        argv = command_line.python_module(
+            "jobs.sagemaker.processing", "local", "--input", os.path.join(root, "raw"), "--output_dir", output,
+            "--instance_count", str(INSTANCES), "--job_name", JOB_NAME, "--workers", "1",
+            "--timeout_s", str(JOB_TIMEOUT_S))
+        process = command_line.start(argv, root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(self.stop, process)
         out, err = process.communicate(timeout=JOB_TIMEOUT_S + 60)
         self.assertEqual(1, process.returncode, out + err)
@@ -409,9 +405,8 @@ class SubmitDryRunTest(tf.test.TestCase):
             self.skipTest("the SageMaker Python SDK (the 'sdk' extra) is not installed: %s" % e)
 
     def submit(self, *args):
-        argv = [sys.executable, "-m", "jobs.sagemaker.processing", "submit", "--dry_run", "--role", ROLE, *args]
-        return subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
-                              env=dict(os.environ, **NO_CREDENTIALS))
+        argv = command_line.python_module("jobs.sagemaker.processing", "submit", "--dry_run", "--role", ROLE, *args)
+        return command_line.run(argv, self.get_temp_dir(), env=command_line.NO_AWS_CREDENTIALS, timeout=300)
 
     def test_requests_shard_the_raw_input_and_chain_the_jobs(self):
         args = ("--input", "s3://bucket/criteo/raw", "--output_path", "s3://bucket/criteo/out", "--instance_count",

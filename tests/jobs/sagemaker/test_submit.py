@@ -6,9 +6,6 @@ nothing is contacted.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import tensorflow as tf
 from absl.testing import parameterized
@@ -16,9 +13,8 @@ from absl.testing import parameterized
 from jobs import spec as spec_lib
 from jobs.sagemaker import container as container_lib
 from jobs.sagemaker import metrics as sagemaker_metrics
-from tests import paths
+from tests import command_line
 
-REPO_ROOT = paths.REPO_ROOT
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 JOB = "deepfm-dry-run"
 
@@ -40,14 +36,12 @@ class SubmitDryRunTest(parameterized.TestCase, tf.test.TestCase):
             self.skipTest("the SageMaker Python SDK (the 'sdk' extra) is not installed: %s" % reason)
 
     def dry_run(self, *args, hyperparameters=("--num_epochs", "2"), with_stderr=False):
-        argv = [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--job_name", JOB,
-                "--role", ROLE, "--output_path", "s3://bucket/jobs",
-                "--channel", "train=s3://bucket/data/train", "--channel", "validation=s3://bucket/data/validation",
-                *args, "--", *hyperparameters]
-        env = dict(os.environ, AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="", AWS_CONFIG_FILE="/nonexistent",
-                   AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=180)
-        self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+        argv = command_line.python_module(
+            "deepfm.sagemaker", "submit", "--dry_run", "--job_name", JOB, "--role", ROLE,
+            "--output_path", "s3://bucket/jobs", "--channel", "train=s3://bucket/data/train",
+            "--channel", "validation=s3://bucket/data/validation", *args, "--", *hyperparameters)
+        proc = command_line.run(argv, self.get_temp_dir(), env=command_line.NO_AWS_CREDENTIALS, timeout=180)
+        self.assertEqual(0, proc.returncode, command_line.describe(argv, proc))
         return (json.loads(proc.stdout), proc.stderr) if with_stderr else json.loads(proc.stdout)
 
     @parameterized.named_parameters(
@@ -174,9 +168,9 @@ class SubmitDryRunTest(parameterized.TestCase, tf.test.TestCase):
                              "3"], "--tuning_max_parallel_jobs must be in [1, --tuning_max_jobs 2]"),
     )
     def test_bad_submissions_are_refused_before_anything_is_built(self, args, message):
-        argv = [sys.executable, "-m", "deepfm.sagemaker", "submit", "--dry_run", "--role", ROLE,
-                "--output_path", "s3://bucket/jobs", *args]
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+        argv = command_line.python_module("deepfm.sagemaker", "submit", "--dry_run", "--role", ROLE,
+                                          "--output_path", "s3://bucket/jobs", *args)
+        proc = command_line.run(argv, self.get_temp_dir(), env=command_line.NO_AWS_CREDENTIALS, timeout=120)
         self.assertNotEqual(0, proc.returncode)
         self.assertIn(message, proc.stderr)
 

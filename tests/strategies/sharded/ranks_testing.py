@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from jobs.local import processes
-from tests import paths
+from tests import command_line, paths
 
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 RANK_PROGRAM = "tests.strategies.sharded.rank_program"
@@ -75,11 +75,14 @@ class RanksTestCase(tf.test.TestCase):
 
     def horovodrun(self, size: int, flags: List[str], name: str) -> None:
         """Runs the rank program at `size` ranks with `flags`; fails the test with the ranks' error lines."""
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=self.rank_tmp,
-                   HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=str(STALL_SHUTDOWN_SECS),
-                   PYTHONPATH=os.pathsep.join(filter(None, [paths.REPO_ROOT, os.environ.get("PYTHONPATH")])))
+        # A user's environment (`tests.command_line`) and what the test sets on purpose: a private
+        # TMPDIR (no rank may leave files there), Horovod's stall shutdown, and for the rank program
+        # of tests/ (which the virtual environment does not install) the repository on PYTHONPATH.
+        env = command_line.environment(dict(TMPDIR=self.rank_tmp,
+                                            HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=str(STALL_SHUTDOWN_SECS),
+                                            PYTHONPATH=paths.REPO_ROOT))
         argv = [HOROVODRUN, "--gloo", "-np", str(size), "-H", "localhost:%d" % size,
-                sys.executable, "-m", RANK_PROGRAM] + flags
+                "python", "-m", RANK_PROGRAM] + flags
         group = processes.ProcessGroup(self.log_dir)
         self.addCleanup(group.stop)
         task = group.start(name, argv, env=env)
