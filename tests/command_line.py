@@ -24,6 +24,7 @@ test directories does) can never write into or delete from the checkout.
 """
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -50,6 +51,11 @@ BENCHMARK_RESULTS = os.path.join("benchmarks", "results")
 # no credentials, no configuration file of this machine's user.
 NO_AWS_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_CONFIG_FILE": "/nonexistent",
                       "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
+
+# TensorFlow's autograph imports the code it generates from the temporary directory, and Python caches its
+# bytecode there (a user's shell has no PYTHONDONTWRITEBYTECODE): no file of the project's.
+BYTECODE_CACHE = "__pycache__"
+AUTOGRAPH_BYTECODE = re.compile(r"^__autograph_generated_file\w+\.cpython-\d+\.pyc$")
 
 Command = Union[str, Sequence[str]]
 
@@ -136,6 +142,17 @@ def run(command: Command, cwd: str, env: Optional[Mapping[str, str]] = None, tim
         except (ProcessLookupError, PermissionError):
             pass
     return subprocess.CompletedProcess(_argv(command), process.returncode, stdout, stderr)
+
+
+def left_in(directory: str) -> List[str]:
+    """What commands left in `directory` (their TMPDIR), sorted, without autograph's bytecode cache."""
+    left = []
+    for name in sorted(os.listdir(directory)):
+        cache = os.path.join(directory, name)
+        if name == BYTECODE_CACHE and all(AUTOGRAPH_BYTECODE.match(entry) for entry in os.listdir(cache)):
+            continue
+        left.append(name)
+    return left
 
 
 def checkout(directory: str) -> str:

@@ -336,7 +336,7 @@ class TwoRanksTest(tf.test.TestCase):
         with open(log_path) as f:
             output = f.read()
         self.assertNotIn(STALL_WARNING, output)
-        self.assertEqual([], os.listdir(self.rank_tmp), "a rank left its private model_dir behind")
+        self.assertEqual([], command_line.left_in(self.rank_tmp), "a rank left its private model_dir behind")
         return output
 
     def _horovodrun(self, program, flags, name):

@@ -373,4 +373,4 @@ class TwoRanksTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(steps, metrics["global_step"])
         self.assertIn("rank 0 of 2", output)
         self.assertIn("lr x1 (linear)", output)
-        self.assertEqual([], os.listdir(self.rank_tmp), "a rank left its private model_dir behind")
+        self.assertEqual([], command_line.left_in(self.rank_tmp), "a rank left its private model_dir behind")

@@ -346,7 +346,7 @@ class LaunchedJobTest(tf.test.TestCase, parameterized.TestCase):
             "--optimizer", "adam", "--learning_rate", str(OVERFITTING_LR), "--seed", "1",
             "--eval_every_n_steps", str(EVAL_EVERY), "--early_stopping_patience", str(PATIENCE),
             "--log_every_n_steps", str(LOG_EVERY), "--progress_file", os.path.join(work, "progress", "{task}.jsonl"))
-        proc = command_line.run(argv, work, timeout=LAUNCH_TIMEOUT_S + 60)
+        proc = command_line.run(argv, self.root, timeout=LAUNCH_TIMEOUT_S + 60)
         self.assertEqual(0, proc.returncode, command_line.describe(argv, proc))
         with open(os.path.join(work, "metrics.json")) as f:
             return model_dir, json.load(f)

@@ -94,7 +94,7 @@ class RanksTestCase(tf.test.TestCase):
             self.fail("%s\nerror lines of %s:\n%s" % (e, task.log_path, "".join(errors[-ERROR_LINES_SHOWN:])))
         with open(task.log_path) as f:
             self.assertNotIn(STALL_WARNING, f.read())
-        self.assertEqual([], os.listdir(self.rank_tmp), "a rank left its private directory behind")
+        self.assertEqual([], command_line.left_in(self.rank_tmp), "a rank left its private directory behind")
 
     @staticmethod
     def records(result_dir: str, prefix: str, size: int) -> List[Dict[str, np.ndarray]]:
