@@ -12,23 +12,18 @@ TIMEOUT_S = 600
 TRAIN_FLAGS = ["--learning_rate", "0.01", "--embedding_size", "4", "--deep_layers", "16", "--dropout", "0"]
 # Measured: 0.70 to 0.72 after 30 steps of 256 examples.
 MIN_AUC = 0.6
-# As its docstring says to run it: `PYTHONPATH=. python examples/compare_strategies.py ...` from the
-# project's root (it imports benchmarks/, which the package does not install).
-PROJECT_ROOT_ON_PATH = {"PYTHONPATH": "."}
 
 
 class ArgumentsTest(tf.test.TestCase):
 
     def test_an_unknown_strategy_is_named(self):
         proc = examples_testing.run_example(
-            "compare_strategies", [examples_testing.shared_dataset(), "--strategies", "single,towers"],
-            **PROJECT_ROOT_ON_PATH)
+            "compare_strategies", [examples_testing.shared_dataset(), "--strategies", "single,towers"])
         self.assertNotEqual(0, proc.returncode)
         self.assertIn("unknown towers; choose from single, tower, mirrored, ps, horovod, hybrid", proc.stderr)
 
     def test_a_folder_without_metadata_is_refused(self):
-        proc = examples_testing.run_example("compare_strategies", [self.create_tempdir().full_path],
-                                            **PROJECT_ROOT_ON_PATH)
+        proc = examples_testing.run_example("compare_strategies", [self.create_tempdir().full_path])
         self.assertNotEqual(0, proc.returncode)
         self.assertIn("is not a dataset root (no metadata.json)", proc.stderr)
 
@@ -39,7 +34,7 @@ class CompareTest(tf.test.TestCase):
     def test_prints_examples_per_sec_and_auc_side_by_side(self):
         args = [examples_testing.shared_dataset(), "--strategies", ",".join(STRATEGIES), "--steps", "20",
                 "--warmup_steps", "10", "--global_batch", "256", "--"] + TRAIN_FLAGS
-        proc = examples_testing.run_example("compare_strategies", args, timeout=TIMEOUT_S, **PROJECT_ROOT_ON_PATH)
+        proc = examples_testing.run_example("compare_strategies", args, timeout=TIMEOUT_S)
         self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
         rows = {}
         for line in proc.stdout.splitlines():

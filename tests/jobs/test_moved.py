@@ -1,7 +1,6 @@
 """The module paths of earlier releases still work and warn, naming the new path (CHANGELOG.md lists them)."""
 
 import importlib
-import os
 import subprocess
 import sys
 import unittest
@@ -9,7 +8,7 @@ import warnings
 
 from absl.testing import parameterized
 
-from tests import paths
+from tests import command_line, paths
 
 # Old path -> (the new module holding one of its public names, that name).
 MOVED = {
@@ -52,10 +51,8 @@ def import_fresh(name: str):
 
 
 def run_module(*args: str) -> subprocess.CompletedProcess:
-    """`python -m ARGS` as a user starts it: a minimal environment, from the checkout."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
-    return subprocess.run([sys.executable, "-m", *args], cwd=paths.REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+    """`python -m ARGS` as a user starts it (`tests.command_line`), from the checkout."""
+    return command_line.run(command_line.python_module(*args), paths.REPO_ROOT, timeout=TIMEOUT_S)
 
 
 class AliasTest(parameterized.TestCase):
