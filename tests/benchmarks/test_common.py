@@ -9,6 +9,7 @@ import psutil
 import tensorflow as tf
 
 from benchmarks import common
+from tests import command_line
 
 SAMPLE_SECONDS = 0.05
 # The child burns CPU for this long, holding this much memory.
@@ -45,7 +46,7 @@ class ProcessTreeSamplerTest(tf.test.TestCase):
         self.assertTrue(all(p.label for p in sampler.processes))
 
     def test_labels_name_the_module_and_the_task(self):
-        env = dict(os.environ, TF_CONFIG='{"task": {"type": "worker", "index": 1}}')
+        env = command_line.environment({"TF_CONFIG": '{"task": {"type": "worker", "index": 1}}'})
         child = subprocess.Popen([sys.executable, "-m", "timeit", "-n", "1", "-r", "1", "import time; time.sleep(30)"],
                                  env=env)
         self.addCleanup(child.wait)

@@ -196,7 +196,7 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         config = launch.LaunchConfig(strategy="ps", num_ps=1, num_workers=1, log_dir=os.path.join(work, "logs"),
                                      program=program)
         with self.assertRaisesRegex(Exception, "task chief_0 failed with exit code -9"):
-            launch.launch(config, [], environ=dict(os.environ, TMPDIR=work))
+            launch.launch(config, [], environ=command_line.environment({"TMPDIR": work}))
         with open(record) as f:
             made = f.read().split()
         self.assertLen(made, 2)
