@@ -21,7 +21,7 @@ from input_pipeline import schema
 from strategies import base, horovod, hybrid
 from strategies import strategy_names as names
 from tests import command_line
-from tests.jobs import launch_testing
+from tests.jobs.local import launch_testing
 
 FEATURE_SIZE = 600
 ROWS = 12_000
