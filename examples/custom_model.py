@@ -22,7 +22,6 @@ project root, with the project importable)::
 """
 
 import tensorflow as tf
-import train_from_python  # the entry-point script beside this one
 
 import deepfm
 from deepfm.models import ctr
