@@ -462,18 +462,18 @@ def run_library(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tu
     else:
         builder = pipeline.DatasetBuilder(list(train.train_files), input_config, batch_size=BATCH_SIZE,
                                           num_epochs=None)
+        strategy.setup()
+        strategy.prepare(trainer.plan_for(train, spec.total_steps))
         context = strategy.input_context()
         timer = _step_timer((spec.warmup_steps, spec.total_steps))
-        strategy.setup()
 
         def input_fn():
             dataset = builder(context)
             return dataset.take(1).cache().repeat() if variant.kind == "library_compute" else dataset
-        trainer.build_estimator(train, model, strategy, model_fn).train(
-            input_fn, max_steps=spec.total_steps, hooks=[timer])
+        trainer.build_estimator(model, strategy, model_fn).train(input_fn, max_steps=spec.total_steps, hooks=[timer])
         times = timer.times
         cpu_us = window_cpu_us(timer.cpu, spec)
-    return window_rate(times, spec), cpu_us, trainer.build_estimator(train, model, strategy, model_fn)
+    return window_rate(times, spec), cpu_us, trainer.build_estimator(model, strategy, model_fn)
 
 
 def run_bare(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tuple:

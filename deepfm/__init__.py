@@ -15,11 +15,11 @@ cheap and imports no TensorFlow)::
 * `write_predictions`: score data with an exported SavedModel (`deepfm.predict`).
 * The configuration: `TrainConfig`, `ModelConfig` (`deepfm.config`),
   `PipelineConfig` (`input_pipeline.pipeline`), `StrategyConfig`
-  (`strategies.base`) and each strategy's own options dataclass.
+  (`strategies.config`) and each strategy's own options dataclass.
 * `Dataset`: a dataset root or files, with their metadata
   (`input_pipeline.dataset`); `DatasetBuilder`: the tf.data input pipeline.
 * `ModelContext`: what a model_fn of your own gets from its strategy
-  (`strategies.base`); `models`: the built-in model_fns (DeepFM, DCN).
+  (`strategies.context`); `models`: the built-in model_fns (DeepFM, DCN).
 * `strategies`: `strategies.get(config)`, `strategies.names()`.
 * `TrainResult`: what a run reports.
 * `configure_logging`: TensorFlow's and absl's logging as the command lines
@@ -38,8 +38,8 @@ _EXPORTS = {
     "TrainConfig": ("deepfm.config", "TrainConfig"),
     "ModelConfig": ("deepfm.config", "ModelConfig"),
     "PipelineConfig": ("input_pipeline.pipeline", "PipelineConfig"),
-    "StrategyConfig": ("strategies.base", "StrategyConfig"),
-    "ModelContext": ("strategies.base", "ModelContext"),
+    "StrategyConfig": ("strategies.config", "StrategyConfig"),
+    "ModelContext": ("strategies.context", "ModelContext"),
     "Dataset": ("input_pipeline.dataset", "Dataset"),
     "DatasetBuilder": ("input_pipeline.pipeline", "DatasetBuilder"),
     "TrainResult": ("deepfm.runtime.trainer", "TrainResult"),

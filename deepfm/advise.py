@@ -143,8 +143,9 @@ def measure_step(data: str, batch_size: int, dedup: bool, steps: int, warmup_ste
 
     metadata, builder = _training_batches(data, batch_size)
     model = config_lib.ModelConfig(feature_size=metadata.feature_size, field_size=metadata.field_size)
-    context = strategies.get(strategies.StrategyConfig(dedup_lookups=dedup)).model_context(
-        tf.estimator.ModeKeys.TRAIN)
+    strategy = strategies.get(strategies.StrategyConfig(dedup_lookups=dedup))
+    strategy.setup()
+    context = strategy.model_context(tf.estimator.ModeKeys.TRAIN)
     with tf.Graph().as_default():
         features, labels = tf.compat.v1.data.make_one_shot_iterator(builder(None)).get_next()
         spec = model_lib.model_fn(features, labels, tf.estimator.ModeKeys.TRAIN,

@@ -26,9 +26,9 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
       input_config: an `input_pipeline.pipeline.PipelineConfig`; None:
         TFRecord files with `model.field_size` ids.
       strategy: a `strategies.StrategyConfig`, or a `strategies.Strategy`
-        already built; None: `single`.
-      model_fn: an Estimator model_fn of your own (see `strategies.base` for
-        what it gets from the strategy); None: the built-in model.
+        already built (or set up); None: `single`.
+      model_fn: an Estimator model_fn of your own (see `strategies.context`
+        for what it gets from the strategy); None: the built-in model.
       console: print progress lines and evaluations on the chief, as the
         command line does.
 
@@ -46,6 +46,7 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
     from cli import entry  # pylint: disable=import-outside-toplevel
     entry.drop_deprecation_notices()
     import strategies  # pylint: disable=import-outside-toplevel
+    from strategies import topology as topology_lib  # pylint: disable=import-outside-toplevel
     from deepfm.runtime import console as console_lib  # pylint: disable=import-outside-toplevel
     from deepfm.runtime import trainer  # pylint: disable=import-outside-toplevel
     from input_pipeline import pipeline  # pylint: disable=import-outside-toplevel
@@ -54,7 +55,7 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
     input_config = input_config or pipeline.PipelineConfig(field_size=model.field_size)
     adapter = strategy if isinstance(strategy, strategies.Strategy) else strategies.get(
         strategy or strategies.StrategyConfig())
-    adapter.validate()
-    out = console_lib.Console(enabled=console and adapter.role == strategies_base.ROLE_WORKER and adapter.is_chief)
+    topology = adapter.setup()
+    out = console_lib.Console(enabled=console and topology.role == topology_lib.ROLE_WORKER and topology.is_chief)
     return trainer.run(train, model, input_config, adapter, console=out, model_fn=model_fn)
 

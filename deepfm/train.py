@@ -41,7 +41,7 @@ def define_flags() -> None:
     """Defines the flags of the entry point (and of nothing else)."""
     import strategies  # registers the adapters, whose names the flag lists
     from input_pipeline import pipeline
-    from strategies import base as strategies_base
+    from strategies import config as strategy_config_lib
     from strategies import large_batch
     flags.DEFINE_enum("strategy", "single", strategies.names(), "Distribution strategy.")
     flags.DEFINE_enum("model", config_lib.DEEPFM, list(config_lib.MODELS), "The model to train.")
@@ -100,7 +100,7 @@ def define_flags() -> None:
     flags.DEFINE_string("val_channel", None, "Pipe mode: the validation channel (default: --val_data files).")
     flags.DEFINE_bool("s3_sharded", False, "Input files were split across hosts by ShardedByS3Key.")
     # Options of every strategy (`strategies.StrategyConfig`).
-    flags.DEFINE_enum("device_type", "auto", list(strategies_base.DEVICE_TYPES), "Devices to train on.")
+    flags.DEFINE_enum("device_type", "auto", list(strategy_config_lib.DEVICE_TYPES), "Devices to train on.")
     flags.DEFINE_bool("dedup_lookups", False, "Look up each distinct id of a batch once; duplicate gradient rows "
                       "are summed before any exchange.")
     flags.DEFINE_integer("intra_op_threads", 0, "intra_op_parallelism_threads (0: TensorFlow's choice).")
@@ -241,19 +241,19 @@ def _main(argv, model_fn=None):
     del argv
     import strategies
     from deepfm.runtime import trainer
-    from strategies import base as strategies_base
+    from strategies import topology as topology_lib
 
     entry.configure_logging(entry.flags_want_detail())
     train, model, input_config, strategy_config, data = parse_flags(FLAGS)
     try:
         strategy = strategies.get(strategy_config)
-        strategy.validate()
+        topology = strategy.setup()
     except ValueError as e:
         raise app.UsageError(str(e)) from e
-    multi_process = strategy.role != strategies_base.ROLE_WORKER or strategy.num_workers > 1
+    multi_process = topology.role != topology_lib.ROLE_WORKER or topology.workers > 1
     entry.configure_logging(entry.flags_want_detail(), task_logs=multi_process)
     result = api.train_and_evaluate(train, model, input_config, strategy, model_fn=model_fn, console=True)
-    if result is not None and strategy.is_chief:
+    if result is not None and topology.is_chief:
         extra = {}
         metadata = data.metadata if data is not None else None
         if metadata is not None and metadata.planted_auc is not None:

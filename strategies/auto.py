@@ -1,8 +1,10 @@
 """The `auto` strategy: picks a strategy from the hardware and the launch.
 
-The order follows the best-practice text: use one device well first, scale
-up on one host before scaling out, and on several hosts use what the job was
-launched for.
+`auto` is a choice, not an adapter: the registry resolves it to the adapter
+`choose` picks before anything is built (`strategies.registry.resolve`), so
+`strategies.get` returns that adapter itself. The order follows the
+best-practice text: use one device well first, scale up on one host before
+scaling out, and on several hosts use what the job was launched for.
 
 * Launched by horovodrun/mpirun (Horovod's rank variables set): `horovod`.
 * A `TF_CONFIG` naming parameter servers: `ps`.
@@ -22,12 +24,15 @@ every rank's thread pools would take all of them.
 import dataclasses
 import json
 import os
+import warnings
 from typing import Mapping, Tuple
 
 import tensorflow as tf
 from absl import logging
 
-from strategies import base, host_layout
+from strategies import host_layout
+from strategies import registry
+from strategies.config import StrategyConfig
 from strategies import strategy_names as names
 
 # Towers need one core for the reduction and at least two more to beat one device.
@@ -63,7 +68,7 @@ def choose(environ: Mapping[str, str], cpu_count: int, num_gpus: int) -> Tuple[s
     return names.SINGLE, "%d CPU core(s): too few for towers to pay off" % cpu_count
 
 
-def with_rank_threads(config: base.StrategyConfig, environ: Mapping[str, str], vcpus: int) -> base.StrategyConfig:
+def with_rank_threads(config: StrategyConfig, environ: Mapping[str, str], vcpus: int) -> StrategyConfig:
     """`config` with each of its host's Horovod ranks given its share of `vcpus` as threads, where it sets none.
 
     Unchanged for a strategy that is not Horovod ranks, a config that sets
@@ -79,25 +84,25 @@ def with_rank_threads(config: base.StrategyConfig, environ: Mapping[str, str], v
     return dataclasses.replace(config, intra_op_threads=threads, inter_op_threads=threads)
 
 
-def _pick() -> Tuple[str, str]:
+def _rank_threads(config: StrategyConfig) -> StrategyConfig:
+    """`with_rank_threads` for this process: its environment and the vCPUs it may use."""
+    return with_rank_threads(config, os.environ, len(os.sched_getaffinity(0)))
+
+
+@registry.register_choice(names.AUTO, adjust=_rank_threads)
+def pick() -> Tuple[str, str]:
+    """`choose` for this process: its environment, CPU cores and visible GPUs."""
     return choose(os.environ, os.cpu_count() or 1, len(tf.config.list_physical_devices("GPU")))
 
 
-@base.register(names.AUTO)
-class AutoStrategy(base.Strategy):
-    """Builds the adapter `choose` picks instead of itself.
+def _auto_strategy(config):
+    """What `AutoStrategy(config)` built: the adapter `choose` picks."""
+    return registry.get(dataclasses.replace(config, name=names.AUTO))
 
-    The config's `options`, if any, must be the picked adapter's
-    (`concrete_name` tells which one it will be).
-    """
 
-    def __new__(cls, config: base.StrategyConfig):
-        name, reason = _pick()
-        logging.info("--strategy auto picked %r: %s", name, reason)
-        return base.get(with_rank_threads(dataclasses.replace(config, name=name), os.environ,
-                                          len(os.sched_getaffinity(0))))
-
-    @classmethod
-    def concrete_name(cls) -> str:
-        """The name of the adapter `choose` picks for this process."""
-        return _pick()[0]
+def __getattr__(name):
+    if name == "AutoStrategy":
+        warnings.warn("strategies.auto.AutoStrategy is deprecated: strategies.get(StrategyConfig(name='auto')) "
+                      "builds the adapter auto picks", DeprecationWarning, stacklevel=2)
+        return _auto_strategy
+    raise AttributeError("module 'strategies.auto' has no attribute %r" % name)

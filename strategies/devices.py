@@ -16,7 +16,10 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 
-from strategies import base
+from strategies import options as options_lib
+from strategies import strategy
+from strategies import topology as topology_lib
+from strategies.config import StrategyConfig
 
 CPU = "cpu"
 GPU = "gpu"
@@ -128,14 +131,14 @@ class ReplicaOptions:
         `device_type` (on CPU: every core but `/cpu:0`, which reduces).
     """
 
-    num_devices: int = base.option(0, "Towers or replicas on this host (tower, mirrored, ps towers); 0: every "
+    num_devices: int = options_lib.option(0, "Towers or replicas on this host (tower, mirrored, ps towers); 0: every "
                                       "device (on CPU every core but /cpu:0).")
 
     def __post_init__(self):
-        base.check_at_least("num_devices", self.num_devices, 0)
+        options_lib.check_at_least("num_devices", self.num_devices, 0)
 
 
-class LocalReplicaStrategy(base.Strategy):
+class LocalReplicaStrategy(strategy.Strategy):
     """A strategy with one replica per local device (not registered itself).
 
     Reads `num_devices` from its options and `device_type` from the
@@ -144,7 +147,7 @@ class LocalReplicaStrategy(base.Strategy):
 
     Options = ReplicaOptions
 
-    def __init__(self, config: base.StrategyConfig):
+    def __init__(self, config: StrategyConfig):
         super().__init__(config)
         self._device_list: Optional[DeviceList] = None
 
@@ -164,9 +167,9 @@ class LocalReplicaStrategy(base.Strategy):
             self._device_list = resolve(self.options.num_devices, self.config.device_type)
         return self._device_list
 
-    @property
-    def num_replicas_in_sync(self) -> int:
-        return len(self.device_list)
+    def _set_up(self) -> topology_lib.Topology:
+        """The environment; one replica in sync per device."""
+        return dataclasses.replace(super()._set_up(), replicas_in_sync=len(self.device_list))
 
     def session_config(self) -> tf.compat.v1.ConfigProto:
         """The base configuration, creating the virtual CPU devices."""

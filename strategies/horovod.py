@@ -32,21 +32,22 @@ No rank ever waits in a collective for a rank busy with something else
   from the smallest shard's rows, and the training input repeats, so no rank
   runs out of data first.
 * The only collectives are the gradient allreduces of training steps, the
-  broadcast at session start, and the trainer's agreement on rank 0's resume
-  step and input position before training (`deepfm.runtime.input_position`),
-  which every rank makes once. Evaluation and export run after the last step
-  and contain no collective.
+  broadcast at session start, and one agreement on rank 0's resume step in
+  `prepare` (a maximum over the ranks, the others giving 0), which every rank
+  calls once; with evaluation during training, one agreement per round on
+  whether to stop early. Evaluation and export run after the last step and
+  contain no collective.
 * A stop on SIGTERM or SIGINT (`deepfm.runtime.interrupt`) is agreed in the step
-  itself: `agree_to_stop`'s allreduce of a stop flag is fetched with every
+  itself: an allreduce of a stop flag (`agree_max`) is fetched with every
   training step, so all ranks stop after the same step.
 * Evaluation runs on every rank (`evaluates`), each on the whole validation
   set: the same work everywhere, and since the variables are equal every
   rank computes the same metrics. Sharding the validation set would need an
   allreduce of the metric state, i.e. one more chance to stall.
-* A model directory whose checkpoint already reached the step budget (a
-  job stopped during its final evaluation or export) gets a training session
-  of no step on every rank, then the evaluation and the export
-  (`deepfm.runtime.trainer`).
+* A model directory whose checkpoint already reached the step budget would
+  make rank 0 skip training while the others wait for it; every rank
+  detects this from the agreed resume step in `prepare` and stops with an
+  error.
 * Rank 0's periodic checkpoints and summaries are the only work it does
   alone during training; they are local and short.
 """
@@ -64,8 +65,14 @@ import tensorflow as tf
 from absl import logging
 
 from input_pipeline import sharding
-from strategies import base, devices, large_batch
+from strategies import context as context_lib
+from strategies import devices, large_batch, lifecycle
+from strategies.options import check_at_least, check_choice, option
+from strategies import registry
+from strategies import strategy
 from strategies import strategy_names as names
+from strategies import topology as topology_lib
+from strategies.config import StrategyConfig
 
 LR_SCALINGS = ("none", "linear", "sqrt", "capped")
 LR_NONE, LR_LINEAR, LR_SQRT, LR_CAPPED = LR_SCALINGS
@@ -90,8 +97,6 @@ FUSION_THRESHOLD_ENV = "HOROVOD_FUSION_THRESHOLD"
 CYCLE_TIME_ENV = "HOROVOD_CYCLE_TIME"
 # The feature `finite_input` adds: whether another batch follows this one.
 MORE_KEY = "_another_batch_follows"
-# The allreduce by which the ranks agree to stop on a signal (`agree_to_stop`).
-STOP_AGREEMENT_NAME = "any_rank_stops"
 INSTALL_HINT = (
     "install it with TensorFlow and Gloo support, e.g. "
     "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 pip install 'horovod[tensorflow]==0.28.1' "
@@ -125,7 +130,7 @@ def learning_rate_factor(policy: str, size: int, cap: float = DEFAULT_LR_SCALE_C
     Raises:
       ValueError: an unknown policy or size < 1.
     """
-    base.check_choice("lr_scaling", policy, LR_SCALINGS)
+    check_choice("lr_scaling", policy, LR_SCALINGS)
     if size < 1:
         raise ValueError("the number of ranks must be >= 1, got %r" % size)
     if policy == LR_LINEAR:
@@ -225,22 +230,21 @@ class RankOptions:
         gradient on its own, fused by Horovod within a cycle).
     """
 
-    lr_scaling: str = base.option(DEFAULT_LR_SCALING, "Horovod learning-rate scaling with the ranks: none, linear "
-                                  "(x ranks), sqrt, capped (x min(ranks, --lr_scale_cap)).", choices=LR_SCALINGS)
-    lr_scale_cap: float = base.option(DEFAULT_LR_SCALE_CAP, "Largest learning-rate factor of --lr_scaling=capped.")
-    hvd_compression: str = base.option("none", "Horovod: compression of dense allreduces.",
-                                       choices=HVD_COMPRESSIONS)
-    hvd_fusion_threshold_bytes: int = base.option(-1, "Horovod: HOROVOD_FUSION_THRESHOLD (-1: Horovod's "
-                                                  "default, 128 MiB).")
-    hvd_cycle_time_ms: float = base.option(-1.0, "Horovod: HOROVOD_CYCLE_TIME in ms (-1: Horovod's default, 1 ms).")
-    hvd_groups: int = base.option(NO_GROUPS, "Horovod: reduce the gradients in this many explicit groups, one "
-                                  "collective each (DistributedOptimizer(groups=N)); 0: none.")
+    lr_scaling: str = option(DEFAULT_LR_SCALING, "Horovod learning-rate scaling with the ranks: none, linear "
+                             "(x ranks), sqrt, capped (x min(ranks, --lr_scale_cap)).", choices=LR_SCALINGS)
+    lr_scale_cap: float = option(DEFAULT_LR_SCALE_CAP, "Largest learning-rate factor of --lr_scaling=capped.")
+    hvd_compression: str = option("none", "Horovod: compression of dense allreduces.", choices=HVD_COMPRESSIONS)
+    hvd_fusion_threshold_bytes: int = option(-1, "Horovod: HOROVOD_FUSION_THRESHOLD (-1: Horovod's default, "
+                                                 "128 MiB).")
+    hvd_cycle_time_ms: float = option(-1.0, "Horovod: HOROVOD_CYCLE_TIME in ms (-1: Horovod's default, 1 ms).")
+    hvd_groups: int = option(NO_GROUPS, "Horovod: reduce the gradients in this many explicit groups, one "
+                             "collective each (DistributedOptimizer(groups=N)); 0: none.")
 
     def __post_init__(self):
-        base.check_choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
-        base.check_at_least("lr_scale_cap", self.lr_scale_cap, MIN_LR_SCALE_CAP)
-        base.check_choice("hvd_compression", self.hvd_compression, HVD_COMPRESSIONS)
-        base.check_at_least("hvd_groups", self.hvd_groups, NO_GROUPS)
+        check_choice("lr_scaling", self.lr_scaling, LR_SCALINGS)
+        check_at_least("lr_scale_cap", self.lr_scale_cap, MIN_LR_SCALE_CAP)
+        check_choice("hvd_compression", self.hvd_compression, HVD_COMPRESSIONS)
+        check_at_least("hvd_groups", self.hvd_groups, NO_GROUPS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +256,7 @@ class HorovodOptions(RankOptions):
         allgathering their rows.
     """
 
-    sparse_as_dense: bool = base.option(False, "Horovod: allreduce embedding gradients densely.")
+    sparse_as_dense: bool = option(False, "Horovod: allreduce embedding gradients densely.")
 
     def __post_init__(self):
         super().__post_init__()
@@ -263,34 +267,32 @@ class HorovodOptions(RankOptions):
                 "--strategy hybrid, whose groups hold the dense gradients only" % self.hvd_groups)
 
 
-@base.register(names.HOROVOD)
-class HorovodStrategy(base.Strategy):
+@registry.register(names.HOROVOD)
+class HorovodStrategy(strategy.Strategy):
     """One Horovod rank of a synchronous data-parallel job.
 
-    `setup` initializes Horovod; the methods that need a rank run it first
-    when it has not run yet.
+    `setup` initializes Horovod and pins the GPU; every member that needs a
+    rank needs it done (`strategies.lifecycle`).
     """
 
-    def __init__(self, config: base.StrategyConfig):
+    Options = HorovodOptions
+
+    def __init__(self, config: StrategyConfig):
         super().__init__(config)
         self._hvd = None
         self._gpu: Optional[int] = None
         self._private_dir: Optional[str] = None
-        self._checkpoint_dir: Optional[str] = None
 
-    Options = HorovodOptions
-
-    # --- set-up -----------------------------------------------------------
-    def setup(self) -> None:
+    # --- the lifecycle -----------------------------------------------------------------------------
+    def _set_up(self) -> topology_lib.Topology:
         """Initializes Horovod, pins the GPU and checks the Pipe channels.
 
         Raises:
           ImportError: Horovod is not installed.
-          ValueError: fewer GPUs or Pipe channels than ranks on this host.
+          ValueError: fewer GPUs or Pipe channels than ranks on this host,
+            or ranks that do not fill every host equally.
         """
-        if self._hvd is not None:
-            return
-        super().setup()
+        environment = super()._set_up()
         for variable, value in ((FUSION_THRESHOLD_ENV, self.options.hvd_fusion_threshold_bytes),
                                 (CYCLE_TIME_ENV, self.options.hvd_cycle_time_ms)):
             if value >= 0:
@@ -310,70 +312,44 @@ class HorovodStrategy(base.Strategy):
                     "horovod rank %d cannot be pinned to GPU %d: TensorFlow initialized its GPUs before "
                     "the strategy's setup(); run setup() before any TensorFlow op (%s)"
                     % (hvd.rank(), self._gpu, e)) from e
+        topology = dataclasses.replace(
+            environment, task="rank%d" % hvd.rank(), is_chief=hvd.rank() == ROOT_RANK, evaluates=True,
+            replicas_in_sync=hvd.size(), workers=hvd.size(), rank=hvd.rank(), workers_per_host=hvd.local_size(),
+            local_rank=hvd.local_rank(), lockstep=True)
         if self.config.pipe_mode:
-            self.pipe_channel()
-        logging.info("%s", self.describe())
+            self._channel(topology)
+        return topology
 
     @property
     def hvd(self):
-        """The initialized `horovod.tensorflow` module (runs `setup` if needed)."""
-        if self._hvd is None:
-            self.setup()
+        """The initialized `horovod.tensorflow` module."""
+        lifecycle.require(self, "hvd", lifecycle.SET_UP)
         return self._hvd
 
-    # --- topology ----------------------------------------------------------
-    @property
-    def num_replicas_in_sync(self) -> int:
-        return self.hvd.size()
+    def _checkpoint_dir(self, plan: lifecycle.Plan) -> str:
+        """Rank 0's is the plan's model directory; the others' a private temporary one."""
+        if self.topology.is_chief:
+            return plan.model_dir
+        if self._private_dir is None:
+            self._private_dir = tempfile.mkdtemp(prefix="horovod-rank%d-" % self.topology.rank)
+            atexit.register(shutil.rmtree, self._private_dir, ignore_errors=True)
+        return self._private_dir
 
-    @property
-    def num_workers(self) -> int:
-        return self.hvd.size()
-
-    @property
-    def rank(self) -> int:
-        """This process's rank in the job."""
-        return self.hvd.rank()
-
-    @property
-    def is_chief(self) -> bool:
-        """Rank 0 saves checkpoints, writes the metrics file and exports."""
-        return self.rank == ROOT_RANK
-
-    @property
-    def evaluates(self) -> bool:
-        """Every rank evaluates (see the module docstring)."""
-        return True
-
-    @property
-    def task_name(self) -> str:
-        """`rank<r>`."""
-        return "rank%d" % self.rank
-
-    def topology(self) -> sharding.Topology:
-        """Where this rank sits: hosts, workers per host, ranks.
-
-        Raises:
-          ValueError: the ranks do not fill every host equally.
-        """
-        hvd = self.hvd
-        return sharding.Topology.from_ranks(
-            rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(), workers_per_host=hvd.local_size())
-
+    # --- the input ---------------------------------------------------------------------------------
     def input_context(self) -> tf.distribute.InputContext:
         """This rank's shard of the input.
 
         File mode: `(size, rank)`, or `(workers_per_host, local_rank)` with
         `--s3_sharded`. Pipe mode: `sharding.pipe_mode_shard`.
         """
-        topology = self.topology()
+        placement = self.topology.placement()
         if self.config.pipe_mode:
-            num_shards, index = sharding.pipe_mode_shard(topology, self.config.s3_sharded)
+            num_shards, index = sharding.pipe_mode_shard(placement, self.config.s3_sharded)
         else:
-            num_shards, index = sharding.file_mode_shard(topology, self.config.s3_sharded)
+            num_shards, index = sharding.file_mode_shard(placement, self.config.s3_sharded)
         return tf.distribute.InputContext(
             num_input_pipelines=num_shards, input_pipeline_id=index,
-            num_replicas_in_sync=self.num_replicas_in_sync)
+            num_replicas_in_sync=self.topology.replicas_in_sync)
 
     def pipe_channel(self) -> str:
         """The channel of this rank's local rank.
@@ -382,9 +358,12 @@ class HorovodStrategy(base.Strategy):
           ValueError: fewer `--train_channels` than ranks on this host, or a
             channel listed twice.
         """
-        hvd = self.hvd
+        return self._channel(self.topology)
+
+    def _channel(self, topology: topology_lib.Topology) -> str:
         try:
-            return sharding.assign_channel(self.config.train_channels, hvd.local_rank(), hvd.local_size())
+            return sharding.assign_channel(self.config.train_channels, topology.local_rank,
+                                           topology.workers_per_host)
         except ValueError as e:
             raise ValueError("--train_channels %r: %s" % (",".join(self.config.train_channels), e)) from e
 
@@ -395,56 +374,37 @@ class HorovodStrategy(base.Strategy):
         With `--device_type cpu` the session sees no GPU.
         """
         config = super().session_config()
-        self.setup()  # picks the GPU
         if self._gpu is not None:
             config.gpu_options.visible_device_list = str(self._gpu)
         elif self.config.device_type == devices.CPU:
             config.device_count[devices.GPU.upper()] = 0
         return config
 
-    def run_config(self, **kwargs) -> tf.estimator.RunConfig:
-        """The `RunConfig` of this rank.
+    def _run_config_kwargs(self) -> dict:
+        """The plan's, on rank 0; the other ranks save to their private directory, a final checkpoint only.
 
-        Rank 0 keeps `model_dir` and the checkpoint settings given; the other
-        ranks get a private temporary `model_dir`, a final checkpoint only and
-        no summaries. The graph seed, when set, is offset by the rank so the
-        ranks draw different dropout masks (initial values come from rank 0
-        anyway).
+        They write no summaries. The graph seed, when set, is offset by the
+        rank so the ranks draw different dropout masks (initial values come
+        from rank 0 anyway).
         """
-        if kwargs.get("tf_random_seed") is not None:
-            kwargs["tf_random_seed"] += self.rank
-        if not self.is_chief:
+        kwargs = super()._run_config_kwargs()
+        if kwargs["tf_random_seed"] is not None:
+            kwargs["tf_random_seed"] += self.topology.rank
+        if not self.topology.is_chief:
             kwargs.update(
-                model_dir=self._private_model_dir(),
                 save_checkpoints_steps=FINAL_CHECKPOINT_ONLY_STEPS,
                 save_checkpoints_secs=None,
                 save_summary_steps=NO_SUMMARIES,
                 keep_checkpoint_max=PRIVATE_KEEP_CHECKPOINT_MAX)
-        self._checkpoint_dir = kwargs.get("model_dir")
-        return super().run_config(**kwargs)
-
-    @property
-    def checkpoint_dir(self) -> Optional[str]:
-        """Where this rank's Estimator checkpoints (None before `run_config`)."""
-        return self._checkpoint_dir
-
-    def _private_model_dir(self) -> str:
-        if self._private_dir is None:
-            self._private_dir = tempfile.mkdtemp(prefix="horovod-rank%d-" % self.rank)
-            atexit.register(shutil.rmtree, self._private_dir, ignore_errors=True)
-        return self._private_dir
-
-    def global_max_steps(self, steps_per_worker: int) -> int:
-        """The same budget on every rank."""
-        return steps_per_worker
+        return kwargs
 
     def learning_rate_factor(self) -> float:
         """`--lr_scaling`'s factor; 1 under a large-batch rule, whose rates follow the global batch (all ranks)."""
         if self.config.large_batch_rule != large_batch.NONE:
             return 1.0
-        return learning_rate_factor(self.options.lr_scaling, self.hvd.size(), self.options.lr_scale_cap)
+        return learning_rate_factor(self.options.lr_scaling, self.topology.workers, self.options.lr_scale_cap)
 
-    def optimizer_wrappers(self) -> Tuple[base.OptimizerWrapper, ...]:
+    def optimizer_wrappers(self) -> Tuple[context_lib.OptimizerWrapper, ...]:
         """Wraps the optimizer in `hvd.DistributedOptimizer`.
 
         With `--sparse_as_dense` the embedding gradients are made dense and
@@ -473,10 +433,10 @@ class HorovodStrategy(base.Strategy):
         """
         return with_more_marker(dataset)
 
-    def wrap_model_fn(self, model_fn: base.ModelFn, per_replica_batch: Optional[int] = None) -> base.ModelFn:
+    def wrap_model_fn(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
         """Adds, for inputs from `finite_input`, the agreement to stop when any rank runs out."""
         hvd = self.hvd
-        with_context = super().wrap_model_fn(model_fn, per_replica_batch)
+        with_context = super().wrap_model_fn(model_fn)
 
         def wrapped(features, labels, mode, params):
             more = None
@@ -497,14 +457,15 @@ class HorovodStrategy(base.Strategy):
         """Broadcasts rank 0's variables when the session starts."""
         return [self.hvd.BroadcastGlobalVariablesHook(ROOT_RANK)]
 
-    def agree_to_stop(self, flag: tf.Tensor) -> Optional[tf.Tensor]:
-        """Whether any rank asked to stop: the maximum of every rank's int32 `flag`.
+    def agree_max(self, value: tf.Tensor, name: str = strategy.AGREEMENT_NAME) -> tf.Tensor:
+        """The maximum of every rank's int32 `value`: an allreduce named `name`, on the host.
 
-        `deepfm.runtime.interrupt` fetches it with every training step, so every rank
-        stops after the same step when any of them got SIGTERM or SIGINT.
+        `deepfm.runtime.interrupt` fetches one of a stop flag with every
+        training step, so every rank stops after the same step when any of
+        them got SIGTERM or SIGINT.
         """
         with tf.device(devices.HOST_DEVICE):
-            return self.hvd.allreduce(flag, op=self.hvd.Max, name=STOP_AGREEMENT_NAME)
+            return self.hvd.allreduce(value, op=self.hvd.Max, name=name)
 
     def describe(self) -> str:
         hvd = self.hvd

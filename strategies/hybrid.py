@@ -209,23 +209,6 @@ class HybridStrategy(horovod.HorovodStrategy):
 
     Options = HybridOptions
 
-    def __init__(self, config: base.StrategyConfig):
-        super().__init__(config)
-        self._save_steps: Optional[int] = None
-        self._keep_checkpoint_max = DEFAULT_KEEP_CHECKPOINT_MAX
-        self._input_ends = False
-
-    def run_config(self, **kwargs) -> tf.estimator.RunConfig:
-        """Horovod's `RunConfig`; every rank saves at rank 0's checkpoint steps (the save is a collective)."""
-        self._save_steps = kwargs.get("save_checkpoints_steps")
-        self._keep_checkpoint_max = kwargs.get("keep_checkpoint_max", DEFAULT_KEEP_CHECKPOINT_MAX)
-        return super().run_config(**kwargs)
-
-    def finite_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        """Horovod's marking of the last batch; the exchange pipeline, which reads one batch ahead, is off."""
-        self._input_ends = True
-        return super().finite_input(dataset)
-
     def optimizer_wrappers(self):
         """`hvd.DistributedOptimizer`; the shards' gradients stay local (`register_local_var`)."""
         return ()
@@ -251,7 +234,10 @@ class HybridStrategy(horovod.HorovodStrategy):
 
     def _pipeline(self, features, labels, mode: str) -> Optional[pipeline_lib.ExchangePipeline]:
         """The exchange pipeline of a training step, or None (off, evaluation, an input that ends)."""
-        if mode != tf.estimator.ModeKeys.TRAIN or not self.options.exchange_pipeline or self._input_ends:
+        # An input that ends by itself (a plan without a step budget: `finite_input`) is read without the
+        # pipeline's lookahead.
+        if (mode != tf.estimator.ModeKeys.TRAIN or not self.options.exchange_pipeline
+                or self.plan.steps_per_worker is None):
             return None
         if not isinstance(features, dict) or schema.FEAT_IDS not in features:
             logging.info("hybrid: the features hold no %r: the id exchange runs within the step", schema.FEAT_IDS)
@@ -274,21 +260,19 @@ class HybridStrategy(horovod.HorovodStrategy):
                     "strategy hybrid shards the tables a model_fn creates with ModelContext.embedding; %s created "
                     "none (use --strategy horovod)" % getattr(model_fn, "__name__", model_fn))
             checkpoint = checkpoint_lib.ShardedCheckpoint(tables.sharded, self.hvd)
-            scaffold = tf.compat.v1.train.Scaffold(saver=checkpoint.saver(max_to_keep=self._keep_checkpoint_max))
+            scaffold = tf.compat.v1.train.Scaffold(saver=checkpoint.saver(max_to_keep=self.plan.keep_checkpoint_max))
             if mode != tf.estimator.ModeKeys.TRAIN:
                 return spec._replace(scaffold=scaffold)
-            if self._save_steps is None or self.checkpoint_dir is None:
-                raise ValueError("strategy hybrid: build the Estimator with the strategy's run_config "
-                                 "(save_checkpoints_steps), which its checkpoints need")
             hooks = []
             if pipeline is not None:
                 train_op, prime_op = pipeline.finish(spec.train_op)
                 spec = spec._replace(train_op=train_op)
                 hooks.append(pipeline.prime_hook(prime_op))
-            saver = checkpoint_lib.ShardedCheckpointSaverHook(self.checkpoint_dir, checkpoint, self._save_steps,
-                                                              scaffold)
+            # Every rank saves at rank 0's checkpoint steps (the save is a collective).
+            saver = checkpoint_lib.ShardedCheckpointSaverHook(self.checkpoint_dir, checkpoint,
+                                                              self.plan.save_checkpoints_steps, scaffold)
             hooks.append(LookupStatsHook([table.lookup_stats for table in _distinct_exchanges(tables.sharded)],
-                                         sum(table.shard_rows for table in tables.sharded), self.rank))
+                                         sum(table.shard_rows for table in tables.sharded), self.topology.rank))
             return spec._replace(scaffold=scaffold,
                                  training_chief_hooks=list(spec.training_chief_hooks) + [saver],
                                  training_hooks=list(spec.training_hooks) + hooks)

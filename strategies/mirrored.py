@@ -23,8 +23,9 @@ from typing import Callable, Dict
 
 import tensorflow as tf
 
-from strategies import base
+from strategies import options as options_lib
 from strategies import devices as devices_lib
+from strategies import registry
 from strategies import strategy_names as names
 
 REDUCTION_TO_ONE_DEVICE = "reduction_to_one_device"
@@ -46,7 +47,7 @@ def make_cross_device_ops(name: str) -> tf.distribute.CrossDeviceOps:
         HIERARCHICAL_COPY: tf.distribute.HierarchicalCopyAllReduce,
         NCCL: tf.distribute.NcclAllReduce,
     }
-    base.check_choice("cross_device_ops", name, CROSS_DEVICE_OPS)
+    options_lib.check_choice("cross_device_ops", name, CROSS_DEVICE_OPS)
     return factories[name]()
 
 
@@ -71,15 +72,15 @@ class MirroredOptions(devices_lib.ReplicaOptions):
       cross_device_ops: the reduction (`CROSS_DEVICE_OPS`; NCCL needs GPUs).
     """
 
-    cross_device_ops: str = base.option(REDUCTION_TO_ONE_DEVICE, "MirroredStrategy's reduction.",
+    cross_device_ops: str = options_lib.option(REDUCTION_TO_ONE_DEVICE, "MirroredStrategy's reduction.",
                                         choices=CROSS_DEVICE_OPS)
 
     def __post_init__(self):
         super().__post_init__()
-        base.check_choice("cross_device_ops", self.cross_device_ops, CROSS_DEVICE_OPS)
+        options_lib.check_choice("cross_device_ops", self.cross_device_ops, CROSS_DEVICE_OPS)
 
 
-@base.register(names.MIRRORED)
+@registry.register(names.MIRRORED)
 class MirroredStrategy(devices_lib.LocalReplicaStrategy):
     """One process, one `tf.distribute.MirroredStrategy` replica per device.
 
@@ -123,12 +124,10 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
                 devices=list(self.device_list.devices),
                 cross_device_ops=make_cross_device_ops(self.options.cross_device_ops))
 
-    def run_config(self, **kwargs) -> tf.estimator.RunConfig:
-        """A `RunConfig` training and evaluating through the MirroredStrategy."""
+    def _run_config_kwargs(self) -> dict:
+        """Training and evaluating through the MirroredStrategy."""
         distribution = self.distribution()
-        return tf.estimator.RunConfig(
-            session_config=self.session_config(), train_distribute=distribution,
-            eval_distribute=distribution, **kwargs)
+        return dict(super()._run_config_kwargs(), train_distribute=distribution, eval_distribute=distribution)
 
     def describe(self) -> str:
         return "mirrored: %d replica(s) on %s, %s" % (

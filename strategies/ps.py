@@ -33,15 +33,23 @@ workers train, the `ps` tasks hold the variables.
 import dataclasses
 import socket
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import Callable, List, Mapping, Optional
 
 import tensorflow as tf
 from absl import logging
 
 from input_pipeline import sharding
-from strategies import base, tower
+from strategies import context as context_lib
+from strategies import lifecycle
+from strategies import options as options_lib
+from strategies import registry
+from strategies import strategy
+from strategies import tables as tables_lib
+from strategies import topology as topology_lib
 from strategies import cluster as cluster_lib
 from strategies import strategy_names as names
+from strategies import tower
+from strategies.config import StrategyConfig
 
 # Variable-holding op types placed on the parameter servers.
 PS_OPS = frozenset((
@@ -98,27 +106,30 @@ class PSOptions:
         worker); 0 for none.
     """
 
-    ps_lr_factor: float = base.option(1.0, "Parameter server: learning-rate factor for asynchronous updates.")
-    ps_towers: int = base.option(0, "Parameter server: towers per worker (0: none).")
+    ps_lr_factor: float = options_lib.option(1.0, "Parameter server: learning-rate factor for asynchronous updates.")
+    ps_towers: int = options_lib.option(0, "Parameter server: towers per worker (0: none).")
 
     def __post_init__(self):
         if not self.ps_lr_factor > 0:
             raise ValueError("--ps_lr_factor must be > 0, got %r" % self.ps_lr_factor)
-        base.check_at_least("ps_towers", self.ps_towers, 0)
+        options_lib.check_at_least("ps_towers", self.ps_towers, 0)
 
 
-@base.register(names.PS)
-class ParameterServerStrategy(base.Strategy):
+@registry.register(names.PS)
+class ParameterServerStrategy(strategy.Strategy):
     """One task of a parameter-server job described by `TF_CONFIG`.
 
     `TF_CONFIG` is read from the environment when the adapter is built, as
     Estimator's `RunConfig` reads it; `validate` reports a missing or bad
-    one and a cluster without ps tasks.
+    one and a cluster without ps tasks. A training task's gRPC server starts
+    as its first training session begins (`StartServerHook`, the first of
+    `train_hooks`); a parameter server starts its own in `serve`.
     """
 
     Options = PSOptions
+    evaluates_in_training_session = True
 
-    def __init__(self, config: base.StrategyConfig):
+    def __init__(self, config: StrategyConfig):
         super().__init__(config)
         self._cluster: Optional[cluster_lib.ClusterInfo] = None
         self._cluster_error: Optional[ValueError] = None
@@ -129,7 +140,7 @@ class ParameterServerStrategy(base.Strategy):
         # What one task does on its own devices: towers on a training task
         # with --ps_towers, else one device (a parameter server computes nothing).
         self._towers = self.options.ps_towers > 0 and self._cluster is not None and not self._cluster.is_ps
-        self._local = base.get(
+        self._local = registry.get(
             dataclasses.replace(config, name=names.TOWER, options=tower.TowerOptions(self.options.ps_towers))
             if self._towers else dataclasses.replace(config, name=names.SINGLE, options=None))
         self._server: Optional[tf.distribute.Server] = None
@@ -145,24 +156,35 @@ class ParameterServerStrategy(base.Strategy):
             raise ValueError("--strategy ps: %s" % self._cluster_error)
         return self._cluster
 
-    # --- set-up -----------------------------------------------------------
+    # --- the lifecycle -----------------------------------------------------------------------------
     def validate(self) -> None:
+        """Also checks the cluster: a valid `TF_CONFIG` with at least one ps task."""
         super().validate()
         cluster = self.cluster
         if cluster.num_ps < 1:
             raise ValueError("--strategy ps needs at least one ps task in TF_CONFIG's cluster, got jobs %s"
                              % sorted(cluster.jobs))
-        self._local.validate()
 
-    def setup(self) -> None:
-        """Sets the environment and starts this training task's gRPC server."""
-        self._local.setup()
-        if self.role == base.ROLE_WORKER and self._server is None:
-            self._server = self._start_server()
+    def _set_up(self) -> topology_lib.Topology:
+        """Sets up the task's own devices (one, or the towers); its place comes from `TF_CONFIG`."""
+        local = self._local.setup()
+        cluster = self.cluster
+        if cluster.is_ps:
+            return topology_lib.Topology(role=topology_lib.ROLE_PS, task=cluster.task_name,
+                                         job_name=cluster.task_type, is_chief=False, evaluates=False,
+                                         workers=cluster.num_workers)
+        peers = {"%s_%d" % (cluster_lib.PS, index): address
+                 for index, address in enumerate(cluster.jobs.get(cluster_lib.PS, ()))}
+        # One worker per host: the files are sharded by host.
+        return topology_lib.Topology(
+            task=cluster.task_name, job_name=cluster.task_type, is_chief=cluster.is_chief,
+            evaluates=cluster.is_chief, replicas_in_sync=local.replicas_in_sync, workers=cluster.num_workers,
+            rank=cluster.worker_index, peers=peers)
 
-    @property
-    def role(self) -> str:
-        return base.ROLE_PS if self.cluster.is_ps else base.ROLE_WORKER
+    def prepare(self, plan: lifecycle.Plan) -> None:
+        """Prepares the task's own devices (one, or the towers) too."""
+        super().prepare(plan)
+        self._local.prepare(plan)
 
     def serve(self, exit_timeout_seconds: float = TRAINING_EXIT_TIMEOUT_SECONDS) -> None:
         """Serves this parameter server's variables until every worker is done.
@@ -204,37 +226,13 @@ class ParameterServerStrategy(base.Strategy):
         return tf.distribute.Server(cluster.cluster_spec(), job_name=cluster.task_type,
                                     task_index=cluster.task_index, config=self.session_config(), start=True)
 
-    # --- topology ----------------------------------------------------------
-    @property
-    def num_replicas_in_sync(self) -> int:
-        """Towers of one worker; workers themselves update asynchronously."""
-        return self._local.num_replicas_in_sync
+    def _training_server(self) -> tf.distribute.Server:
+        """This training task's server, started on the first call (`StartServerHook`)."""
+        if self._server is None:
+            self._server = self._start_server()
+        return self._server
 
-    @property
-    def num_workers(self) -> int:
-        return self.cluster.num_workers
-
-    @property
-    def is_chief(self) -> bool:
-        return self.cluster.is_chief
-
-    @property
-    def task_name(self) -> str:
-        """`<job>_<index>`, e.g. `worker_1`."""
-        return self.cluster.task_name
-
-    @property
-    def job_name(self) -> str:
-        return self.cluster.task_type
-
-    def peers(self) -> Dict[str, str]:
-        """A training task's parameter servers: `ps_<i>` -> `host:port` (none for a ps itself)."""
-        cluster = self.cluster
-        if cluster.is_ps:
-            return {}
-        return {"%s_%d" % (cluster_lib.PS, index): address
-                for index, address in enumerate(cluster.jobs.get(cluster_lib.PS, ()))}
-
+    # --- the input ---------------------------------------------------------------------------------
     def input_context(self) -> tf.distribute.InputContext:
         """This worker's shard of the input.
 
@@ -242,9 +240,9 @@ class ParameterServerStrategy(base.Strategy):
         split them (`sharding.file_mode_shard`); for one worker per host the
         Pipe-mode rule gives the same shard.
         """
-        num_pipelines, pipeline_id = sharding.file_mode_shard(self._topology(), self.config.s3_sharded)
+        num_pipelines, pipeline_id = sharding.file_mode_shard(self.topology.placement(), self.config.s3_sharded)
         return tf.distribute.InputContext(num_input_pipelines=num_pipelines, input_pipeline_id=pipeline_id,
-                                          num_replicas_in_sync=self.num_replicas_in_sync)
+                                          num_replicas_in_sync=self.topology.replicas_in_sync)
 
     def pipe_channel(self) -> str:
         """The first training channel: the only worker of its host reads it.
@@ -255,11 +253,6 @@ class ParameterServerStrategy(base.Strategy):
         if not self.config.train_channels:
             return super().pipe_channel()
         return sharding.assign_channel(self.config.train_channels, local_rank=0, workers_per_host=1)
-
-    def _topology(self) -> sharding.Topology:
-        cluster = self.cluster
-        return sharding.Topology(num_hosts=cluster.num_workers, host_index=cluster.worker_index,
-                                 rank=cluster.worker_index, size=cluster.num_workers)
 
     def batch_per_input_pipeline(self, per_replica_batch: int) -> int:
         return self._local.batch_per_input_pipeline(per_replica_batch)
@@ -281,15 +274,14 @@ class ParameterServerStrategy(base.Strategy):
             config.operation_timeout_in_ms = OPERATION_TIMEOUT_SECONDS * MILLISECONDS
         return config
 
-    def run_config(self, **kwargs) -> tf.estimator.RunConfig:
-        """A `RunConfig` from `TF_CONFIG`, with this adapter's placement and session.
+    def _run_config_kwargs(self) -> dict:
+        """With this adapter's placement (`RunConfig` reads the cluster from `TF_CONFIG`).
 
         A training task waits at most `SESSION_CREATION_TIMEOUT_SECONDS` for
         its session to be ready.
         """
-        kwargs.setdefault("session_creation_timeout_secs", SESSION_CREATION_TIMEOUT_SECONDS)
-        return tf.estimator.RunConfig(session_config=self.session_config(),
-                                      device_fn=VariablePlacer(self.cluster), **kwargs)
+        return dict(super()._run_config_kwargs(), device_fn=VariablePlacer(self.cluster),
+                    session_creation_timeout_secs=SESSION_CREATION_TIMEOUT_SECONDS)
 
     def global_max_steps(self, steps_per_worker: int) -> int:
         """Every worker advances the shared global step: the sum of their steps."""
@@ -298,27 +290,22 @@ class ParameterServerStrategy(base.Strategy):
     def learning_rate_factor(self) -> float:
         return self.options.ps_lr_factor
 
-    def embedding_factory(self, mode: str) -> base.EmbeddingFactory:
+    def embedding_factory(self, mode: str) -> tables_lib.EmbeddingFactory:
         """Tables split into one partition per ps (`fixed_size_partitioner`), near-equal shares."""
         del mode
-        return base.variable_tables(
+        return tables_lib.variable_tables(
             partitioner=tf.compat.v1.fixed_size_partitioner(num_shards=self.cluster.num_ps),
             dedup=self.config.dedup_lookups)
 
-    def replicate(self, model_fn: base.ModelFn) -> base.ModelFn:
+    def replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
         """One model_fn call, or one per tower with `--ps_towers`."""
         return self._local.replicate(model_fn)
 
-    @property
-    def evaluates_in_training_session(self) -> bool:
-        """The chief evaluates inside its training session (see `Strategy`)."""
-        return True
-
     def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
-        """The tower hooks, the chief-ready barrier and the end-of-training report; on the other
-        workers also the stop once the chief finished training (it may stop early)."""
-        hooks = self._local.train_hooks()
-        target = self._server.target if self._server is not None else "grpc://" + self.cluster.task_address
+        """The start of this task's server, the tower hooks, the chief-ready barrier and the end-of-training
+        report; on the other workers also the stop once the chief finished training (it may stop early)."""
+        hooks = [StartServerHook(self._training_server)] + self._local.train_hooks()
+        target = "grpc://" + self.cluster.task_address
         hooks = hooks + [ChiefReadyHook(self.cluster, target, self.session_config()),
                          TrainingDoneHook(self.cluster)]
         if self.cluster.is_chief:
@@ -340,8 +327,9 @@ class ParameterServerStrategy(base.Strategy):
         (`serve`), which stop only after every worker, nothing waits.
         """
         cluster = self.cluster
-        if not cluster.ps_stop_with_their_hosts or cluster.num_workers < 2 or self._server is None:
+        if not cluster.ps_stop_with_their_hosts or cluster.num_workers < 2:
             return
+        server = self._training_server()
         config = self.session_config()
         del config.device_filters[:]
         config.device_filters.extend(["/job:%s/task:0" % cluster_lib.PS, cluster.task_device])
@@ -350,7 +338,7 @@ class ParameterServerStrategy(base.Strategy):
             op = (queue.dequeue_many(cluster.num_workers - 1) if cluster.is_chief
                   else queue.enqueue(cluster.worker_index))
             start = time.monotonic()
-            with tf.compat.v1.Session(self._server.target, config=config) as session:
+            with tf.compat.v1.Session(server.target, config=config) as session:
                 try:
                     session.run(op, options=tf.compat.v1.RunOptions(
                         timeout_in_ms=int(WORKERS_CLOSED_TIMEOUT_SECONDS * MILLISECONDS)))
@@ -369,7 +357,7 @@ class ParameterServerStrategy(base.Strategy):
 
     def describe(self) -> str:
         cluster = self.cluster
-        towers = ", %d tower(s) per worker" % self.num_replicas_in_sync if self._towers else ""
+        towers = ", %d tower(s) per worker" % self.topology.replicas_in_sync if self._towers else ""
         return "ps: %d parameter server(s), %d worker(s) updating asynchronously%s, learning rate x%g; this is %s" % (
             cluster.num_ps, cluster.num_workers, towers, self.options.ps_lr_factor, cluster.task_name)
 
@@ -443,6 +431,23 @@ def chief_ready_queue() -> tf.queue.FIFOQueue:
     """The queue on parameter server 0 that holds a token once the chief initialized the variables."""
     with tf.device("/job:%s/task:0" % cluster_lib.PS):
         return tf.queue.FIFOQueue(1, tf.int32, shapes=[[]], shared_name=READY_QUEUE_NAME, name="chief_ready")
+
+
+class StartServerHook(tf.estimator.SessionRunHook):
+    """Starts this training task's gRPC server as a training session begins (once; later calls find it).
+
+    A training task's sessions run on its own server (`RunConfig.master`,
+    from `TF_CONFIG`), and the other hooks' barriers talk to it.
+
+    Args:
+      start: starts the server, or returns the one started already.
+    """
+
+    def __init__(self, start: Callable[[], tf.distribute.Server]):
+        self._start = start
+
+    def begin(self):
+        self._start()
 
 
 class ChiefReadyHook(tf.estimator.SessionRunHook):

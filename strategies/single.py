@@ -1,9 +1,10 @@
 """The `single` strategy: one process, one device, no distribution."""
 
-from strategies import base
+from strategies import registry
+from strategies import strategy
 from strategies import strategy_names as names
 
 
-@base.register(names.SINGLE)
-class SingleStrategy(base.Strategy):
-    """Trains on one device; the defaults of `base.Strategy` describe it. It has no options of its own."""
+@registry.register(names.SINGLE)
+class SingleStrategy(strategy.Strategy):
+    """Trains on one device; the defaults of `strategy.Strategy` describe it. It has no options of its own."""

@@ -31,8 +31,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from strategies import base
+from strategies import context as context_lib
 from strategies import devices as devices_lib
+from strategies import registry
 from strategies import strategy_names as names
 
 # Op types that create variables; the tower device function puts them on the
@@ -200,7 +201,7 @@ def _concat_predictions(specs, batch: tf.Tensor) -> Dict[str, tf.Tensor]:
     return {key: tf.concat([spec.predictions[key] for spec in specs], axis=0)[:batch] for key in keys}
 
 
-def replicate_model_fn(model_fn: base.ModelFn, device_list: devices_lib.DeviceList) -> base.ModelFn:
+def replicate_model_fn(model_fn: context_lib.ModelFn, device_list: devices_lib.DeviceList) -> context_lib.ModelFn:
     """Returns a model_fn that trains `model_fn` as towers over `device_list`.
 
     Args:
@@ -226,8 +227,8 @@ def replicate_model_fn(model_fn: base.ModelFn, device_list: devices_lib.DeviceLi
             batch = tf.shape(tf.nest.flatten(features)[0])[0]
             slices, weights = split_batch((features, labels), towers)
         collector = GradientCollector()
-        metric_fns: List[base.MetricFn] = []
-        context = base.ModelContext.of(params)
+        metric_fns: List[context_lib.MetricFn] = []
+        context = context_lib.ModelContext.of(params)
         tower_params = dataclasses.replace(
             context, optimizer_wrappers=context.optimizer_wrappers + (collector.wrap,),
             metric_sink=metric_fns.append).with_params(params)
@@ -267,7 +268,7 @@ class TowerOptions(devices_lib.ReplicaOptions):
     """Options of the `tower` strategy (`num_devices`: towers on this host)."""
 
 
-@base.register(names.TOWER)
+@registry.register(names.TOWER)
 class TowerStrategy(devices_lib.LocalReplicaStrategy):
     """One process, one model copy per local CPU or GPU device.
 
@@ -281,7 +282,7 @@ class TowerStrategy(devices_lib.LocalReplicaStrategy):
         """All towers' batches together: `per_replica_batch * towers`."""
         return per_replica_batch * len(self.device_list)
 
-    def replicate(self, model_fn: base.ModelFn) -> base.ModelFn:
+    def replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
         """One copy of `model_fn` per tower (`replicate_model_fn`)."""
         return replicate_model_fn(model_fn, self.device_list)
 

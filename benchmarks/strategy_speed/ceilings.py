@@ -64,7 +64,6 @@ def compute_ceiling(data_dir: str, batch_size: int, total_steps: int, optimizer:
 
     metadata, train_files, builder = _builder(data_dir, batch_size)
     strategy = strategies.get(strategies.StrategyConfig(name=BASELINE))
-    strategy.validate()
     strategy.setup()
     progress = ProgressRecorder()
 
@@ -78,7 +77,8 @@ def compute_ceiling(data_dir: str, batch_size: int, total_steps: int, optimizer:
                                        log_every_n_steps=NO_CHECKPOINT_STEPS)
         model = config_lib.ModelConfig(feature_size=metadata.feature_size, field_size=metadata.field_size,
                                        optimizer=optimizer)
-        estimator = trainer.build_estimator(train, model, strategy)
+        strategy.prepare(trainer.plan_for(train, total_steps))
+        estimator = trainer.build_estimator(model, strategy)
         estimator.train(lambda: builder(None).take(1).cache().repeat(), max_steps=total_steps, hooks=[Hook()])
     return progress.points
 

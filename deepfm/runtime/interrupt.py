@@ -12,11 +12,12 @@ the same command resumes from that checkpoint: no trained step is lost.
 
 Synchronous multi-process strategies (Horovod) must stop every process at
 the same step, or one would wait for ever in a collective of a step the
-others never run. Their `Strategy.agree_to_stop(flag)` combines every
-process's flag (a maximum over the ranks); the hook feeds its local flag and
-stops when the combined one is set, so all ranks stop after the same step
-even when only one of them got the signal. Where it returns None, each
-process stops alone.
+others never run. Their processes are in lockstep (`Topology.lockstep`),
+and the trainer passes the hook the strategy's agreement
+(`Strategy.agree_max`, a maximum over the ranks, as the collective
+`STOP_AGREEMENT_NAME`); the hook feeds its local flag and stops when the
+combined one is set, so all ranks stop after the same step even when only
+one of them got the signal. Without an agreement each process stops alone.
 
 A second signal of the same kind while the first is being handled is not
 caught: SIGINT raises `KeyboardInterrupt`, SIGTERM ends the process.
@@ -42,6 +43,8 @@ NO_SIGNAL = 0
 INTERRUPTED_KEY = "interrupted"
 SIGNAL_KEY = "signal"
 STOP_FLAG_NAME = "deepfm_stop_requested"
+# The collective by which processes in lockstep agree to stop.
+STOP_AGREEMENT_NAME = "any_rank_stops"
 
 Agreement = Callable[[tf.Tensor], Optional[tf.Tensor]]
 
@@ -128,8 +131,8 @@ class StopRequest:
 
         Args:
           agree: combines this process's stop flag with the other processes'
-            (`Strategy.agree_to_stop`; see the module docstring), or returns
-            None where each process stops alone; None likewise.
+            (`Strategy.agree_max`; see the module docstring); None where
+            each process stops alone.
         """
         self._hook = StopOnRequestHook(self, agree)
         return self._hook
@@ -159,7 +162,7 @@ class StopOnRequestHook(tf.estimator.SessionRunHook):
 
     Args:
       request: the `StopRequest` whose signal this hook watches.
-      agree: the strategy's combination of every process's stop flag (or None), or None.
+      agree: the strategy's combination of every process's stop flag, or None.
     """
 
     def __init__(self, request: StopRequest, agree: Optional[Agreement] = None):

@@ -61,11 +61,12 @@ def main(argv):
     strategy = strategies.get(strategy_config)
     result = trainer.run(train, model, input_config, strategy)
     record = dataclasses.asdict(result)
-    record.update(rank=strategy.rank, size=strategy.num_workers, is_chief=strategy.is_chief,
+    topology = strategy.topology
+    record.update(rank=topology.rank, size=topology.workers, is_chief=topology.is_chief,
                   checkpoint_dir=strategy.checkpoint_dir,
                   variables_digest=variables_digest(strategy.checkpoint_dir))
     os.makedirs(FLAGS.result_dir, exist_ok=True)
-    with open(os.path.join(FLAGS.result_dir, "rank-%d.json" % strategy.rank), "w") as f:
+    with open(os.path.join(FLAGS.result_dir, "rank-%d.json" % topology.rank), "w") as f:
         json.dump(record, f, indent=1, sort_keys=True, default=_numpy_scalar)
 
 

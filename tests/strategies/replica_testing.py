@@ -16,7 +16,7 @@ from deepfm.config import DEFAULT_BATCH_SIZE, ModelConfig, TrainConfig
 from deepfm.models import deepfm as model_lib
 from deepfm.runtime import trainer
 from input_pipeline import schema
-from strategies import base
+from strategies.strategy import Strategy
 
 FIELD_SIZE = 5
 IDS_PER_FIELD = 40
@@ -57,12 +57,18 @@ def model_config(**overrides) -> ModelConfig:
     return ModelConfig(**dict(SMALL_MODEL, **overrides))
 
 
-def build_estimator(strategy: base.Strategy, model_dir: str, model: Optional[ModelConfig] = None,
+def build_estimator(strategy: Strategy, model_dir: str, model: Optional[ModelConfig] = None,
                     seed: int = 1, per_replica_batch: int = DEFAULT_BATCH_SIZE) -> tf.estimator.Estimator:
-    """The Estimator `deepfm.runtime.trainer` builds for `strategy` at `per_replica_batch`."""
+    """The Estimator `deepfm.runtime.trainer` builds for `strategy` at `per_replica_batch`.
+
+    Sets the strategy up and prepares it for a run in `model_dir` (a strategy
+    is prepared for one run: build a new one for another directory).
+    """
     train = TrainConfig(model_dir=model_dir, train_files=(), seed=seed, log_every_n_steps=100,
                         batch_size=per_replica_batch)
-    return trainer.build_estimator(train, model or model_config(), strategy)
+    strategy.setup()
+    strategy.prepare(trainer.plan_for(train))
+    return trainer.build_estimator(model or model_config(), strategy)
 
 
 def model_values(model_dir: str) -> Dict[str, np.ndarray]:
@@ -72,7 +78,7 @@ def model_values(model_dir: str) -> Dict[str, np.ndarray]:
             if name.startswith(model_lib.SCOPE + "/") and "Adam" not in name}
 
 
-def train_one_step_from(start_dir: str, model_dir: str, strategy: base.Strategy, rows: Rows,
+def train_one_step_from(start_dir: str, model_dir: str, strategy: Strategy, rows: Rows,
                         model: ModelConfig) -> Dict[str, np.ndarray]:
     """Copies the checkpoint of `start_dir` to `model_dir` and trains one step on `rows`.
 
@@ -84,15 +90,15 @@ def train_one_step_from(start_dir: str, model_dir: str, strategy: base.Strategy,
       `model_values` after the step.
     """
     shutil.copytree(start_dir, model_dir)
-    per_replica = len(rows[0]) // strategy.num_replicas_in_sync
     estimator = build_estimator(strategy, model_dir, model)
+    per_replica = len(rows[0]) // strategy.topology.replicas_in_sync
     start_step = estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)
     estimator.train(input_fn(rows, strategy.batch_per_input_pipeline(per_replica)), max_steps=start_step + 1)
     assert estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP) == start_step + 1
     return model_values(model_dir)
 
 
-def assert_learns(test_case: tf.test.TestCase, strategy: base.Strategy, model_dir: str, per_replica_batch: int,
+def assert_learns(test_case: tf.test.TestCase, strategy: Strategy, model_dir: str, per_replica_batch: int,
                   train_steps: int, eval_rows: int, eval_batch: int, min_auc: float) -> None:
     """Trains `strategy` for real and checks the loss halves and the AUC passes `min_auc`."""
     estimator = build_estimator(strategy, model_dir, per_replica_batch=per_replica_batch)

@@ -140,10 +140,12 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_rank_zero_is_chief_and_everyone_evaluates(self):
         strategy = strategies.get(_config(lr_scaling="linear"))
-        strategy.setup()
-        self.assertEqual((1, 0, 0), (strategy.num_workers, strategy.rank, strategy.topology().local_rank))
-        self.assertTrue(strategy.is_chief)
-        self.assertTrue(strategy.evaluates)
+        topology = strategy.setup()
+        self.assertEqual((1, 0, 0, 1), (topology.workers, topology.rank, topology.local_rank, topology.hosts))
+        self.assertEqual("rank0", topology.task)
+        self.assertTrue(topology.is_chief)
+        self.assertTrue(topology.evaluates)
+        self.assertTrue(topology.lockstep)
         context = strategy.input_context()
         self.assertEqual((1, 0, 1), (context.num_input_pipelines, context.input_pipeline_id,
                                       context.num_replicas_in_sync))
@@ -153,26 +155,32 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
     def test_chief_keeps_model_dir_and_checkpoint_settings(self):
         model_dir = _tempdir(self)
         strategy = strategies.get(_config())
-        strategy.global_max_steps(10)
-        config = strategy.run_config(model_dir=model_dir, save_checkpoints_steps=7, save_checkpoints_secs=None,
-                                     tf_random_seed=3)
+        strategy.setup()
+        strategy.prepare(strategies.Plan(model_dir=model_dir, steps_per_worker=10, save_checkpoints_steps=7, seed=3))
+        config = strategy.run_config()
         self.assertEqual(model_dir, config.model_dir)
         self.assertEqual(model_dir, strategy.checkpoint_dir)
         self.assertEqual(7, config.save_checkpoints_steps)
         self.assertEqual(3, config.tf_random_seed)
 
     def test_cpu_device_type_hides_gpus(self):
-        config = strategies.get(_config(device_type="cpu")).session_config()
+        strategy = strategies.get(_config(device_type="cpu"))
+        strategy.setup()
+        config = strategy.session_config()
         self.assertEqual(0, config.device_count["GPU"])
         self.assertEqual("", config.gpu_options.visible_device_list)
 
     def test_hooks_broadcast_from_rank_zero(self):
-        hooks = strategies.get(_config()).train_hooks()
+        strategy = strategies.get(_config())
+        strategy.setup()
+        strategy.prepare(strategies.Plan(model_dir=_tempdir(self)))
+        hooks = strategy.train_hooks()
         self.assertLen(hooks, 1)
         self.assertEqual(0, hooks[0].root_rank)
 
     def _embedding_gradient(self, sparse_as_dense):
         strategy = strategies.get(_config(sparse_as_dense=sparse_as_dense))
+        strategy.setup()
         (wrap,) = strategy.model_context(tf.estimator.ModeKeys.TRAIN).optimizer_wrappers
         with tf.Graph().as_default():
             table = tf.compat.v1.get_variable("table", [10, 4])
@@ -186,6 +194,7 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
     def _horovod_ops(self, **options):
         """The Horovod op types of a wrapped optimizer's gradients of two dense variables."""
         strategy = strategies.get(_config(**options))
+        strategy.setup()
         (wrap,) = strategy.model_context(tf.estimator.ModeKeys.TRAIN).optimizer_wrappers
         with tf.Graph().as_default() as graph:
             weights = [tf.compat.v1.get_variable(name, [3]) for name in ("a", "b")]
@@ -211,22 +220,28 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIsInstance(gradient, tf.Tensor)
         self.assertAllEqual([0, 4, 0, 4, 0, 0, 0, 0, 0, 0], value.sum(axis=1))
 
-    def _checkpoint_at(self, step):
-        model_dir = _tempdir(self)
-        with tf.Graph().as_default():
-            global_step = tf.compat.v1.train.get_or_create_global_step()
-            with tf.compat.v1.Session() as session:
-                session.run(global_step.assign(step))
-                tf.compat.v1.train.Saver().save(session, os.path.join(model_dir, "model.ckpt"), global_step=step)
-        return model_dir
+    def test_checkpoint_at_the_step_budget_is_refused_before_training(self):
+        strategy = strategies.get(_config())
+        strategy.setup()
+        with self.assertRaisesRegex(ValueError, "global step 50, and the step budget is 50.*Raise --max_steps"):
+            strategy.prepare(strategies.Plan(model_dir=_tempdir(self), steps_per_worker=50, resume_step=50))
 
-    def test_checkpoint_at_or_below_the_step_budget_keeps_the_model_dir(self):
-        # At the budget the trainer runs a session of no step on every rank (tests/jobs/test_local.py).
-        for budget in (50, 80):
-            model_dir = self._checkpoint_at(50)
-            strategy = strategies.get(_config())
-            strategy.global_max_steps(budget)
-            self.assertEqual(model_dir, strategy.run_config(model_dir=model_dir).model_dir)
+    def test_checkpoint_below_the_step_budget_resumes_from_the_agreed_step(self):
+        model_dir = _tempdir(self)
+        strategy = strategies.get(_config())
+        strategy.setup()
+        strategy.prepare(strategies.Plan(model_dir=model_dir, steps_per_worker=80, resume_step=50))
+        self.assertEqual((50, 80), (strategy.start_step, strategy.max_steps))
+        self.assertEqual(model_dir, strategy.run_config().model_dir)
+
+    def test_agree_max_is_a_horovod_allreduce_named_as_asked(self):
+        strategy = strategies.get(_config())
+        strategy.setup()
+        self.assertEqual(7, strategy.agreed_max(7))
+        with tf.Graph().as_default() as graph:
+            strategy.agree_max(tf.constant(1), name="some_agreement")
+            self.assertIn("HorovodAllreduce", [op.type for op in graph.get_operations()])
+            self.assertTrue(any("some_agreement" in op.name for op in graph.get_operations()))
 
     def test_pipe_channel_without_a_channel_per_local_rank_is_refused(self):
         strategy = strategies.get(_config(train_channels=()))

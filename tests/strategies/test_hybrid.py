@@ -83,7 +83,7 @@ class OneRankTest(tf.test.TestCase):
 
     def _spec(self, mode, model_fn=model_lib.model_fn, strategy=None):
         strategy = strategy or self.strategy
-        strategy.run_config(model_dir=self.get_temp_dir(), save_checkpoints_steps=10)
+        strategy.prepare(strategies.Plan(model_dir=self.get_temp_dir(), save_checkpoints_steps=10))
         with tf.Graph().as_default() as graph:
             tf.compat.v1.train.get_or_create_global_step()
             features = {schema.FEAT_IDS: tf.zeros([8, 4], tf.int64), schema.FEAT_VALS: tf.ones([8, 4])}

@@ -262,6 +262,7 @@ class StrategyContextTest(tf.test.TestCase, parameterized.TestCase):
     )
     def test_rule_at_the_global_batch(self, name, options, replicas, share):
         strategy = strategies.get(strategies.make_config(name, large_batch_rule="cowclip", **options))
+        strategy.setup()
         rule = strategy.model_context(tf.estimator.ModeKeys.TRAIN, PER_REPLICA_BATCH).large_batch
         self.assertEqual(PER_REPLICA_BATCH * replicas, rule.global_batch)
         self.assertEqual(large_batch.DEFAULT_BASE_BATCH, rule.base_batch)
@@ -270,11 +271,13 @@ class StrategyContextTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_none_changes_nothing(self):
         strategy = strategies.get(strategies.make_config("single"))
+        strategy.setup()
         self.assertIsNone(strategy.model_context(tf.estimator.ModeKeys.TRAIN, PER_REPLICA_BATCH).large_batch)
         self.assertIsNone(strategy.model_context(tf.estimator.ModeKeys.TRAIN).large_batch)
 
     def test_a_rule_without_the_batch_is_refused(self):
         strategy = strategies.get(strategies.make_config("single", large_batch_rule="cowclip"))
+        strategy.setup()
         with self.assertRaisesRegex(ValueError, r"--large_batch_rule cowclip needs the per-replica batch"):
             strategy.model_context(tf.estimator.ModeKeys.TRAIN)
 
@@ -318,7 +321,6 @@ class TrainingTest(tf.test.TestCase, parameterized.TestCase):
         strategy = strategies.get(strategies.make_config(
             name, large_batch_rule="cowclip", large_batch_base=BASE_BATCH, large_batch_warmup_steps=WARMUP_STEPS,
             **options))
-        strategy.validate()
         rt.assert_learns(self, strategy, self.get_temp_dir(), PER_REPLICA_BATCH, TRAIN_STEPS, EVAL_ROWS,
                          EVAL_BATCH, MIN_AUC)
 

@@ -29,7 +29,7 @@ SUBPROCESS_TIMEOUT_S = 120
 def mirrored_strategy(num_devices=REPLICAS, device_type="cpu", **kwargs) -> strategies.Strategy:
     strategy = strategies.get(strategies.make_config(
         name="mirrored", num_devices=num_devices, device_type=device_type, **kwargs))
-    strategy.validate()
+    strategy.setup()
     return strategy
 
 
@@ -40,12 +40,13 @@ class MirroredConfigTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_cpu_replicas_leave_out_cpu0(self):
         strategy = mirrored_strategy()
-        run_config = strategy.run_config(model_dir=self.get_temp_dir())
+        strategy.prepare(strategies.Plan(model_dir=self.get_temp_dir()))
+        run_config = strategy.run_config()
         distribution = run_config.train_distribute
         self.assertIsInstance(distribution, tf.distribute.MirroredStrategy)
         self.assertIs(run_config.eval_distribute, distribution)
         self.assertEqual(distribution.num_replicas_in_sync, REPLICAS)
-        self.assertEqual(strategy.num_replicas_in_sync, REPLICAS)
+        self.assertEqual(strategy.topology.replicas_in_sync, REPLICAS)
         self.assertEqual(strategy.batches_per_step(), REPLICAS)
         self.assertEqual([tf.DeviceSpec.from_string(d).device_index for d in distribution.extended.worker_devices],
                          [1, 2])
@@ -61,7 +62,7 @@ class MirroredConfigTest(tf.test.TestCase, parameterized.TestCase):
             single = strategies.get(strategies.make_config(name="single"))
             rt.build_estimator(single, %r).train(rt.input_fn(rt.planted_rows(64), 64), max_steps=1)
             strategy = strategies.get(strategies.make_config(name="mirrored", num_devices=2, device_type="cpu"))
-            strategy.validate()
+            strategy.setup()
             print("replicas in sync:", strategy.distribution().num_replicas_in_sync)
             """ % self.get_temp_dir())
         # From the repository's root, where `tests` (which the virtual environment does not install) imports.
@@ -110,11 +111,12 @@ class MirroredTrainingTest(tf.test.TestCase, parameterized.TestCase):
     def test_one_sgd_step_of_replicas_equals_one_step_of_single(self):
         model = rt.model_config(optimizer="sgd", learning_rate=0.5)
         batch = rt.planted_rows(REPLICAS * PER_REPLICA_BATCH)
-        single_strategy = strategies.get(strategies.make_config(name="single"))
+        def single_strategy():
+            return strategies.get(strategies.make_config(name="single"))
         start_dir = os.path.join(self.get_temp_dir(), "start")
-        rt.build_estimator(single_strategy, start_dir, model).train(rt.input_fn(batch, len(batch[0])), max_steps=1)
+        rt.build_estimator(single_strategy(), start_dir, model).train(rt.input_fn(batch, len(batch[0])), max_steps=1)
         start = rt.model_values(start_dir)
-        single = rt.train_one_step_from(start_dir, os.path.join(self.get_temp_dir(), "single"), single_strategy,
+        single = rt.train_one_step_from(start_dir, os.path.join(self.get_temp_dir(), "single"), single_strategy(),
                                         batch, model)
         replicas = rt.train_one_step_from(start_dir, os.path.join(self.get_temp_dir(), "mirrored"),
                                           mirrored_strategy(), batch, model)
@@ -146,7 +148,7 @@ class MirroredGpuTest(tf.test.TestCase):
         if not gpus:
             self.skipTest("no GPU is visible to TensorFlow")
         strategy = mirrored_strategy(num_devices=0, device_type="auto", cross_device_ops="nccl")
-        self.assertEqual(strategy.num_replicas_in_sync, gpus)
+        self.assertEqual(strategy.topology.replicas_in_sync, gpus)
         estimator = rt.build_estimator(strategy, os.path.join(self.get_temp_dir(), "gpu"))
         estimator.train(rt.input_fn(rt.planted_rows(4096), PER_REPLICA_BATCH, repeat=True, drop_remainder=True),
                         max_steps=TRAIN_STEPS)

@@ -60,8 +60,23 @@ def set_tf_config(test_case, task_type, index=0, jobs=None):
 
 
 def make_strategy(test_case, task_type, index=0, jobs=None, **options):
+    """A built `ps` strategy of the task `task_type` `index` (not set up)."""
     set_tf_config(test_case, task_type, index, jobs)
     return strategies.get(strategies.make_config(name="ps", **options))
+
+
+def set_up_strategy(test_case, task_type, index=0, jobs=None, **options):
+    """A `ps` strategy of the task `task_type` `index`, set up (which starts nothing)."""
+    strategy = make_strategy(test_case, task_type, index, jobs, **options)
+    strategy.setup()
+    return strategy
+
+
+def prepared_strategy(test_case, task_type, index=0, jobs=None, **options):
+    """A `ps` strategy of the task, set up and prepared for a run in a temporary directory."""
+    strategy = set_up_strategy(test_case, task_type, index, jobs, **options)
+    strategy.prepare(strategies.Plan(model_dir=test_case.create_tempdir().full_path))
+    return strategy
 
 
 class RolesTest(tf.test.TestCase, parameterized.TestCase):
@@ -73,12 +88,15 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
     )
     def test_roles(self, task_type, index, role, is_chief, pipeline_id):
         strategy = make_strategy(self, task_type, index, ps_lr_factor=0.5)
-        strategy.validate()
-        self.assertEqual(strategy.role, role)
-        self.assertEqual(strategy.is_chief, is_chief)
-        self.assertEqual(strategy.evaluates, is_chief)
-        self.assertEqual(strategy.num_workers, 2)
-        self.assertEqual(strategy.num_replicas_in_sync, 1)
+        topology = strategy.setup()
+        self.assertEqual(topology.role, role)
+        self.assertEqual(topology.is_chief, is_chief)
+        self.assertEqual(topology.evaluates, is_chief)
+        self.assertEqual(topology.workers, 2)
+        self.assertEqual(topology.replicas_in_sync, 1)
+        self.assertEqual(topology.task, "%s_%d" % (task_type, index))
+        self.assertEqual(topology.job_name, task_type)
+        self.assertFalse(topology.lockstep)
         self.assertEqual(strategy.global_max_steps(30), 60)
         self.assertEqual(strategy.learning_rate_factor(), 0.5)
         self.assertIn("2 parameter server(s), 2 worker(s)", strategy.describe())
@@ -87,13 +105,13 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
             self.assertEqual((context.num_input_pipelines, context.input_pipeline_id), (2, pipeline_id))
 
     def test_s3_sharded_input_is_not_sharded_again(self):
-        context = make_strategy(self, "worker", s3_sharded=True).input_context()
+        context = set_up_strategy(self, "worker", s3_sharded=True).input_context()
         self.assertEqual((context.num_input_pipelines, context.input_pipeline_id), (1, 0))
 
     def test_pipe_channel(self):
-        self.assertEqual(make_strategy(self, "worker", train_channels=("a", "b")).pipe_channel(), "a")
+        self.assertEqual(set_up_strategy(self, "worker", train_channels=("a", "b")).pipe_channel(), "a")
         with self.assertRaisesRegex(ValueError, "--train_channels"):
-            make_strategy(self, "worker").pipe_channel()
+            set_up_strategy(self, "worker").pipe_channel()
 
     @parameterized.named_parameters(
         ("chief", "chief", 0, ["/job:ps", "/job:chief/task:0"]),
@@ -101,13 +119,13 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
         ("ps", "ps", 1, ["/job:ps/task:1"]),
     )
     def test_device_filters(self, task_type, index, filters):
-        strategy = make_strategy(self, task_type, index, intra_op_threads=2)
+        strategy = set_up_strategy(self, task_type, index, intra_op_threads=2)
         config = strategy.session_config()
         self.assertEqual(list(config.device_filters), filters)
         self.assertEqual(config.intra_op_parallelism_threads, 2)
 
     def test_run_config_comes_from_tf_config(self):
-        run_config = make_strategy(self, "worker").run_config(model_dir=self.get_temp_dir())
+        run_config = prepared_strategy(self, "worker").run_config()
         self.assertEqual(run_config.task_type, "worker")
         self.assertFalse(run_config.is_chief)
         self.assertEqual(run_config.num_ps_replicas, 2)
@@ -117,10 +135,9 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_sagemaker_master(self):
         jobs = {"master": ["algo-1:2222"], "ps": ["algo-1:2223"]}
-        strategy = make_strategy(self, "master", jobs=jobs)
-        strategy.validate()
-        self.assertTrue(strategy.is_chief)
-        self.assertTrue(strategy.run_config(model_dir=self.get_temp_dir()).is_chief)
+        strategy = prepared_strategy(self, "master", jobs=jobs)
+        self.assertTrue(strategy.topology.is_chief)
+        self.assertTrue(strategy.run_config().is_chief)
 
     @parameterized.named_parameters(
         ("no_ps", {"chief": ["a:1"], "worker": ["b:1"]}, {}, r"at least one ps task.*\['chief', 'worker'\]"),
@@ -133,8 +150,8 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_only_training_tasks_depend_on_the_parameter_servers(self):
         self.assertEqual({"ps_0": "localhost:3", "ps_1": "localhost:4"},
-                         make_strategy(self, "worker").peers())
-        self.assertEqual({}, make_strategy(self, "ps", 1).peers())
+                         set_up_strategy(self, "worker").topology.peers)
+        self.assertEqual({}, set_up_strategy(self, "ps", 1).topology.peers)
 
     def test_missing_tf_config(self):
         set_tf_config(self, "chief")
@@ -169,7 +186,7 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.named_parameters(("no_towers", 0), ("two_towers", 2))
     def test_variables_on_ps_balanced_and_ops_on_the_worker(self, towers):
-        graph = build_training_graph(make_strategy(self, "worker", ps_towers=towers))
+        graph = build_training_graph(prepared_strategy(self, "worker", ps_towers=towers))
         with graph.as_default():
             variables = tf.compat.v1.global_variables()
         for variable in variables:
@@ -196,16 +213,15 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_sample_sized_model_is_balanced_closely(self):
         # The SageMaker sample's sizes (117581 ids, embedding 32): the tables dominate.
-        graph = build_training_graph(make_strategy(self, "worker"),
+        graph = build_training_graph(prepared_strategy(self, "worker"),
                                      ModelConfig(feature_size=synthetic.DEFAULT_FEATURE_SIZE))
         per_ps = variable_bytes_per_ps(graph)
         self.assertLen(per_ps, 2)
         self.assertLessEqual(max(per_ps.values()), SAMPLE_MAX_PS_IMBALANCE * min(per_ps.values()), per_ps)
 
     def test_towers_scale_the_batch_and_create_devices(self):
-        strategy = make_strategy(self, "chief", ps_towers=2)
-        strategy.validate()
-        self.assertEqual(strategy.num_replicas_in_sync, 2)
+        strategy = set_up_strategy(self, "chief", ps_towers=2)
+        self.assertEqual(strategy.topology.replicas_in_sync, 2)
         self.assertEqual(strategy.batch_per_input_pipeline(64), 128)
         self.assertEqual(strategy.session_config().device_count["CPU"], 3)
         self.assertEqual(list(strategy.session_config().device_filters), ["/job:ps", "/job:chief/task:0"])
@@ -213,13 +229,12 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_parameter_servers_build_no_towers(self):
         # A ps sees no GPU (the launcher hides them): towers on GPUs must not fail it.
-        strategy = make_strategy(self, "ps", ps_towers=2, device_type="gpu")
-        strategy.validate()
+        strategy = set_up_strategy(self, "ps", ps_towers=2, device_type="gpu")
         self.assertEqual(strategy.session_config().device_count["CPU"], 0)
 
     def test_placer_honours_an_explicit_job(self):
         graph = tf.Graph()
-        with graph.as_default(), graph.device(make_strategy(self, "worker").run_config().device_fn):
+        with graph.as_default(), graph.device(prepared_strategy(self, "worker").run_config().device_fn):
             queue = ps.done_queue(1, num_workers=2)
         self.assertStartsWith(queue.queue_ref.device, "/job:ps/task:1")
 
@@ -235,8 +250,7 @@ class InProcessClusterTest(tf.test.TestCase):
     def setUp(self):
         super().setUp()
         self.jobs = cluster_lib.local_cluster(num_ps=1, num_workers=2, ports=processes.free_ports(3))
-        parameter_server = make_strategy(self, "ps", jobs=self.jobs)
-        parameter_server.validate()
+        parameter_server = set_up_strategy(self, "ps", jobs=self.jobs)
         self.served = threading.Event()
         # The training tasks' servers live in this process and never exit: the ps looks for them once.
         self.ps_thread = threading.Thread(
@@ -244,9 +258,8 @@ class InProcessClusterTest(tf.test.TestCase):
         self.ps_thread.start()
         self.tasks = {}
         for task_type in ("chief", "worker"):
-            strategy = make_strategy(self, task_type, jobs=self.jobs)
-            strategy.validate()
-            strategy.setup()  # starts the task's server
+            strategy = prepared_strategy(self, task_type, jobs=self.jobs)
+            hook_of(strategy, ps.StartServerHook).begin()  # starts the task's server
             self.tasks[task_type] = strategy
 
     def tearDown(self):
@@ -344,8 +357,7 @@ class ServeUntilTrainingExitsTest(tf.test.TestCase):
             self.listeners[task] = listener
         self.jobs = {task: ["localhost:%d" % listener.getsockname()[1]] for task, listener in self.listeners.items()}
         self.jobs["ps"] = ["localhost:%d" % processes.free_ports(1)[0]]
-        parameter_server = make_strategy(self, "ps", jobs=self.jobs)
-        parameter_server.validate()
+        parameter_server = set_up_strategy(self, "ps", jobs=self.jobs)
         self.served = threading.Event()
         thread = threading.Thread(
             target=lambda: (parameter_server.serve(exit_timeout_seconds=SERVE_TIMEOUT_S), self.served.set()),

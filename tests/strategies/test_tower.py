@@ -37,7 +37,7 @@ print(sorted(name for name in sys.modules if name == "deepfm" or name.startswith
 def tower_strategy(num_devices=TOWERS, device_type="cpu", **kwargs) -> strategies.Strategy:
     strategy = strategies.get(strategies.make_config(
         name="tower", num_devices=num_devices, device_type=device_type, **kwargs))
-    strategy.validate()
+    strategy.setup()
     return strategy
 
 
@@ -204,7 +204,7 @@ class TowerTrainingTest(tf.test.TestCase):
 
     def test_trains_two_cpu_towers(self):
         strategy = tower_strategy()
-        self.assertEqual(strategy.num_replicas_in_sync, TOWERS)
+        self.assertEqual(strategy.topology.replicas_in_sync, TOWERS)
         self.assertEqual(strategy.batch_per_input_pipeline(PER_TOWER_BATCH), TOWERS * PER_TOWER_BATCH)
         self.assertEqual(strategy.session_config().device_count["CPU"], TOWERS + 1)
         rt.assert_learns(self, strategy, self.get_temp_dir(), PER_TOWER_BATCH, TRAIN_STEPS, EVAL_ROWS,

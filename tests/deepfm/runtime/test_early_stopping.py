@@ -256,8 +256,7 @@ class EarlyStoppingRunTest(tf.test.TestCase, parameterized.TestCase):
         progress = os.path.join(model_dir, "progress", "{task}.jsonl")
         result = run_training(self.data_dir, model_dir, strategies.make_config(name="single"),
                               early_stopping_patience=None, max_steps=45, progress_file=progress)
-        task_name = strategies.get(strategies.StrategyConfig()).task_name
-        records = hooks.read_progress_file(progress.replace("{task}", task_name))
+        records = hooks.read_progress_file(progress.replace("{task}", strategies.Topology().task))
         # Rounds end at 20, 40, 45: intervals of 10 steps, and the last, shorter one.
         self.assertEqual([10, 20, 30, 40, 45], [r.step for r in records])
         self.assertEqual([10, 20, 30, 40, 45], [r.global_step for r in records])

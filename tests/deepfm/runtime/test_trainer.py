@@ -79,9 +79,10 @@ class EndToEndTest(tf.test.TestCase):
         serving = loaded.signatures["serving_default"]
         served = serving(feat_ids=features[schema.FEAT_IDS], feat_vals=features[schema.FEAT_VALS])["prob"].numpy()
 
-        estimator = trainer.build_estimator(
-            config.TrainConfig(model_dir=self.model_dir, train_files=()), self.model,
-            strategies.get(strategies.StrategyConfig(name="single")))
+        strategy = strategies.get(strategies.StrategyConfig(name="single"))
+        strategy.setup()
+        strategy.prepare(trainer.plan_for(config.TrainConfig(model_dir=self.model_dir, train_files=())))
+        estimator = trainer.build_estimator(self.model, strategy)
         feats = {k: v.numpy() for k, v in features.items()}
         predicted = np.array([p["prob"] for p in estimator.predict(
             lambda: tf.data.Dataset.from_tensor_slices(feats).batch(rows))])

@@ -1,0 +1,47 @@
+"""Evaluation of a checkpoint on the validation data: every row once, the metrics the runtime reports.
+
+The trainer evaluates after training, and a training path in rounds after
+each round (`deepfm.runtime.training_paths`); both read the validation data
+as `file_eval_config` says and require the model_fn's EVAL metrics to hold
+`REPORTED_METRICS`.
+"""
+
+import dataclasses
+from typing import Optional, Tuple
+
+from absl import logging
+
+from input_pipeline import pipeline
+
+EVAL_BATCH_SIZE = 4096
+# The EVAL metrics a model_fn must return: the result, the best checkpoint and early stopping use them.
+REPORTED_METRICS = ("auc", "logloss")
+
+
+def file_eval_config(input_config: pipeline.PipelineConfig) -> pipeline.PipelineConfig:
+    """How evaluation reads validation files: every row once, in order."""
+    return dataclasses.replace(input_config, input_mode=pipeline.INPUT_MODE_FILE, shuffle_buffer=0, cache=None,
+                               drop_remainder=False)
+
+
+def channel_eval_config(input_config: pipeline.PipelineConfig) -> pipeline.PipelineConfig:
+    """How evaluation reads a Pipe-mode validation channel: every row once, in order."""
+    return dataclasses.replace(input_config, shuffle_buffer=0, cache=None, drop_remainder=False)
+
+
+def evaluate(estimator, source: pipeline.Source, eval_config: pipeline.PipelineConfig,
+             checkpoint_path: Optional[str] = None) -> Tuple[float, float, int]:
+    """Evaluates on every row of `source` (files, or a Pipe channel); returns (AUC, log loss, global step).
+
+    Raises:
+      ValueError: the model_fn's EVAL metrics lack one of `REPORTED_METRICS`.
+    """
+    builder = pipeline.DatasetBuilder(source, eval_config, batch_size=EVAL_BATCH_SIZE, num_epochs=1)
+    metrics = estimator.evaluate(builder.input_fn(), name="validation", checkpoint_path=checkpoint_path)
+    logging.info("validation: %s", metrics)
+    missing = [name for name in REPORTED_METRICS if name not in metrics]
+    if missing:
+        raise ValueError("the model_fn's EVAL metrics lack %s (it returned %s): the runtime reports, tracks and "
+                         "exports by them; deepfm.models.ctr.prediction_metrics computes both"
+                         % (" and ".join(missing), ", ".join(sorted(metrics))))
+    return float(metrics["auc"]), float(metrics["logloss"]), int(metrics["global_step"])

@@ -1,0 +1,137 @@
+"""The three ways a process trains: in one pass, in rounds with evaluations, or evaluating inside one session.
+
+`choose` picks the path of a run from its configuration and the process's
+topology; each path is built the same way and has one entry point,
+`run(estimator, hooks, interrupted)`, which returns the outcome of the
+rounds (None for one pass: evaluation then follows training).
+
+* `OnePass`: `Estimator.train` to the step budget (or to the end of a Pipe
+  channel).
+* `Rounds` (`--eval_every_n_steps` on a process that evaluates): trains to
+  each evaluation step, evaluates, keeps the best checkpoint, may stop early
+  (`deepfm.runtime.early_stopping`); processes in lockstep agree on each
+  stop.
+* `RoundsInSession`: the same for a strategy whose evaluation must run
+  inside the one training session (a parameter-server chief).
+"""
+
+import dataclasses
+from typing import Callable, List, Optional, Type
+
+import tensorflow as tf
+
+from deepfm.config import TrainConfig
+from deepfm.runtime import console as console_lib
+from deepfm.runtime import early_stopping
+from deepfm.runtime import evaluation
+from deepfm.runtime import hooks as hooks_lib
+from deepfm.runtime.training_input import TrainingInput
+from input_pipeline import pipeline
+from strategies import strategy as strategy_lib
+
+Interrupted = Callable[[], bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingPath:
+    """A way to train; every path is built from the same parts.
+
+    Attributes:
+      train: the run's training configuration.
+      input_config: how the input is read (evaluation reads it too).
+      strategy: this process's strategy, prepared.
+      feed: this process's training input.
+      progress: the progress hook counting this process's steps.
+      console: where evaluations are reported.
+    """
+
+    train: TrainConfig
+    input_config: pipeline.PipelineConfig
+    strategy: strategy_lib.Strategy
+    feed: TrainingInput
+    progress: hooks_lib.ProgressHook
+    console: console_lib.Console
+
+    def run(self, estimator: tf.estimator.Estimator, hooks: List[tf.estimator.SessionRunHook],
+                    interrupted: Interrupted) -> Optional[early_stopping.RoundsOutcome]:
+        """Trains `estimator` with `hooks`; `interrupted` says whether a stop signal ended training."""
+        raise NotImplementedError
+
+
+class OnePass(TrainingPath):
+    """Trains to the step budget in one `Estimator.train` call."""
+
+    def run(self, estimator, hooks, interrupted) -> None:
+        del interrupted
+        estimator.train(self.feed.input_fn(self.strategy.finite_input), max_steps=self.strategy.max_steps,
+                        hooks=hooks)
+        return None
+
+
+class Rounds(TrainingPath):
+    """Trains to each evaluation step, evaluates, keeps the best checkpoint, stops early."""
+
+    def run(self, estimator, hooks, interrupted) -> early_stopping.RoundsOutcome:
+        strategy, train = self.strategy, self.train
+        tracker = early_stopping.BestCheckpoint(train.model_dir, train.early_stopping_patience,
+                                                keep=strategy.topology.is_chief)
+        eval_config = evaluation.file_eval_config(self.input_config)
+        input_fn = self.feed.continuing_input_fn(self.progress)
+
+        def train_to(step: int) -> int:
+            estimator.train(input_fn, max_steps=step, hooks=hooks)
+            return int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP))
+
+        def evaluate():
+            checkpoint = estimator.latest_checkpoint()
+            auc, logloss, step = evaluation.evaluate(estimator, train.val_files, eval_config, checkpoint)
+            return early_stopping.Evaluation(step=step, auc=auc, logloss=logloss), checkpoint
+
+        # The agreed start: rank 0's resume step on every Horovod rank (the others train in private directories).
+        return early_stopping.train_in_rounds(
+            train_to, evaluate, tracker, strategy.start_step, strategy.max_steps, train.eval_every_n_steps,
+            agree=strategy.agreed_max, report=self.console.line, interrupted=interrupted)
+
+
+class RoundsInSession(TrainingPath):
+    """Evaluates from inside one training session, then once at the end (a parameter-server chief).
+
+    A new session of the chief would restore the parameter servers from its
+    last checkpoint and undo the other workers' updates since
+    (`early_stopping.EvaluateInSessionHook`).
+    """
+
+    def run(self, estimator, hooks, interrupted) -> early_stopping.RoundsOutcome:
+        train = self.train
+        tracker = early_stopping.BestCheckpoint(train.model_dir, train.early_stopping_patience)
+        eval_config = evaluation.file_eval_config(self.input_config)
+
+        def evaluate(checkpoint: str) -> early_stopping.Evaluation:
+            auc, logloss, step = evaluation.evaluate(estimator, train.val_files, eval_config, checkpoint)
+            return early_stopping.Evaluation(step=step, auc=auc, logloss=logloss)
+
+        hook = early_stopping.EvaluateInSessionHook(train.model_dir, evaluate, tracker, self.strategy.max_steps,
+                                                    train.eval_every_n_steps, report=self.console.line)
+        estimator.train(self.feed.continuing_input_fn(self.progress), max_steps=self.strategy.max_steps,
+                        hooks=hooks + [hook])
+        if not hook.stopped_early and not interrupted():
+            checkpoint = estimator.latest_checkpoint()
+            early_stopping.report_evaluation(tracker, evaluate(checkpoint), checkpoint, self.console.line)
+        return early_stopping.RoundsOutcome(best=tracker.best, checkpoint_path=tracker.checkpoint_path,
+                                            evaluations=list(tracker.history), stopped_early=hook.stopped_early)
+
+
+def choose(train: TrainConfig, input_config: pipeline.PipelineConfig,
+           strategy: strategy_lib.Strategy) -> Type[TrainingPath]:
+    """The path a set-up strategy's process trains on.
+
+    Raises:
+      ValueError: evaluation during training from a Pipe-mode channel (each
+        round would reopen it from its first epoch).
+    """
+    if not train.eval_every_n_steps or not strategy.topology.evaluates:
+        return OnePass
+    if input_config.input_mode == pipeline.INPUT_MODE_PIPE:
+        raise ValueError("--eval_every_n_steps needs File mode: training in rounds would reopen the Pipe-mode "
+                         "channel %r from its first epoch each round" % strategy.pipe_channel())
+    return RoundsInSession if strategy.evaluates_in_training_session else Rounds

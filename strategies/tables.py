@@ -1,0 +1,125 @@
+"""The embedding tables a strategy creates for a model_fn: rows looked up by id.
+
+`EmbeddingTable` is the interface (`lookup`, `lookup_with`, `variables`);
+`VariableTable` holds a table in one variable or in partitions on parameter
+servers; `LargeBatchTable` passes looked-up rows through a large-batch rule.
+A strategy hands a model_fn an `EmbeddingFactory` (through its
+`ModelContext`) that decides which kind it gets; `hybrid` has its own,
+sharded across ranks (`strategies.hybrid.ShardedTable`).
+"""
+
+import abc
+import dataclasses
+from typing import Callable, List, Optional, Sequence
+
+import tensorflow as tf
+
+from strategies import large_batch as large_batch_lib
+
+
+class EmbeddingTable(abc.ABC):
+    """An embedding table as a strategy holds it: rows looked up by id.
+
+    Attributes:
+      name: the table's variable name under the model's scope.
+      shape: the whole table's shape, `[num_rows] + row_shape`, whatever
+        part of it this process holds.
+    """
+
+    def __init__(self, name: str, shape: Sequence[int]):
+        self.name = name
+        self.shape = tuple(shape)
+
+    @abc.abstractmethod
+    def lookup(self, ids: tf.Tensor) -> tf.Tensor:
+        """The rows of `ids` (any integer shape): `ids.shape + row_shape`, differentiable."""
+
+    @abc.abstractmethod
+    def variables(self) -> List[tf.Variable]:
+        """The trainable variables holding this process's rows (partitions, or this rank's shard)."""
+
+    def lookup_with(self, others: Sequence["EmbeddingTable"], ids: tf.Tensor) -> List[tf.Tensor]:
+        """The rows of `ids` in this table and in each of `others`, in that order.
+
+        A strategy that moves rows between processes moves them in one
+        exchange where it can (`hybrid`); this default looks each table up
+        on its own.
+        """
+        return [table.lookup(ids) for table in (self,) + tuple(others)]
+
+
+class VariableTable(EmbeddingTable):
+    """A table in one variable of this process, or partitioned across parameter servers.
+
+    Args:
+      name: the variable's name (in the current variable scope).
+      shape: `[num_rows] + row_shape`.
+      initializer: the rows' initializer; None: Glorot normal.
+      partitioner: a variable partitioner (parameter servers), or None.
+      dedup: look up each distinct id once (see `StrategyConfig.dedup_lookups`).
+    """
+
+    def __init__(self, name: str, shape: Sequence[int], initializer=None, partitioner=None, dedup: bool = False):
+        super().__init__(name, shape)
+        self._dedup = dedup
+        self._partitioned = partitioner is not None
+        self.variable = tf.compat.v1.get_variable(
+            name, list(shape), initializer=initializer or tf.compat.v1.glorot_normal_initializer(),
+            partitioner=partitioner)
+
+    def variables(self) -> List[tf.Variable]:
+        """The variable, or its partitions."""
+        return list(self.variable) if self._partitioned else [self.variable]
+
+    def lookup(self, ids: tf.Tensor) -> tf.Tensor:
+        if not self._dedup:
+            return _gather(self.variable, ids)
+        distinct, index = tf.unique(tf.reshape(ids, [-1]), out_idx=tf.int32)
+        rows = tf.gather(_gather(self.variable, distinct), index)
+        looked_up = tf.reshape(rows, tf.concat([tf.shape(ids), tf.shape(rows)[1:]], axis=0))
+        looked_up.set_shape(ids.shape.concatenate(rows.shape[1:]))
+        return looked_up
+
+
+class LargeBatchTable(EmbeddingTable):
+    """A table whose looked-up rows pass through a large-batch rule (`LargeBatchRule.lookup_rows`)."""
+
+    def __init__(self, table: EmbeddingTable, rule: large_batch_lib.LargeBatchRule):
+        super().__init__(table.name, table.shape)
+        self.table = table
+        self._rule = rule
+
+    def lookup(self, ids: tf.Tensor) -> tf.Tensor:
+        return self._rule.lookup_rows(self.table.lookup(ids), ids)
+
+    def lookup_with(self, others: Sequence[EmbeddingTable], ids: tf.Tensor) -> List[tf.Tensor]:
+        """The inner tables looked up together, then the rule applied to each table's rows."""
+        inner = [other.table if isinstance(other, LargeBatchTable) else other for other in others]
+        return [self._rule.lookup_rows(rows, ids) for rows in self.table.lookup_with(inner, ids)]
+
+    def variables(self) -> List[tf.Variable]:
+        return self.table.variables()
+
+
+def _gather(table, ids: tf.Tensor) -> tf.Tensor:
+    """`table[ids]`, also for a partitioned table ('div' rows)."""
+    return tf.compat.v1.nn.embedding_lookup(table, ids, partition_strategy="div")
+
+
+EmbeddingFactory = Callable[[str, Sequence[int], Optional[object]], EmbeddingTable]
+
+
+@dataclasses.dataclass(frozen=True)
+class VariableTables:
+    """Creates `VariableTable`s with `partitioner` and `dedup` (an `EmbeddingFactory`)."""
+
+    partitioner: Optional[Callable] = None
+    dedup: bool = False
+
+    def __call__(self, name: str, shape: Sequence[int], initializer=None) -> VariableTable:
+        return VariableTable(name, shape, initializer, partitioner=self.partitioner, dedup=self.dedup)
+
+
+def variable_tables(partitioner=None, dedup: bool = False) -> EmbeddingFactory:
+    """The factory of `VariableTable`s with `partitioner` and `dedup`."""
+    return VariableTables(partitioner, dedup)
