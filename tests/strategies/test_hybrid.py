@@ -20,7 +20,8 @@ from deepfm.models import deepfm as model_lib
 from input_pipeline import schema
 from strategies import base, horovod, hybrid
 from strategies import strategy_names as names
-from tests import command_line
+from strategies.sharded import pipeline as pipeline_lib
+from tests import command_line, paths
 from tests.jobs.local import launch_testing
 
 FEATURE_SIZE = 600
@@ -81,9 +82,11 @@ class OneRankTest(tf.test.TestCase):
         self.strategy.setup()
         self.model = ModelConfig(feature_size=50, field_size=4, embedding_size=4, deep_layers=(8,), dropout=(0.0,))
 
-    def _spec(self, mode, model_fn=model_lib.model_fn, strategy=None):
+    def _spec(self, mode, model_fn=model_lib.model_fn, strategy=None, steps_per_worker=100):
         strategy = strategy or self.strategy
-        strategy.prepare(strategies.Plan(model_dir=self.get_temp_dir(), save_checkpoints_steps=10))
+        # A step budget: the exchange pipeline is on (an input that ends by itself turns it off).
+        strategy.prepare(strategies.Plan(model_dir=self.get_temp_dir(), steps_per_worker=steps_per_worker,
+                                         save_checkpoints_steps=10))
         with tf.Graph().as_default() as graph:
             tf.compat.v1.train.get_or_create_global_step()
             features = {schema.FEAT_IDS: tf.zeros([8, 4], tf.int64), schema.FEAT_VALS: tf.ones([8, 4])}
@@ -112,6 +115,15 @@ class OneRankTest(tf.test.TestCase):
         self.assertLen(savers, 1)
         self.assertIsNotNone(spec.scaffold.saver)
         self.assertEqual([], self.strategy.train_hooks())
+
+    def test_the_exchange_pipeline_runs_with_a_step_budget_only(self):
+        self._spec(tf.estimator.ModeKeys.TRAIN)
+        self.assertTrue([name for name in self.graph_ops if name.startswith(pipeline_lib.SCOPE + "/")])
+        ending = strategies.get(strategies.make_config(names.HYBRID))
+        ending.setup()
+        # No budget: the input ends by itself (`finite_input`), and the pipeline's lookahead would pass its end.
+        self._spec(tf.estimator.ModeKeys.TRAIN, strategy=ending, steps_per_worker=None)
+        self.assertFalse([name for name in self.graph_ops if name.startswith(pipeline_lib.SCOPE + "/")])
 
     def test_export_builds_plain_tables(self):
         _, variables = self._spec(tf.estimator.ModeKeys.PREDICT)
