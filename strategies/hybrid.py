@@ -39,15 +39,17 @@ import tensorflow as tf
 from absl import logging
 
 from input_pipeline import schema
-from strategies import base, horovod
+from strategies import context as context_lib
+from strategies import horovod
+from strategies import options as options_lib
+from strategies import registry
+from strategies import tables as tables_lib
 from strategies import strategy_names as names
 from strategies.sharded import checkpoint as checkpoint_lib
 from strategies.sharded import exchange
 from strategies.sharded import pipeline as pipeline_lib
 from strategies.sharded import table as table_lib
 
-# The Estimator's default number of checkpoints kept.
-DEFAULT_KEEP_CHECKPOINT_MAX = 5
 # `--id_capacity`: sized from the first batch, or no padding; a positive value is the starting places.
 AUTO_ID_CAPACITY = -1
 NO_ID_CAPACITY = 0
@@ -72,21 +74,21 @@ class HybridOptions(horovod.RankOptions):
         default) keeps training exact.
     """
 
-    exchange_fp16: bool = base.option(False, "hybrid: send embedding rows and their gradients as float16.")
-    id_capacity: int = base.option(AUTO_ID_CAPACITY, "hybrid: places per owner of a training step's id exchange "
+    exchange_fp16: bool = options_lib.option(False, "hybrid: send embedding rows and their gradients as float16.")
+    id_capacity: int = options_lib.option(AUTO_ID_CAPACITY, "hybrid: places per owner of a training step's id exchange "
                                                      "(a fixed shape for Horovod's cache): -1 sized from the first "
                                                      "batch, N starting at N, either grown when a batch needs more; "
                                                      "0: no padding.")
-    exchange_pipeline: bool = base.option(True, "hybrid: exchange the next batch's ids while the current batch "
+    exchange_pipeline: bool = options_lib.option(True, "hybrid: exchange the next batch's ids while the current batch "
                                                 "trains (training unchanged).")
-    exchange_staleness: int = base.option(pipeline_lib.EXACT, "hybrid: 1 also exchanges the next batch's rows "
+    exchange_staleness: int = options_lib.option(pipeline_lib.EXACT, "hybrid: 1 also exchanges the next batch's rows "
                                                               "during the current step, training on rows one "
                                                               "update old; 0: exact.")
 
     def __post_init__(self):
         super().__post_init__()
-        base.check_at_least("id_capacity", self.id_capacity, AUTO_ID_CAPACITY)
-        base.check_choice("exchange_staleness", self.exchange_staleness, pipeline_lib.STALENESS_LEVELS)
+        options_lib.check_at_least("id_capacity", self.id_capacity, AUTO_ID_CAPACITY)
+        options_lib.check_choice("exchange_staleness", self.exchange_staleness, pipeline_lib.STALENESS_LEVELS)
         if self.exchange_staleness and not self.exchange_pipeline:
             raise ValueError("--exchange_staleness %d needs --exchange_pipeline (the stale rows travel with the "
                              "next batch's ids)" % self.exchange_staleness)
@@ -98,7 +100,7 @@ class HybridOptions(horovod.RankOptions):
         return exchange.SIZE_FROM_FIRST_BATCH if self.id_capacity == AUTO_ID_CAPACITY else self.id_capacity
 
 
-class ShardedTable(base.EmbeddingTable):
+class ShardedTable(tables_lib.EmbeddingTable):
     """A `ModelContext` table whose rows are sharded across the ranks (`ShardedEmbedding`)."""
 
     def __init__(self, sharded: table_lib.ShardedEmbedding, tables: "_Tables"):
@@ -109,7 +111,7 @@ class ShardedTable(base.EmbeddingTable):
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
         return self._tables.lookup([self.sharded], ids)[0]
 
-    def lookup_with(self, others: Sequence[base.EmbeddingTable], ids: tf.Tensor) -> List[tf.Tensor]:
+    def lookup_with(self, others: Sequence[tables_lib.EmbeddingTable], ids: tf.Tensor) -> List[tf.Tensor]:
         """One exchange of rows for this table and `others` when they are sharded alike; else one each."""
         tables = [self] + list(others)
         if not all(isinstance(table, ShardedTable) and table._tables is self._tables
@@ -203,7 +205,7 @@ class LookupStatsHook(tf.estimator.SessionRunHook):
                          self.totals["rows_served"] / self.steps, self._rows_held, padding)
 
 
-@base.register(names.HYBRID)
+@registry.register(names.HYBRID)
 class HybridStrategy(horovod.HorovodStrategy):
     """One Horovod rank of a hybrid-parallel job (see the module docstring)."""
 
@@ -213,13 +215,13 @@ class HybridStrategy(horovod.HorovodStrategy):
         """`hvd.DistributedOptimizer`; the shards' gradients stay local (`register_local_var`)."""
         return ()
 
-    def embedding_factory(self, mode: str) -> base.EmbeddingFactory:
+    def embedding_factory(self, mode: str) -> tables_lib.EmbeddingFactory:
         """Sharded tables in TRAIN and EVAL; plain ones in PREDICT, so the export needs no Horovod."""
         if mode == tf.estimator.ModeKeys.PREDICT:
             return super().embedding_factory(mode)
         return _Tables(self, mode)
 
-    def model_context(self, mode: str, per_replica_batch: Optional[int] = None) -> base.ModelContext:
+    def model_context(self, mode: str, per_replica_batch: Optional[int] = None) -> context_lib.ModelContext:
         context = super().model_context(mode, per_replica_batch)
         tables = context.embedding_factory
         if not isinstance(tables, _Tables):
@@ -244,10 +246,10 @@ class HybridStrategy(horovod.HorovodStrategy):
             return None
         return pipeline_lib.ExchangePipeline(features, labels, schema.FEAT_IDS, self.options.exchange_staleness)
 
-    def replicate(self, model_fn: base.ModelFn) -> base.ModelFn:
+    def replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
         """`model_fn`, with the exchange pipeline, the sharded checkpoint, its saver hook and the lookup statistics."""
         def sharded(features, labels, mode, params):
-            tables = base.ModelContext.of(params).embedding_factory
+            tables = context_lib.ModelContext.of(params).embedding_factory
             pipeline = self._pipeline(features, labels, mode) if isinstance(tables, _Tables) else None
             if pipeline is not None:
                 tables.pipeline = pipeline
