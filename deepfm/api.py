@@ -46,11 +46,10 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
     from cli import entry  # pylint: disable=import-outside-toplevel
     entry.drop_deprecation_notices()
     import strategies  # pylint: disable=import-outside-toplevel
-    from strategies import topology as topology_lib  # pylint: disable=import-outside-toplevel
     from deepfm.runtime import console as console_lib  # pylint: disable=import-outside-toplevel
     from deepfm.runtime import trainer  # pylint: disable=import-outside-toplevel
     from input_pipeline import pipeline  # pylint: disable=import-outside-toplevel
-    from strategies import base as strategies_base  # pylint: disable=import-outside-toplevel
+    from strategies import topology as topology_lib  # pylint: disable=import-outside-toplevel
 
     input_config = input_config or pipeline.PipelineConfig(field_size=model.field_size)
     adapter = strategy if isinstance(strategy, strategies.Strategy) else strategies.get(

@@ -30,10 +30,9 @@ from typing import Mapping, Tuple
 import tensorflow as tf
 from absl import logging
 
-from strategies import host_layout
-from strategies import registry
-from strategies.config import StrategyConfig
+from strategies import host_layout, registry
 from strategies import strategy_names as names
+from strategies.config import StrategyConfig
 
 # Towers need one core for the reduction and at least two more to beat one device.
 MIN_CORES_FOR_TOWERS = 3

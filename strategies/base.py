@@ -17,15 +17,30 @@
 
 # pylint: disable=unused-import
 from strategies.config import DEVICE_TYPES, StrategyConfig
-from strategies.context import (MODEL_CONTEXT_PARAM, MetricFn, ModelContext, ModelFn, OptimizerFn,
-                                OptimizerWrapper)
+from strategies.context import MODEL_CONTEXT_PARAM, MetricFn, ModelContext, ModelFn, OptimizerFn, OptimizerWrapper
 from strategies.lifecycle import LifecycleError, Plan
 from strategies.options import NoOptions, check_at_least, check_choice, option
-from strategies.registry import (ADAPTER_MODULES, adapter_class, get, make_config, names, option_owners,
-                                 options_class, register, register_choice, resolve)
+from strategies.registry import (
+    ADAPTER_MODULES,
+    adapter_class,
+    get,
+    make_config,
+    names,
+    option_owners,
+    options_class,
+    register,
+    register_choice,
+    resolve,
+)
 from strategies.strategy import Strategy
-from strategies.tables import (EmbeddingFactory, EmbeddingTable, LargeBatchTable, VariableTable, VariableTables,
-                               variable_tables)
+from strategies.tables import (
+    EmbeddingFactory,
+    EmbeddingTable,
+    LargeBatchTable,
+    VariableTable,
+    VariableTables,
+    variable_tables,
+)
 from strategies.topology import ROLE_PS, ROLE_WORKER, Topology
 
 __all__ = ["ADAPTER_MODULES", "DEVICE_TYPES", "EmbeddingFactory", "EmbeddingTable", "LargeBatchTable",

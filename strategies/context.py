@@ -32,7 +32,8 @@ from strategies import tables as tables_lib
 MODEL_CONTEXT_PARAM = "strategy_model_context"
 
 ModelFn = Callable[..., tf.estimator.EstimatorSpec]
-OptimizerFn = Callable[[float], tf.compat.v1.train.Optimizer]
+# Builds the optimizer from a learning rate: a float, or a tensor under a large-batch rule.
+OptimizerFn = large_batch_lib.OptimizerFn
 OptimizerWrapper = Callable[[tf.compat.v1.train.Optimizer], tf.compat.v1.train.Optimizer]
 MetricFn = Callable[[tf.Tensor, Dict[str, tf.Tensor]], Dict[str, Tuple[tf.Tensor, tf.Operation]]]
 
@@ -121,7 +122,7 @@ class ModelContext:
 
     def embedding_variables(self) -> List[tf.Variable]:
         """The variables of the tables `embedding` created, each once."""
-        variables = {}
+        variables: Dict[object, tf.Variable] = {}
         for table in self.tables:
             variables.update((variable.ref(), variable) for variable in table.variables())
         return list(variables.values())

@@ -7,7 +7,9 @@ shows only what a strategy is now.
 """
 
 import warnings
-from typing import Dict, Optional
+from typing import ClassVar, Dict, Optional
+
+from strategies import topology as topology_lib
 
 # What replaced each old member.
 REPLACEMENTS = {
@@ -32,6 +34,13 @@ def warn(old: str, stacklevel: int = 3) -> None:
 
 class StrategyMembers:
     """The old members of `Strategy` (a base of it): each warns, then reads its replacement."""
+
+    # What the old members read; `Strategy` defines them.
+    name: ClassVar[str]
+
+    @property
+    def topology(self) -> topology_lib.Topology:
+        raise NotImplementedError
 
     @property
     def num_replicas_in_sync(self) -> int:

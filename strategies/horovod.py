@@ -66,13 +66,11 @@ from absl import logging
 
 from input_pipeline import sharding
 from strategies import context as context_lib
-from strategies import devices, large_batch, lifecycle
-from strategies.options import check_at_least, check_choice, option
-from strategies import registry
-from strategies import strategy
+from strategies import devices, large_batch, lifecycle, registry, strategy
 from strategies import strategy_names as names
 from strategies import topology as topology_lib
 from strategies.config import StrategyConfig
+from strategies.options import check_at_least, check_choice, option
 
 LR_SCALINGS = ("none", "linear", "sqrt", "capped")
 LR_NONE, LR_LINEAR, LR_SQRT, LR_CAPPED = LR_SCALINGS

@@ -40,11 +40,10 @@ from absl import logging
 
 from input_pipeline import schema
 from strategies import context as context_lib
-from strategies import horovod
+from strategies import horovod, registry
 from strategies import options as options_lib
-from strategies import registry
-from strategies import tables as tables_lib
 from strategies import strategy_names as names
+from strategies import tables as tables_lib
 from strategies.sharded import checkpoint as checkpoint_lib
 from strategies.sharded import exchange
 from strategies.sharded import pipeline as pipeline_lib

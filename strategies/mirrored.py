@@ -23,8 +23,8 @@ from typing import Callable, Dict
 
 import tensorflow as tf
 
-from strategies import options as options_lib
 from strategies import devices as devices_lib
+from strategies import options as options_lib
 from strategies import registry
 from strategies import strategy_names as names
 

@@ -9,7 +9,7 @@ whose messages name the flag.
 """
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 # The metadata keys of an `option` field.
 HELP = "help"
@@ -33,7 +33,7 @@ def option(default, help: str, choices: Optional[Sequence] = None):  # pylint: d
 
     The field's name is the flag's name.
     """
-    metadata = {HELP: help}
+    metadata: Dict[str, object] = {HELP: help}
     if choices is not None:
         metadata[CHOICES] = tuple(choices)
     return dataclasses.field(default=default, metadata=metadata)

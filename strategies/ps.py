@@ -39,16 +39,13 @@ import tensorflow as tf
 from absl import logging
 
 from input_pipeline import sharding
+from strategies import cluster as cluster_lib
 from strategies import context as context_lib
-from strategies import lifecycle
+from strategies import lifecycle, registry, strategy, tower
 from strategies import options as options_lib
-from strategies import registry
-from strategies import strategy
+from strategies import strategy_names as names
 from strategies import tables as tables_lib
 from strategies import topology as topology_lib
-from strategies import cluster as cluster_lib
-from strategies import strategy_names as names
-from strategies import tower
 from strategies.config import StrategyConfig
 
 # Variable-holding op types placed on the parameter servers.

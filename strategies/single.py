@@ -1,7 +1,6 @@
 """The `single` strategy: one process, one device, no distribution."""
 
-from strategies import registry
-from strategies import strategy
+from strategies import registry, strategy
 from strategies import strategy_names as names
 
 

@@ -34,9 +34,8 @@ import tensorflow as tf
 from absl import logging
 
 from strategies import context as context_lib
-from strategies import deprecated
+from strategies import deprecated, lifecycle
 from strategies import large_batch as large_batch_lib
-from strategies import lifecycle
 from strategies import options as options_lib
 from strategies import tables as tables_lib
 from strategies import topology as topology_lib
@@ -140,6 +139,7 @@ class Strategy(deprecated.StrategyMembers, abc.ABC):
     @property
     def topology(self) -> topology_lib.Topology:
         """Where this process sits in its job (what `setup` returned)."""
+        assert self._topology is not None  # the lifecycle guard raised LifecycleError before setup()
         return self._topology
 
     def prepare(self, plan: lifecycle.Plan) -> None:
@@ -176,25 +176,30 @@ class Strategy(deprecated.StrategyMembers, abc.ABC):
         """Where this process's Estimator checkpoints: the plan's model directory, by default."""
         return plan.model_dir
 
+    def _run(self) -> _Prepared:
+        """What `prepare` agreed on (the lifecycle guard of each property raised LifecycleError before it)."""
+        assert self._prepared is not None
+        return self._prepared
+
     @property
     def plan(self) -> lifecycle.Plan:
         """The plan `prepare` took."""
-        return self._prepared.plan
+        return self._run().plan
 
     @property
     def max_steps(self) -> Optional[int]:
         """The global step at which training stops; None: at the end of the input."""
-        return self._prepared.max_steps
+        return self._run().max_steps
 
     @property
     def start_step(self) -> int:
         """The global step training starts from: the chief's resume step, the same on every process in lockstep."""
-        return self._prepared.start_step
+        return self._run().start_step
 
     @property
     def checkpoint_dir(self) -> str:
         """Where this process's Estimator checkpoints (Horovod's other ranks: a private directory)."""
-        return self._prepared.checkpoint_dir
+        return self._run().checkpoint_dir
 
     def serve(self) -> None:
         """Runs a non-training task (a parameter server) until the job ends."""
@@ -339,7 +344,7 @@ class Strategy(deprecated.StrategyMembers, abc.ABC):
             self.config.large_batch_rule, per_replica_batch * self.topology.replicas_in_sync,
             self.config.large_batch_base, self.config.large_batch_warmup_steps, self.gradient_share(),
             self.config.large_batch_warmup_examples)
-        if mode == tf.estimator.ModeKeys.TRAIN:
+        if rule is not None and mode == tf.estimator.ModeKeys.TRAIN:
             logging.info("%s", rule.describe())
         return rule
 

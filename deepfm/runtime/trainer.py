@@ -30,23 +30,16 @@ from deepfm.config import ModelConfig, TrainConfig
 from deepfm.models import ctr
 from deepfm.runtime import (
     checkpoints,
-    early_stopping,
-    input_position,
+    evaluation,
     interrupt,
     metrics_server,
-    preflight,
     run_config,
     step_trace,
+    training_paths,
     watchdog,
 )
 from deepfm.runtime import console as console_lib
-from deepfm.runtime import evaluation
 from deepfm.runtime import hooks as hooks_lib
-from deepfm.runtime import interrupt
-from deepfm.runtime import run_config
-from deepfm.runtime import step_trace
-from deepfm.runtime import training_paths
-from deepfm.runtime import watchdog
 from deepfm.runtime.training_input import TrainingInput
 from input_pipeline import pipeline
 from strategies import context as context_lib

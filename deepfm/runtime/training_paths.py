@@ -16,14 +16,13 @@ rounds (None for one pass: evaluation then follows training).
 """
 
 import dataclasses
-from typing import Callable, List, Optional, Type
+from typing import Callable, List, Optional, Tuple, Type
 
 import tensorflow as tf
 
 from deepfm.config import TrainConfig
 from deepfm.runtime import console as console_lib
-from deepfm.runtime import early_stopping
-from deepfm.runtime import evaluation
+from deepfm.runtime import early_stopping, evaluation
 from deepfm.runtime import hooks as hooks_lib
 from deepfm.runtime.training_input import TrainingInput
 from input_pipeline import pipeline
@@ -57,6 +56,19 @@ class TrainingPath:
         """Trains `estimator` with `hooks`; `interrupted` says whether a stop signal ended training."""
         raise NotImplementedError
 
+    def _rounds(self) -> Tuple[int, int]:
+        """The step budget and the steps between evaluations of a path in rounds.
+
+        Raises:
+          ValueError: either is unset (`choose` picks a path in rounds only
+            with both: File mode always has a step budget).
+        """
+        max_steps, every = self.strategy.max_steps, self.train.eval_every_n_steps
+        if max_steps is None or not every:
+            raise ValueError("training in rounds needs a step budget and --eval_every_n_steps, got %r and %r"
+                             % (max_steps, every))
+        return max_steps, every
+
 
 class OnePass(TrainingPath):
     """Trains to the step budget in one `Estimator.train` call."""
@@ -73,6 +85,7 @@ class Rounds(TrainingPath):
 
     def run(self, estimator, hooks, interrupted) -> early_stopping.RoundsOutcome:
         strategy, train = self.strategy, self.train
+        max_steps, every = self._rounds()
         tracker = early_stopping.BestCheckpoint(train.model_dir, train.early_stopping_patience,
                                                 keep=strategy.topology.is_chief)
         eval_config = evaluation.file_eval_config(self.input_config)
@@ -89,7 +102,7 @@ class Rounds(TrainingPath):
 
         # The agreed start: rank 0's resume step on every Horovod rank (the others train in private directories).
         return early_stopping.train_in_rounds(
-            train_to, evaluate, tracker, strategy.start_step, strategy.max_steps, train.eval_every_n_steps,
+            train_to, evaluate, tracker, strategy.start_step, max_steps, every,
             agree=strategy.agreed_max, report=self.console.line, interrupted=interrupted)
 
 
@@ -103,6 +116,7 @@ class RoundsInSession(TrainingPath):
 
     def run(self, estimator, hooks, interrupted) -> early_stopping.RoundsOutcome:
         train = self.train
+        max_steps, every = self._rounds()
         tracker = early_stopping.BestCheckpoint(train.model_dir, train.early_stopping_patience)
         eval_config = evaluation.file_eval_config(self.input_config)
 
@@ -110,9 +124,9 @@ class RoundsInSession(TrainingPath):
             auc, logloss, step = evaluation.evaluate(estimator, train.val_files, eval_config, checkpoint)
             return early_stopping.Evaluation(step=step, auc=auc, logloss=logloss)
 
-        hook = early_stopping.EvaluateInSessionHook(train.model_dir, evaluate, tracker, self.strategy.max_steps,
-                                                    train.eval_every_n_steps, report=self.console.line)
-        estimator.train(self.feed.continuing_input_fn(self.progress), max_steps=self.strategy.max_steps,
+        hook = early_stopping.EvaluateInSessionHook(train.model_dir, evaluate, tracker, max_steps, every,
+                                                    report=self.console.line)
+        estimator.train(self.feed.continuing_input_fn(self.progress), max_steps=max_steps,
                         hooks=hooks + [hook])
         if not hook.stopped_early and not interrupted():
             checkpoint = estimator.latest_checkpoint()

@@ -26,7 +26,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, Dict, Iterator, Optional
+from typing import Callable, Dict, Iterator, Mapping, Optional
 
 from absl import logging
 
@@ -61,7 +61,7 @@ class PeerWatchdog:
         name, address and the last error; default `exit_on_lost`.
     """
 
-    def __init__(self, peers: Dict[str, str], lost_after_s: float = PEER_LOST_AFTER_S,
+    def __init__(self, peers: Mapping[str, str], lost_after_s: float = PEER_LOST_AFTER_S,
                  interval_s: float = PEER_CHECK_INTERVAL_S, on_lost: Optional[LostCallback] = None):
         self._peers = dict(peers)
         self._lost_after_s = lost_after_s
@@ -104,12 +104,12 @@ class PeerWatchdog:
 
 
 @contextlib.contextmanager
-def watch_peers(peers: Dict[str, str], **options) -> Iterator[Optional[PeerWatchdog]]:
+def watch_peers(peers: Mapping[str, str], **options) -> Iterator[Optional[PeerWatchdog]]:
     """Within the block, a lost peer ends this task (see the module docstring).
 
     Args:
       peers: the tasks this one cannot train without, name -> `host:port`
-        (`Strategy.peers()`: a training task's parameter servers); none:
+        (`Topology.peers`: a training task's parameter servers); none:
         nothing is watched.
       **options: passed to `PeerWatchdog`.
     """
