@@ -32,9 +32,11 @@ No rank ever waits in a collective for a rank busy with something else
   from the smallest shard's rows, and the training input repeats, so no rank
   runs out of data first.
 * The only collectives are the gradient allreduces of training steps, the
-  broadcast at session start, and one agreement on rank 0's resume step in
-  `prepare` (a maximum over the ranks, the others giving 0), which every rank
-  calls once; with evaluation during training, one agreement per round on
+  broadcast at session start, the trainer's agreements before training (on
+  its input check, and on rank 0's resume step and input position:
+  `deepfm.runtime.preflight`), one agreement on rank 0's resume step in
+  `prepare` (a maximum over the ranks, the others giving 0), each made once
+  by every rank; with evaluation during training, one agreement per round on
   whether to stop early. Evaluation and export run after the last step and
   contain no collective.
 * A stop on SIGTERM or SIGINT (`deepfm.runtime.interrupt`) is agreed in the step
@@ -44,10 +46,10 @@ No rank ever waits in a collective for a rank busy with something else
   set: the same work everywhere, and since the variables are equal every
   rank computes the same metrics. Sharding the validation set would need an
   allreduce of the metric state, i.e. one more chance to stall.
-* A model directory whose checkpoint already reached the step budget would
-  make rank 0 skip training while the others wait for it; every rank
-  detects this from the agreed resume step in `prepare` and stops with an
-  error.
+* A model directory whose checkpoint already reached the step budget (a
+  job stopped during its final evaluation or export) gets a training session
+  of no step on every rank, then the evaluation and the export
+  (`deepfm.runtime.trainer`).
 * Rank 0's periodic checkpoints and summaries are the only work it does
   alone during training; they are local and short.
 """

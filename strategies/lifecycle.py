@@ -68,6 +68,10 @@ class Plan:
       resume_step: the global step of the checkpoint this process found in
         `model_dir`; None: a new model directory. Only the chief's counts:
         `prepare` agrees on it (`Strategy.start_step`).
+      max_steps: the global step training stops at where the run's input
+        position moved it (a resumed or resized run counts its budget in
+        examples: `deepfm.runtime.input_position`; at `resume_step` it
+        trains no step); None: `Strategy.global_max_steps(steps_per_worker)`.
     """
 
     model_dir: str
@@ -78,6 +82,7 @@ class Plan:
     log_every_n_steps: int = DEFAULT_LOG_EVERY_N_STEPS
     seed: Optional[int] = None
     resume_step: Optional[int] = None
+    max_steps: Optional[int] = None
 
     def __post_init__(self):
         if not self.model_dir:
@@ -89,8 +94,10 @@ class Plan:
         for name in ("save_checkpoints_steps", "keep_checkpoint_max", "log_every_n_steps"):
             if getattr(self, name) < 1:
                 raise ValueError("Plan.%s must be >= 1, got %r" % (name, getattr(self, name)))
-        if self.resume_step is not None and self.resume_step < 0:
-            raise ValueError("Plan.resume_step must be >= 0 or None, got %r" % self.resume_step)
+        for name in ("resume_step", "max_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError("Plan.%s must be >= 0 or None, got %r" % (name, value))
 
 
 def require(strategy, member: str, stage: int) -> None:

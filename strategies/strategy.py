@@ -145,30 +145,27 @@ class Strategy(deprecated.StrategyMembers, abc.ABC):
     def prepare(self, plan: lifecycle.Plan) -> None:
         """The second step: takes the run's plan, once, agreeing on it with the processes that must agree.
 
-        Sets `max_steps` (`global_max_steps` of the plan's steps),
+        Sets `max_steps` (the plan's, else `global_max_steps` of its steps),
         `start_step` (the chief's resume step, agreed: a collective under
-        Horovod, which every rank runs here and only here) and
-        `checkpoint_dir`. Called again with the same plan it does nothing.
+        Horovod, which every rank runs here) and `checkpoint_dir`. Called
+        again with the same plan it does nothing. A run resumed at its
+        budget has `max_steps` at `start_step`: the trainer then runs a
+        session of no step on every process.
 
         Raises:
           ValueError: another plan than the one prepared for (build a new
-            strategy for another run), or processes in lockstep whose chief
-            resumes at or past the step budget (it would skip training while
-            the others wait for it).
+            strategy for another run).
         """
         if self._prepared is not None:
             if plan == self._prepared.plan:
                 return
             raise ValueError("strategy %r is prepared for %s already; build a new strategy for another plan (%s)"
                              % (self.name, self._prepared.plan, plan))
-        max_steps = None if plan.steps_per_worker is None else self.global_max_steps(plan.steps_per_worker)
+        max_steps = plan.max_steps
+        if max_steps is None and plan.steps_per_worker is not None:
+            max_steps = self.global_max_steps(plan.steps_per_worker)
         own_step = (plan.resume_step or 0) if self.topology.is_chief else 0
         start_step = self.agreed_max(own_step)
-        if self.topology.lockstep and max_steps is not None and start_step >= max_steps:
-            raise ValueError(
-                "--model_dir %r on the chief holds a checkpoint at global step %d, and the step budget is %d: the "
-                "chief would skip training while the other processes wait for it. Raise --max_steps or "
-                "--num_epochs, or use a new --model_dir" % (plan.model_dir, start_step, max_steps))
         self._prepared = _Prepared(plan, max_steps, start_step, self._checkpoint_dir(plan))
         self.stage = lifecycle.PREPARED
 

@@ -25,11 +25,15 @@ from deepfm import models
 from deepfm.config import ModelConfig, TrainConfig
 from deepfm.runtime import checkpoints, input_position
 from input_pipeline import data_check, pipeline
-from strategies import base as strategies_base
+from strategies import context as context_lib
+from strategies import strategy as strategy_lib
+
+# The name of the collective of `combined`.
+AGREEMENT_NAME = "preflight_agreement"
 
 
 def resume_point(model_dir: str, model: Optional[ModelConfig] = None,
-                 model_fn: Optional[strategies_base.ModelFn] = None) -> Optional[str]:
+                 model_fn: Optional[context_lib.ModelFn] = None) -> Optional[str]:
     """The checkpoint training resumes from (None: a new model directory), changing nothing in `model_dir`.
 
     Unreadable checkpoints are skipped and, with `model`, a checkpoint of
@@ -62,7 +66,7 @@ def prepare_model_dir(model_dir: str, checkpoint: Optional[str]) -> None:
 
 
 def check_data(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineConfig,
-               eval_config: pipeline.PipelineConfig, strategy: strategies_base.Strategy,
+               eval_config: pipeline.PipelineConfig, strategy: strategy_lib.Strategy,
                context: tf.distribute.InputContext) -> None:
     """Reads the input whole once before anything is written (`input_pipeline.data_check`).
 
@@ -82,13 +86,13 @@ def check_data(train: TrainConfig, model: ModelConfig, input_config: pipeline.Pi
     error = None
     try:
         data_check.check_files(own, input_config, model.feature_size)
-        if strategy.is_chief and train.val_files:
+        if strategy.topology.is_chief and train.val_files:
             data_check.check_files(train.val_files, eval_config, model.feature_size,
                                    role="validation")
     except data_check.DataCheckError as e:
         error = e
     agreed = combined(strategy, (int(error is not None),))
-    if error is None and agreed is None and strategy.is_chief:
+    if error is None and agreed is None and strategy.topology.is_chief:
         try:
             data_check.check_files([path for path in files if path not in own], input_config, model.feature_size)
         except data_check.DataCheckError as e:
@@ -101,31 +105,31 @@ def check_data(train: TrainConfig, model: ModelConfig, input_config: pipeline.Pi
     logging.info("checked the input in %.1f s (--check_data)", time.monotonic() - start)
 
 
-def resume_plan(train: TrainConfig, strategy: strategies_base.Strategy, resumed_step: Optional[int],
+def resume_plan(train: TrainConfig, strategy: strategy_lib.Strategy, resumed_step: Optional[int],
                  steps: int, budget: int, batch: int, per_step: int) -> input_position.ResumePlan:
     """Where this run's input starts and the global step it trains to (`deepfm.runtime.input_position`).
 
     Horovod ranks take rank 0's plan (a collective every rank makes here):
     they must train the same steps on the same position.
     """
-    workers = strategy.num_workers
+    workers = strategy.topology.workers
     per_global_step = batch * per_step * workers * steps // budget
     segments = input_position.read(train.model_dir)
     plan = input_position.plan(segments, resumed_step or 0, per_global_step, budget, workers, batch)
     mine = (plan.resumed_step, plan.max_steps, plan.skip_batches)
-    agreed = combined(strategy, mine if strategy.is_chief else (0, 0, 0))
+    agreed = combined(strategy, mine if strategy.topology.is_chief else (0, 0, 0))
     if agreed is not None and agreed != mine:
         plan = dataclasses.replace(plan, resumed_step=agreed[0], max_steps=agreed[1], skip_batches=agreed[2])
-    if strategy.is_chief:
+    if strategy.topology.is_chief:
         input_position.record(train.model_dir, segments, plan.resumed_step, per_global_step)
     return plan
 
 
-def combined(strategy: strategies_base.Strategy, values: Sequence[int]) -> Optional[Tuple[int, ...]]:
-    """Each of `values` (int32) as its largest over the processes that must agree; None where none must."""
+def combined(strategy: strategy_lib.Strategy, values: Sequence[int]) -> Optional[Tuple[int, ...]]:
+    """Each of `values` (int32) as its largest over the processes in lockstep (`Strategy.agree_max`); None alone."""
+    if not strategy.topology.lockstep:
+        return None
     with tf.Graph().as_default():
-        maximum = strategy.agree_to_stop(tf.constant(list(values), tf.int32))
-        if maximum is None:
-            return None
+        maximum = strategy.agree_max(tf.constant(list(values), tf.int32), name=AGREEMENT_NAME)
         with tf.compat.v1.Session(config=strategy.session_config()) as session:
             return tuple(int(v) for v in session.run(maximum))

@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple, Type
 
 import tensorflow as tf
 from absl import logging
@@ -33,6 +33,7 @@ from deepfm.runtime import (
     evaluation,
     interrupt,
     metrics_server,
+    preflight,
     run_config,
     step_trace,
     training_paths,
@@ -41,7 +42,7 @@ from deepfm.runtime import (
 from deepfm.runtime import console as console_lib
 from deepfm.runtime import hooks as hooks_lib
 from deepfm.runtime.training_input import TrainingInput
-from input_pipeline import pipeline
+from input_pipeline import pipe, pipeline
 from strategies import context as context_lib
 from strategies import lifecycle
 from strategies import strategy as strategy_lib
@@ -50,6 +51,8 @@ from strategies import topology as topology_lib
 # Kept here for their former users; they live in `deepfm.runtime.evaluation`.
 EVAL_BATCH_SIZE = evaluation.EVAL_BATCH_SIZE
 REPORTED_METRICS = evaluation.REPORTED_METRICS
+# The directory TensorFlow writes a SavedModel into before moving it to `<export_dir>/<timestamp>`.
+PARTIAL_EXPORT = re.compile(r"^temp-\d+$")
 # Under the model directory, where `--trace_steps` traces go by default.
 TRACE_DIR = "traces"
 
@@ -122,11 +125,12 @@ def check_model_dir(model_dir: str, model: Optional[ModelConfig] = None, repair:
 
 
 def plan_for(train: TrainConfig, steps_per_worker: Optional[int] = None,
-             resume_step: Optional[int] = None) -> lifecycle.Plan:
-    """The strategy's `Plan` of a run of `train`: its model directory, checkpoints, seed and batch."""
+             resume_step: Optional[int] = None, max_steps: Optional[int] = None) -> lifecycle.Plan:
+    """The strategy's `Plan` of a run of `train`: its model directory, checkpoints, seed, batch and steps."""
     return lifecycle.Plan(model_dir=train.model_dir, steps_per_worker=steps_per_worker,
                           per_replica_batch=train.batch_size, save_checkpoints_steps=train.save_checkpoints_steps,
-                          log_every_n_steps=train.log_every_n_steps, seed=train.seed, resume_step=resume_step)
+                          log_every_n_steps=train.log_every_n_steps, seed=train.seed, resume_step=resume_step,
+                          max_steps=max_steps)
 
 
 def build_estimator(model: ModelConfig, strategy: strategy_lib.Strategy,
@@ -171,15 +175,12 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         strategy.serve()
         return None
     model_fn = model_fn or models.get(model.model)
-    resumed_step = _open_model_dir(train, model, input_config, strategy, model_fn)
-    feed = TrainingInput.of(train, input_config, strategy)
-    path = training_paths.choose(train, input_config, strategy)
-    strategy.prepare(plan_for(train, feed.steps_per_worker, resumed_step))
+    console = console or console_lib.Console(enabled=False)
+    feed, path = _start(train, model, input_config, strategy, model_fn, console)
     max_steps = strategy.max_steps
     budget = ("training to global step %d" % max_steps if max_steps is not None else
               "training for %d epoch(s) of channel %s, each ending with its FIFO" % (train.num_epochs, feed.source))
     logging.info("%s; per-replica batch %d; %s", strategy.describe(), train.batch_size, budget)
-    console = console or console_lib.Console(enabled=False)
     console.line("%s; per-replica batch %d; %s" % (
         strategy.describe(), train.batch_size,
         "training to global step %d" % max_steps if max_steps else "training to the end of the channel"))
@@ -192,8 +193,10 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
                                       feed.global_steps_per_epoch(max_steps)) + [metrics])
     training = path(train, input_config, strategy, feed, throughput, console)
     start = time.time()
+    pipe_mode = input_config.input_mode == pipeline.INPUT_MODE_PIPE
     with interrupt.StopRequest() as stop, checkpoints.save_errors(train.model_dir), \
-            watchdog.watch_peers(topology.peers), metrics.serving():
+            watchdog.watch_peers(topology.peers), metrics.serving(), \
+            _named_stream_errors(feed.source, pipe_mode, train.model_dir):
         hooks = strategy.train_hooks() + [throughput, stop.hook(_stop_agreement(strategy))]
         if train.trace_steps:
             hooks.append(_trace_hook(train, strategy))
@@ -218,24 +221,71 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     return result
 
 
-def _open_model_dir(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineConfig,
-                    strategy: strategy_lib.Strategy, model_fn: context_lib.ModelFn) -> Optional[int]:
-    """Checks the model directory and, on the chief, records the run's configuration there.
+def _start(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineConfig,
+           strategy: strategy_lib.Strategy, model_fn: context_lib.ModelFn, console: console_lib.Console
+           ) -> Tuple[TrainingInput, Type[training_paths.TrainingPath]]:
+    """Checks the run, then makes its first writes, then prepares `strategy`; returns the input and the path.
 
-    Returns:
-      The global step of the checkpoint training resumes from, or None for a
-      new model directory.
+    Every check comes first (`deepfm.runtime.preflight`): the recorded
+    configuration, the model directory, the input and its step budget, the
+    training path, the data. Only then does the chief write to the model
+    directory, so a refused run leaves it as it was. The input then goes on
+    where the checkpoint left it, and the plan holds the step the budget ends
+    at (`deepfm.runtime.input_position`); a run resumed at its budget trains
+    no step (`training_paths.NoStep`).
     """
     is_chief = strategy.topology.is_chief
     record = run_config.resolved(train, model, input_config, strategy.config, _qualified_name(model_fn))
     if is_chief:
         run_config.check_resume(train.model_dir, record)
-    resumed_step = check_model_dir(train.model_dir, model, repair=is_chief, model_fn=model_fn)
+    checkpoint = preflight.resume_point(train.model_dir, model, model_fn)
+    resumed_step = None if checkpoint is None else checkpoints.checkpoint_step(checkpoint)
+    feed = TrainingInput.of(train, input_config, strategy)
+    path = training_paths.choose(train, input_config, strategy)
+    if train.check_data and input_config.input_mode != pipeline.INPUT_MODE_PIPE:
+        preflight.check_data(train, model, input_config, evaluation.file_eval_config(input_config), strategy,
+                             feed.context)
     if is_chief:
+        preflight.prepare_model_dir(train.model_dir, checkpoint)
         run_config.write(train.model_dir, record)
     if resumed_step is not None:
-        logging.info("resuming from the checkpoint in %s at global step %d", train.model_dir, resumed_step)
-    return resumed_step
+        resuming = "resuming from the checkpoint in %s at global step %d" % (train.model_dir, resumed_step)
+        logging.info("%s", resuming)
+        console.line(resuming)
+    if feed.steps_per_worker is None:
+        # Pipe mode without row counts: each epoch ends with its FIFO.
+        strategy.prepare(plan_for(train, None, resumed_step))
+        return feed, path
+    position = preflight.resume_plan(train, strategy, resumed_step, feed.steps_per_worker,
+                                     strategy.global_max_steps(feed.steps_per_worker), feed.builder.batch_size,
+                                     feed.batches_per_step)
+    feed = feed.resumed_at(position.skip_batches)
+    if position.resumed_step:
+        logging.info("the steps before global step %d trained %d of the budget's %d examples: this worker's "
+                     "input skips their %d batch(es) of its shard", position.resumed_step,
+                     position.examples_done, position.examples_budget,
+                     position.skip_in_pass(feed.batches_per_pass()))
+    strategy.prepare(plan_for(train, feed.steps_per_worker, position.resumed_step, position.max_steps))
+    if position.budget_reached and path is training_paths.OnePass:
+        message = ("the checkpoint at global step %d already holds the budget's %d examples: no step to train; "
+                   "evaluating and exporting it" % (position.resumed_step, position.examples_budget))
+        logging.info("%s", message)
+        console.line(message)
+        path = training_paths.NoStep
+    return feed, path
+
+
+@contextlib.contextmanager
+def _named_stream_errors(channel, pipe_mode: bool, model_dir: str):
+    """In Pipe mode, a channel's stream that broke (`pipe.broken_stream`) is a `ValueError` naming its FIFO."""
+    try:
+        yield
+    except tf.errors.OpError as e:
+        broken = pipe.broken_stream(e, channel) if pipe_mode else None
+        if broken is None:
+            raise
+        raise ValueError("%s. Training stopped; --model_dir %r keeps the checkpoints saved before (the latest: %s)"
+                         % (broken, model_dir, tf.train.latest_checkpoint(model_dir) or "none")) from None
 
 
 def _stop_agreement(strategy: strategy_lib.Strategy):

@@ -36,6 +36,8 @@ class TrainingInput:
       batches_per_step: dataset batches one global step consumes.
       steps_per_worker: each worker's step budget; None: until the input
         ends (a Pipe channel of unknown size).
+      skip_batches: the batches of its shard trained before the run resumed
+        (`deepfm.runtime.input_position`), skipped modulo one pass over it.
     """
 
     source: pipeline.Source
@@ -43,6 +45,7 @@ class TrainingInput:
     builder: pipeline.DatasetBuilder
     batches_per_step: int
     steps_per_worker: Optional[int]
+    skip_batches: int = 0
 
     @classmethod
     def of(cls, train: TrainConfig, input_config: pipeline.PipelineConfig,
@@ -70,23 +73,43 @@ class TrainingInput:
         """Examples one global step of this process trains on."""
         return self.builder.batch_size * self.batches_per_step
 
+    def resumed_at(self, skip_batches: int) -> "TrainingInput":
+        """This input going on after the `skip_batches` batches of its shard trained before the run resumed."""
+        return dataclasses.replace(self, skip_batches=skip_batches)
+
+    def batches_per_pass(self) -> Optional[int]:
+        """Full batches one pass over this process's own shard yields; None where its rows are unknown."""
+        plan = self.builder.shard_plan(self.context)
+        if plan.rows_per_shard is None:
+            return None
+        return plan.rows_per_shard[plan.index] // self.builder.batch_size
+
+    def _skip(self, batches: int, pass_batches: Optional[int]) -> int:
+        return batches % pass_batches if pass_batches else batches
+
     def input_fn(self, finite_input: Callable[[tf.data.Dataset], tf.data.Dataset]) -> InputFn:
         """The input_fn of one pass; an input without a budget passes through `finite_input` (the strategy's)."""
         if self.steps_per_worker is None:
             return lambda: finite_input(self.builder(self.context))
-        return lambda: self.builder(self.context)
+        skip = self._skip(self.skip_batches, self.batches_per_pass())
+
+        def input_fn():
+            dataset = self.builder(self.context)
+            return dataset.skip(skip) if skip else dataset
+        return input_fn
 
     def continuing_input_fn(self, progress: hooks_lib.ProgressHook) -> InputFn:
         """An input_fn for training in rounds: each round goes on where the last one left the data.
 
-        The dataset skips the batches this process trained in earlier rounds
-        (modulo one epoch's batches).
+        The dataset skips the batches trained before this run resumed
+        (`skip_batches`) and those this process trained in earlier rounds,
+        modulo one pass over its shard.
         """
-        epoch_batches = self.builder.steps_per_epoch(self.context)
+        pass_batches = self.batches_per_pass()
 
         def input_fn():
-            skip = progress.steps * self.batches_per_step
-            return self.builder(self.context).skip(skip % epoch_batches if epoch_batches else skip)
+            skip = self.skip_batches + progress.steps * self.batches_per_step
+            return self.builder(self.context).skip(self._skip(skip, pass_batches))
         return input_fn
 
     def global_steps_per_epoch(self, max_steps: Optional[int]) -> Optional[int]:

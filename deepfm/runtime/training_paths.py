@@ -1,4 +1,4 @@
-"""The three ways a process trains: in one pass, in rounds with evaluations, or evaluating inside one session.
+"""The ways a process trains: in one pass, in rounds with evaluations, evaluating inside one session, or no step.
 
 `choose` picks the path of a run from its configuration and the process's
 topology; each path is built the same way and has one entry point,
@@ -13,6 +13,8 @@ rounds (None for one pass: evaluation then follows training).
   stop.
 * `RoundsInSession`: the same for a strategy whose evaluation must run
   inside the one training session (a parameter-server chief).
+* `NoStep`: a run resumed at its budget (a job stopped during its final
+  evaluation or export): one training session of no step on every process.
 """
 
 import dataclasses
@@ -77,6 +79,31 @@ class OnePass(TrainingPath):
         del interrupted
         estimator.train(self.feed.input_fn(self.strategy.finite_input), max_steps=self.strategy.max_steps,
                         hooks=hooks)
+        return None
+
+
+class _StopBeforeFirstStep(tf.estimator.SessionRunHook):
+    """Ends a training session before its first step (its hooks still start and end)."""
+
+    def after_create_session(self, session, coord):
+        del session
+        coord.request_stop()
+
+
+class NoStep(TrainingPath):
+    """A run resumed at its budget: one training session of no step, on every process.
+
+    `Estimator.train` would skip the session where the checkpoint reached
+    `max_steps` (rank 0) and not elsewhere (the other Horovod ranks, with
+    private directories), which would then wait for rank 0 in a collective.
+    The session restores the checkpoint everywhere and its savers write each
+    process's own checkpoint (what the other ranks evaluate), so evaluation
+    and the export follow as after the last step.
+    """
+
+    def run(self, estimator, hooks, interrupted) -> None:
+        del interrupted
+        estimator.train(self.feed.input_fn(self.strategy.finite_input), hooks=list(hooks) + [_StopBeforeFirstStep()])
         return None
 
 

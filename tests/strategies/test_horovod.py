@@ -220,11 +220,14 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIsInstance(gradient, tf.Tensor)
         self.assertAllEqual([0, 4, 0, 4, 0, 0, 0, 0, 0, 0], value.sum(axis=1))
 
-    def test_checkpoint_at_the_step_budget_is_refused_before_training(self):
+    def test_checkpoint_at_the_step_budget_prepares_a_run_of_no_step(self):
+        # The trainer then runs a session of no step on every rank (tests/jobs/local/test_launcher.py).
+        model_dir = _tempdir(self)
         strategy = strategies.get(_config())
         strategy.setup()
-        with self.assertRaisesRegex(ValueError, "global step 50, and the step budget is 50.*Raise --max_steps"):
-            strategy.prepare(strategies.Plan(model_dir=_tempdir(self), steps_per_worker=50, resume_step=50))
+        strategy.prepare(strategies.Plan(model_dir=model_dir, steps_per_worker=50, resume_step=50, max_steps=50))
+        self.assertEqual((50, 50), (strategy.start_step, strategy.max_steps))
+        self.assertEqual(model_dir, strategy.run_config().model_dir)
 
     def test_checkpoint_below_the_step_budget_resumes_from_the_agreed_step(self):
         model_dir = _tempdir(self)
