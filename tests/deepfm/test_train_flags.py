@@ -48,7 +48,7 @@ PINNED = {
     "hvd_cycle_time_ms": ("float", "-1.0", -1.0, ()),
     "hvd_fusion_threshold_bytes": ("int", "-1", -1, ()),
     "hvd_groups": ("int", "0", 0, ()),
-    "id_capacity": ("int", "0", 0, ()),
+    "id_capacity": ("int", "-1", -1, ()),
     "input_autotune": ("bool", "false", False, ()),
     "input_mode": ("string enum", "file", "file", ("file", "pipe")),
     "inter_op_threads": ("int", "0", 0, ()),
