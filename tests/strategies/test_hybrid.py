@@ -21,7 +21,7 @@ from input_pipeline import schema
 from strategies import base, horovod, hybrid
 from strategies import strategy_names as names
 from strategies.sharded import pipeline as pipeline_lib
-from tests import command_line, paths
+from tests import command_line
 from tests.jobs.local import launch_testing
 
 FEATURE_SIZE = 600
