@@ -3,17 +3,19 @@
 Each adapter keeps its options in a frozen dataclass (`Strategy.Options`)
 whose fields are made with `option`: the field's name is the flag's name,
 its default the flag's default, and its metadata the flag's help text and
-choices (`deepfm.train` defines the flags from them). The dataclass checks
+choices (`deepfm.train` defines the flags from them with `cli.config_flags`). The dataclass checks
 its values in `__post_init__` with `check_choice` and `check_at_least`,
 whose messages name the flag.
 """
 
 import dataclasses
-from typing import Dict, Optional, Sequence
+from typing import Optional, Sequence
 
-# The metadata keys of an `option` field.
-HELP = "help"
-CHOICES = "choices"
+from cli import config_flags
+
+# The metadata keys of an `option` field (`cli.config_flags`'s, which defines the flags).
+HELP = config_flags.HELP
+CHOICES = config_flags.CHOICES
 
 
 def check_choice(flag: str, value, allowed) -> None:
@@ -31,12 +33,9 @@ def check_at_least(flag: str, value, minimum) -> None:
 def option(default, help: str, choices: Optional[Sequence] = None):  # pylint: disable=redefined-builtin
     """A field of an options dataclass, with the help text (and choices) its command-line flag shows.
 
-    The field's name is the flag's name.
+    The field's name is the flag's name (`cli.config_flags.field`).
     """
-    metadata: Dict[str, object] = {HELP: help}
-    if choices is not None:
-        metadata[CHOICES] = tuple(choices)
-    return dataclasses.field(default=default, metadata=metadata)
+    return config_flags.field(default, help, choices=choices)
 
 
 @dataclasses.dataclass(frozen=True)
