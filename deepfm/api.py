@@ -16,7 +16,7 @@ from deepfm.config import ModelConfig, TrainConfig
 
 
 def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None, strategy=None,
-                       model_fn=None, console: bool = False):
+                       model_fn=None, console: bool = False, dataset=None):
     """Runs this process's part of a training job: train, evaluate, export, write the metrics.
 
     Args:
@@ -31,6 +31,9 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
         for what it gets from the strategy); None: the built-in model.
       console: print progress lines and evaluations on the chief, as the
         command line does.
+      dataset: the `deepfm.Dataset` the files come from: its metadata, read
+        once when it was opened, gives the input pipelines their row counts;
+        None: each pipeline reads the metadata beside its files.
 
     TensorFlow's deprecation notices (about the TF1 APIs the library trains
     with) are kept out of the script's output, unless the script called
@@ -56,5 +59,5 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
         strategy or strategies.StrategyConfig())
     topology = adapter.setup()
     out = console_lib.Console(enabled=console and topology.role == topology_lib.ROLE_WORKER and topology.is_chief)
-    return trainer.run(train, model, input_config, adapter, console=out, model_fn=model_fn)
+    return trainer.run(train, model, input_config, adapter, console=out, model_fn=model_fn, dataset=dataset)
 

@@ -6,11 +6,15 @@
 The specs are files, globs or directories, as `--train_data` and
 `--val_data` take them (`input_pipeline.files.resolve`). The metadata of the
 first dataset root among the training specs (`schema.find_metadata`) gives
-the feature and field sizes; it is read once (`schema.load_metadata`).
+the feature and field sizes and the rows of each file; it is read once, here,
+and handed down: the trainer gives the input pipelines the rows and the
+metadata (`row_counts`, `DatasetBuilder(row_counts=..., metadata=...)`)
+instead of each looking them up again.
 """
 
 import dataclasses
-from typing import Optional, Sequence, Tuple, Union
+import os
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from input_pipeline import files, formats, schema
 
@@ -27,12 +31,15 @@ class Dataset:
       data_format: their `formats.DataFormat`.
       metadata: the `schema.DatasetMetadata` of the training data's dataset
         root, or None for files outside one.
+      metadata_dir: the folder of that metadata file, whose shards it lists
+        relative to it; None without metadata.
     """
 
     train_files: Tuple[str, ...]
     val_files: Tuple[str, ...] = ()
     data_format: formats.DataFormat = formats.TFRECORD
     metadata: Optional[schema.DatasetMetadata] = None
+    metadata_dir: Optional[str] = None
 
     @classmethod
     def open(cls, train: Spec, val: Optional[Spec] = None,
@@ -59,7 +66,28 @@ class Dataset:
             val_files = tuple(files.default_validation(train_specs, data_format))
         else:
             val_files = tuple(files.resolve(val_specs, data_format, split=schema.VALIDATION_SPLIT)) if val_specs else ()
-        return cls(train_files, val_files, data_format, find_metadata(train_specs or val_specs))
+        path = find_metadata_file(train_specs or val_specs)
+        metadata = schema.load_metadata(path) if path else None
+        return cls(train_files, val_files, data_format, metadata, os.path.dirname(path) if path else None)
+
+    def row_counts(self, paths: Sequence[str]) -> Optional[Dict[str, int]]:
+        """The rows of each of `paths` from the metadata read at `open`; None unless it lists every one.
+
+        Nothing is read again: the input pipelines take these counts
+        (`DatasetBuilder(row_counts=...)`) instead of looking them up.
+        """
+        if self.metadata is None or self.metadata_dir is None or not paths:
+            return None
+        table = self.metadata.rows_per_file(self.metadata_dir, self.data_format.extension)
+        rows = {path: table.get(os.path.abspath(path)) for path in paths}
+        if any(count is None for count in rows.values()):
+            return None
+        return {path: count for path, count in rows.items() if count is not None}
+
+    def pipeline_args(self, paths: Sequence[str]) -> Dict[str, Any]:
+        """What a `DatasetBuilder` of `paths` takes from here: `row_counts` and `metadata`; {} unless listed."""
+        rows = self.row_counts(paths)
+        return {} if rows is None else {"row_counts": rows, "metadata": self.metadata}
 
     @property
     def feature_size(self) -> int:
@@ -79,10 +107,16 @@ class Dataset:
         return self.metadata.field_size if self.metadata is not None else schema.FIELD_SIZE
 
 
-def find_metadata(specs: Sequence[str]) -> Optional[schema.DatasetMetadata]:
-    """The metadata of the first dataset root holding one of `specs`, or None."""
+def find_metadata_file(specs: Sequence[str]) -> Optional[str]:
+    """The metadata file of the first dataset root (or split folder) holding one of `specs`, or None."""
     for item in specs:
         path = schema.find_metadata(item)
         if path:
-            return schema.load_metadata(path)
+            return path
     return None
+
+
+def find_metadata(specs: Sequence[str]) -> Optional[schema.DatasetMetadata]:
+    """The metadata of the first dataset root holding one of `specs`, or None."""
+    path = find_metadata_file(specs)
+    return schema.load_metadata(path) if path else None

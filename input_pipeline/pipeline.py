@@ -231,6 +231,9 @@ class DatasetBuilder:
       num_epochs: passes over the data; None repeats forever.
       row_counts: rows per file (File mode) or of the channel's files (Pipe
         mode); by default (File mode) read from the dataset root's metadata.
+      metadata: the dataset's metadata where the caller read it already
+        (`input_pipeline.dataset.Dataset`, with `row_counts`); by default
+        found beside the files.
 
     Raises:
       ValueError: (at construction) a bad argument, a missing or empty file,
@@ -239,7 +242,8 @@ class DatasetBuilder:
     """
 
     def __init__(self, source: Source, config: PipelineConfig, batch_size: int,
-                 num_epochs: Optional[int] = 1, row_counts: Optional[Mapping[str, int]] = None):
+                 num_epochs: Optional[int] = 1, row_counts: Optional[Mapping[str, int]] = None,
+                 metadata: Optional[schema.DatasetMetadata] = None):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1, got %r" % batch_size)
         if num_epochs is not None and num_epochs < 1:
@@ -289,15 +293,17 @@ class DatasetBuilder:
             if missing:
                 raise ValueError("row_counts has no entry for %s" % ", ".join(missing))
         self._rows = dict(row_counts) if row_counts is not None else None
-        self._check_field_size()
+        self._check_field_size(metadata)
 
-    def _check_field_size(self) -> None:
-        meta = schema.find_metadata(self.files[0])
-        if meta is not None:
-            field_size = schema.load_metadata(meta).field_size
-            if field_size != self.config.field_size:
-                raise ValueError("%s says field_size=%d, the pipeline is configured with field_size=%d"
-                                 % (meta, field_size, self.config.field_size))
+    def _check_field_size(self, metadata: Optional[schema.DatasetMetadata]) -> None:
+        where = "the metadata of %s" % self.files[0]
+        if metadata is None:
+            path = schema.find_metadata(self.files[0])
+            metadata = schema.load_metadata(path) if path is not None else None
+            where = path or where
+        if metadata is not None and metadata.field_size != self.config.field_size:
+            raise ValueError("%s says field_size=%d, the pipeline is configured with field_size=%d"
+                             % (where, metadata.field_size, self.config.field_size))
         self.config.data_format.check_first_record(self.files[0], self.config.field_size)
 
     # --- public interface ----------------------------------------------------

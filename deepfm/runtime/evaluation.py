@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 
 from absl import logging
 
+from input_pipeline import dataset as dataset_lib
 from input_pipeline import pipeline
 
 EVAL_BATCH_SIZE = 4096
@@ -30,13 +31,18 @@ def channel_eval_config(input_config: pipeline.PipelineConfig) -> pipeline.Pipel
 
 
 def evaluate(estimator, source: pipeline.Source, eval_config: pipeline.PipelineConfig,
-             checkpoint_path: Optional[str] = None) -> Tuple[float, float, int]:
+             checkpoint_path: Optional[str] = None,
+             dataset: Optional[dataset_lib.Dataset] = None) -> Tuple[float, float, int]:
     """Evaluates on every row of `source` (files, or a Pipe channel); returns (AUC, log loss, global step).
+
+    `dataset` (the files' `Dataset`, its metadata read already) hands the
+    row counts and metadata down to the input pipeline; None: it finds them.
 
     Raises:
       ValueError: the model_fn's EVAL metrics lack one of `REPORTED_METRICS`.
     """
-    builder = pipeline.DatasetBuilder(source, eval_config, batch_size=EVAL_BATCH_SIZE, num_epochs=1)
+    known = dataset.pipeline_args(source) if dataset is not None and not isinstance(source, str) else {}
+    builder = pipeline.DatasetBuilder(source, eval_config, batch_size=EVAL_BATCH_SIZE, num_epochs=1, **known)
     metrics = estimator.evaluate(builder.input_fn(), name="validation", checkpoint_path=checkpoint_path)
     logging.info("validation: %s", metrics)
     missing = [name for name in REPORTED_METRICS if name not in metrics]

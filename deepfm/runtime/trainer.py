@@ -42,6 +42,7 @@ from deepfm.runtime import (
 from deepfm.runtime import console as console_lib
 from deepfm.runtime import hooks as hooks_lib
 from deepfm.runtime.training_input import TrainingInput
+from input_pipeline import dataset as dataset_lib
 from input_pipeline import pipe, pipeline
 from strategies import context as context_lib
 from strategies import lifecycle
@@ -148,7 +149,8 @@ def build_estimator(model: ModelConfig, strategy: strategy_lib.Strategy,
 
 def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineConfig,
         strategy: strategy_lib.Strategy, console: Optional[console_lib.Console] = None,
-        model_fn: Optional[context_lib.ModelFn] = None) -> Optional[TrainResult]:
+        model_fn: Optional[context_lib.ModelFn] = None,
+        dataset: Optional[dataset_lib.Dataset] = None) -> Optional[TrainResult]:
     """Runs this process's part of a training job.
 
     Args:
@@ -162,6 +164,9 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
       model_fn: the Estimator model_fn to train (see `strategies.context` for
         what it gets from the strategy); default: the built-in model named
         by `model.model`.
+      dataset: the dataset the files come from, its metadata read once
+        (`Dataset.open`) and handed to the input pipelines; None: each
+        pipeline finds the metadata beside its files.
 
     Returns:
       The result, or None on a process that does not train (a parameter
@@ -176,7 +181,7 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         return None
     model_fn = model_fn or models.get(model.model)
     console = console or console_lib.Console(enabled=False)
-    feed, path = _start(train, model, input_config, strategy, model_fn, console)
+    feed, path = _start(train, model, input_config, strategy, model_fn, console, dataset)
     max_steps = strategy.max_steps
     budget = ("training to global step %d" % max_steps if max_steps is not None else
               "training for %d epoch(s) of channel %s, each ending with its FIFO" % (train.num_epochs, feed.source))
@@ -211,7 +216,7 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         global_step=int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)))
     if interrupted:
         interrupt.stop_training(result, train.metrics_file if topology.is_chief else None, stop)
-    _evaluate_after_training(result, outcome, estimator, train, input_config, topology)
+    _evaluate_after_training(result, outcome, estimator, train, input_config, topology, feed.dataset)
     if topology.is_chief:
         if train.export_dir:
             result.export_path = export(estimator, train.export_dir, model.field_size,
@@ -222,8 +227,8 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
 
 
 def _start(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineConfig,
-           strategy: strategy_lib.Strategy, model_fn: context_lib.ModelFn, console: console_lib.Console
-           ) -> Tuple[TrainingInput, Type[training_paths.TrainingPath]]:
+           strategy: strategy_lib.Strategy, model_fn: context_lib.ModelFn, console: console_lib.Console,
+           dataset: Optional[dataset_lib.Dataset] = None) -> Tuple[TrainingInput, Type[training_paths.TrainingPath]]:
     """Checks the run, then makes its first writes, then prepares `strategy`; returns the input and the path.
 
     Every check comes first (`deepfm.runtime.preflight`): the recorded
@@ -240,7 +245,7 @@ def _start(train: TrainConfig, model: ModelConfig, input_config: pipeline.Pipeli
         run_config.check_resume(train.model_dir, record)
     checkpoint = preflight.resume_point(train.model_dir, model, model_fn)
     resumed_step = None if checkpoint is None else checkpoints.checkpoint_step(checkpoint)
-    feed = TrainingInput.of(train, input_config, strategy)
+    feed = TrainingInput.of(train, input_config, strategy, dataset)
     path = training_paths.choose(train, input_config, strategy)
     if train.check_data and input_config.input_mode != pipeline.INPUT_MODE_PIPE:
         preflight.check_data(train, model, input_config, evaluation.file_eval_config(input_config), strategy,
@@ -296,7 +301,8 @@ def _stop_agreement(strategy: strategy_lib.Strategy):
 
 
 def _evaluate_after_training(result: TrainResult, outcome, estimator: tf.estimator.Estimator, train: TrainConfig,
-                             input_config: pipeline.PipelineConfig, topology: topology_lib.Topology) -> None:
+                             input_config: pipeline.PipelineConfig, topology: topology_lib.Topology,
+                             dataset: Optional[dataset_lib.Dataset]) -> None:
     """Fills `result`'s metrics: from the rounds, or by evaluating the last checkpoint."""
     if outcome is not None:
         if outcome.best is not None:
@@ -310,7 +316,7 @@ def _evaluate_after_training(result: TrainResult, outcome, estimator: tf.estimat
                 estimator, train.val_channel, evaluation.channel_eval_config(input_config))
     elif topology.evaluates and train.val_files:
         result.auc, result.logloss, result.global_step = evaluation.evaluate(
-            estimator, train.val_files, evaluation.file_eval_config(input_config))
+            estimator, train.val_files, evaluation.file_eval_config(input_config), dataset=dataset)
     result.best_step = result.global_step
 
 

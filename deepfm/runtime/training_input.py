@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from deepfm.config import TrainConfig
 from deepfm.runtime import hooks as hooks_lib
+from input_pipeline import dataset as dataset_lib
 from input_pipeline import pipeline
 from strategies import strategy as strategy_lib
 
@@ -38,6 +39,9 @@ class TrainingInput:
         ends (a Pipe channel of unknown size).
       skip_batches: the batches of its shard trained before the run resumed
         (`deepfm.runtime.input_position`), skipped modulo one pass over it.
+      dataset: the dataset the files come from, its metadata read once
+        (`Dataset.open`) and handed to the input pipelines; None: each
+        pipeline finds the metadata beside its files.
     """
 
     source: pipeline.Source
@@ -46,11 +50,12 @@ class TrainingInput:
     batches_per_step: int
     steps_per_worker: Optional[int]
     skip_batches: int = 0
+    dataset: Optional[dataset_lib.Dataset] = None
 
     @classmethod
-    def of(cls, train: TrainConfig, input_config: pipeline.PipelineConfig,
-           strategy: strategy_lib.Strategy) -> "TrainingInput":
-        """The input of a set-up `strategy`'s process.
+    def of(cls, train: TrainConfig, input_config: pipeline.PipelineConfig, strategy: strategy_lib.Strategy,
+           dataset: Optional[dataset_lib.Dataset] = None) -> "TrainingInput":
+        """The input of a set-up `strategy`'s process; `dataset` hands down the metadata read already.
 
         Raises:
           ValueError: the rows are unknown and `--max_steps` is unset, or the
@@ -60,13 +65,14 @@ class TrainingInput:
         batch = strategy.batch_per_input_pipeline(train.batch_size)
         pipe = input_config.input_mode == pipeline.INPUT_MODE_PIPE
         source = strategy.pipe_channel() if pipe else train.train_files
-        builder = pipeline.DatasetBuilder(source, input_config, batch_size=batch, num_epochs=None)
+        known = dataset.pipeline_args(train.train_files) if dataset is not None and not pipe else {}
+        builder = pipeline.DatasetBuilder(source, input_config, batch_size=batch, num_epochs=None, **known)
         per_step = strategy.batches_per_step()
         steps = _steps_per_worker(train, builder, context, per_step)
         if steps is None:
             # Pipe mode without row counts: each epoch ends with its FIFO.
             builder = pipeline.DatasetBuilder(source, input_config, batch_size=batch, num_epochs=train.num_epochs)
-        return cls(source, context, builder, per_step, steps)
+        return cls(source, context, builder, per_step, steps, dataset=dataset)
 
     @property
     def examples_per_step(self) -> int:

@@ -124,7 +124,8 @@ class Rounds(TrainingPath):
 
         def evaluate():
             checkpoint = estimator.latest_checkpoint()
-            auc, logloss, step = evaluation.evaluate(estimator, train.val_files, eval_config, checkpoint)
+            auc, logloss, step = evaluation.evaluate(estimator, train.val_files, eval_config, checkpoint,
+                                                     dataset=self.feed.dataset)
             return early_stopping.Evaluation(step=step, auc=auc, logloss=logloss), checkpoint
 
         # The agreed start: rank 0's resume step on every Horovod rank (the others train in private directories).
@@ -148,7 +149,8 @@ class RoundsInSession(TrainingPath):
         eval_config = evaluation.file_eval_config(self.input_config)
 
         def evaluate(checkpoint: str) -> early_stopping.Evaluation:
-            auc, logloss, step = evaluation.evaluate(estimator, train.val_files, eval_config, checkpoint)
+            auc, logloss, step = evaluation.evaluate(estimator, train.val_files, eval_config, checkpoint,
+                                                     dataset=self.feed.dataset)
             return early_stopping.Evaluation(step=step, auc=auc, logloss=logloss)
 
         hook = early_stopping.EvaluateInSessionHook(train.model_dir, evaluate, tracker, max_steps, every,
