@@ -15,7 +15,8 @@ cheap and imports no TensorFlow)::
 * `write_predictions`: score data with an exported SavedModel (`deepfm.predict`).
 * The configuration: `TrainConfig`, `ModelConfig` (`deepfm.config`),
   `PipelineConfig` (`input_pipeline.pipeline`), `StrategyConfig`
-  (`strategies.config`) and each strategy's own options dataclass.
+  (`strategies.config`) and each strategy's own options dataclass; together,
+  `JobConfig` (`deepfm.job_config`), which a run writes as its config.json.
 * `Dataset`: a dataset root or files, with their metadata
   (`input_pipeline.dataset`); `DatasetBuilder`: the tf.data input pipeline.
 * `ModelContext`: what a model_fn of your own gets from its strategy
@@ -39,6 +40,7 @@ _EXPORTS = {
     "ModelConfig": ("deepfm.config", "ModelConfig"),
     "PipelineConfig": ("input_pipeline.pipeline", "PipelineConfig"),
     "StrategyConfig": ("strategies.config", "StrategyConfig"),
+    "JobConfig": ("deepfm.job_config", "JobConfig"),
     "ModelContext": ("strategies.context", "ModelContext"),
     "Dataset": ("input_pipeline.dataset", "Dataset"),
     "DatasetBuilder": ("input_pipeline.pipeline", "DatasetBuilder"),

@@ -44,11 +44,13 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
       does not train (a parameter server).
 
     Raises:
-      ValueError: a bad configuration, found before training starts.
+      ValueError: a bad configuration, found before training starts (the
+        parts are checked together as a `deepfm.JobConfig`).
     """
     from cli import entry  # pylint: disable=import-outside-toplevel
     entry.drop_deprecation_notices()
     import strategies  # pylint: disable=import-outside-toplevel
+    from deepfm import job_config  # pylint: disable=import-outside-toplevel
     from deepfm.runtime import console as console_lib  # pylint: disable=import-outside-toplevel
     from deepfm.runtime import trainer  # pylint: disable=import-outside-toplevel
     from input_pipeline import pipeline  # pylint: disable=import-outside-toplevel
@@ -57,6 +59,7 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
     input_config = input_config or pipeline.PipelineConfig(field_size=model.field_size)
     adapter = strategy if isinstance(strategy, strategies.Strategy) else strategies.get(
         strategy or strategies.StrategyConfig())
+    job_config.JobConfig(train=train, model=model, input=input_config, strategy=adapter.config)
     topology = adapter.setup()
     out = console_lib.Console(enabled=console and topology.role == topology_lib.ROLE_WORKER and topology.is_chief)
     return trainer.run(train, model, input_config, adapter, console=out, model_fn=model_fn, dataset=dataset)

@@ -1,12 +1,15 @@
 """Typed configuration of a training job.
 
 The entry point (`deepfm.train`) parses its flags once into these dataclasses;
-library code receives them and never reads flags.
+library code receives them and never reads flags. A field made with
+`cli.config_flags.field` is a flag of `deepfm.train`: its metadata holds the
+flag's help text (`deepfm.job_config` gathers every section's flags).
 """
 
 import dataclasses
 from typing import Optional, Tuple
 
+from cli import config_flags
 from input_pipeline import schema
 
 OPTIMIZERS = ("adam", "lazy_adam", "adagrad", "momentum", "ftrl", "sgd")
@@ -54,20 +57,25 @@ class ModelConfig:
       cross_layers: DCN's cross layers.
     """
 
-    feature_size: int
-    field_size: int = schema.FIELD_SIZE
-    embedding_size: int = DEFAULT_EMBEDDING_SIZE
-    deep_layers: Tuple[int, ...] = DEFAULT_DEEP_LAYERS
-    dropout: Tuple[float, ...] = DEFAULT_DROPOUT
-    batch_norm: bool = False
+    feature_size: int = dataclasses.field(metadata=config_flags.metadata(
+        "Distinct feature ids; default: from the dataset metadata."))
+    field_size: int = config_flags.field(
+        schema.FIELD_SIZE, "Ids per example; default: from the dataset metadata, else 39.", flag_default=None)
+    embedding_size: int = config_flags.field(DEFAULT_EMBEDDING_SIZE, "Embedding (FM factor) size.")
+    deep_layers: Tuple[int, ...] = config_flags.field(DEFAULT_DEEP_LAYERS, "Deep part layer widths.")
+    dropout: Tuple[float, ...] = config_flags.field(
+        DEFAULT_DROPOUT, "Drop rate per deep layer (fraction of units zeroed; 0 keeps all).")
+    batch_norm: bool = config_flags.field(False, "Batch normalization in the deep part.")
     batch_norm_decay: float = 0.9
-    l2_reg: float = DEFAULT_L2_REG
-    learning_rate: float = DEFAULT_LEARNING_RATE
-    optimizer: str = "lazy_adam"
+    l2_reg: float = config_flags.field(DEFAULT_L2_REG, "L2 weight on the looked-up embedding rows.")
+    learning_rate: float = config_flags.field(DEFAULT_LEARNING_RATE, "Learning rate before scaling.")
+    optimizer: str = config_flags.field(
+        "lazy_adam", "Optimizer; lazy_adam is Adam updating only the embedding rows a batch touches.",
+        choices=OPTIMIZERS)
     momentum: float = DEFAULT_MOMENTUM
-    check_ids: bool = True
-    model: str = DEEPFM
-    cross_layers: int = DEFAULT_CROSS_LAYERS
+    check_ids: bool = config_flags.field(True, "Check at run time that every id is in [0, feature_size).")
+    model: str = config_flags.field(DEEPFM, "The model to train.", choices=MODELS)
+    cross_layers: int = config_flags.field(DEFAULT_CROSS_LAYERS, "DCN: cross layers.")
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -142,25 +150,40 @@ class TrainConfig:
         other than the metadata's (`input_pipeline.data_check`); File mode.
     """
 
-    model_dir: str
+    model_dir: str = dataclasses.field(metadata=config_flags.metadata(
+        "Checkpoint directory; an existing one is resumed from."))
     train_files: Tuple[str, ...]
     val_files: Tuple[str, ...] = ()
-    val_channel: Optional[str] = None
-    export_dir: Optional[str] = None
-    batch_size: int = DEFAULT_BATCH_SIZE
-    num_epochs: int = 1
-    max_steps: Optional[int] = None
-    metrics_file: Optional[str] = None
-    log_every_n_steps: int = 100
-    save_checkpoints_steps: int = 1000
-    seed: Optional[int] = None
-    eval_every_n_steps: Optional[int] = None
-    early_stopping_patience: Optional[int] = None
-    progress_file: Optional[str] = None
-    trace_steps: int = 0
-    trace_dir: Optional[str] = None
-    metrics_port: Optional[int] = None
-    check_data: bool = True
+    val_channel: Optional[str] = config_flags.field(
+        None, "Pipe mode: the validation channel (default: --val_data files).")
+    export_dir: Optional[str] = config_flags.field(None, "Where the SavedModel goes; none if unset.")
+    batch_size: int = config_flags.field(DEFAULT_BATCH_SIZE, "Examples per replica and step.")
+    num_epochs: int = config_flags.field(1, "Passes over the training data.")
+    max_steps: Optional[int] = config_flags.field(
+        None, "Steps per worker instead of num_epochs (for async ps the global step reaches this x workers).")
+    metrics_file: Optional[str] = config_flags.field(None, "Write the final evaluation here as JSON.")
+    log_every_n_steps: int = config_flags.field(
+        100, "Progress interval in steps (console line, TensorBoard examples_per_sec, --progress_file).")
+    save_checkpoints_steps: int = config_flags.field(1000, "Checkpoint interval in steps.")
+    seed: Optional[int] = config_flags.field(None, "Random seed of the graph.")
+    eval_every_n_steps: Optional[int] = config_flags.field(
+        None, "Evaluate on the validation data every N global steps during training; the best checkpoint (by "
+        "validation AUC) is exported.")
+    early_stopping_patience: Optional[int] = config_flags.field(
+        None, "With --eval_every_n_steps: stop after this many evaluations without a better validation AUC.")
+    progress_file: Optional[str] = config_flags.field(
+        None, "Write one JSON line per progress interval here; {task} in the path is replaced by the "
+        "process's task name (each process of a job writes its own).")
+    trace_steps: int = config_flags.field(
+        0, "Trace this many steps of every training process, after its warm-up, and write Chrome traces and "
+        "where each step's time went (0: none).")
+    trace_dir: Optional[str] = config_flags.field(None, "Where --trace_steps writes (default: <model_dir>/traces).")
+    metrics_port: Optional[int] = config_flags.field(
+        None, "The chief serves Prometheus metrics on this port (needs the prometheus-client package).")
+    check_data: bool = config_flags.field(
+        True, "Read every training and validation file once before the model directory is touched; refuse "
+        "damaged files, bad rows, values that are not finite, ids out of range and row counts other than the "
+        "metadata's.")
 
     def __post_init__(self):
         for name in ("batch_size", "num_epochs", "log_every_n_steps", "save_checkpoints_steps"):

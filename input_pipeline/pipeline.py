@@ -94,6 +94,7 @@ from typing import Callable, Mapping, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 from absl import logging
 
+from cli import config_flags
 from input_pipeline import files, formats, pipe, schema, sharding
 
 INPUT_MODE_FILE = "file"
@@ -147,21 +148,26 @@ class PipelineConfig:
         as the consumer waits.
     """
 
-    data_format: formats.DataFormat = formats.TFRECORD
+    data_format: formats.DataFormat = config_flags.field(
+        formats.TFRECORD, "Format of the data files.", choices=formats.names())
     field_size: int = schema.FIELD_SIZE
-    shuffle_buffer: int = 0
-    cache: Optional[str] = None
+    shuffle_buffer: int = config_flags.field(0, "Shuffle buffer in examples; 0 for no shuffle.")
+    cache: Optional[str] = config_flags.field(
+        None, "Cache the decoded-ready records: '%s' or a file path prefix." % CACHE_IN_MEMORY)
     memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES
     num_parallel_reads: int = tf.data.AUTOTUNE
     read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES
-    seed: Optional[int] = None
-    skip_bad_records: bool = False
+    # --seed is also `deepfm.config.TrainConfig.seed`: the graph's seed and the shuffle's.
+    seed: Optional[int] = config_flags.field(None, "Random seed of the graph.")
+    skip_bad_records: bool = config_flags.field(False, "Skip malformed LibSVM lines instead of failing.")
     max_corrupted_records: int = 0
-    input_mode: str = INPUT_MODE_FILE
+    input_mode: str = config_flags.field(INPUT_MODE_FILE, "File mode or SageMaker Pipe mode.", choices=INPUT_MODES)
     pipe_base_dir: str = dataclasses.field(default_factory=pipe.default_base_dir)
     pipe_timeout_s: float = pipe.DEFAULT_FIFO_TIMEOUT_S
     drop_remainder: bool = True
-    autotune: bool = False
+    autotune: bool = config_flags.field(
+        False, "Run tf.data's autotuning thread on the input. Off: in TensorFlow 2.14 it can hold up the end of "
+        "each training session by up to 60 s.", flag="input_autotune")
 
     def __post_init__(self):
         # The dataclass is frozen: the parsed format replaces the name once, here.

@@ -2,12 +2,14 @@
 
 An adapter's own options are a dataclass of its module (`Strategy.Options`,
 held in `StrategyConfig.options`); `strategies.registry.make_config` sorts
-flat command-line values into the two.
+flat command-line values into the two. The fields made with
+`cli.config_flags.field` are flags of `deepfm.train`; `name` is `--strategy`.
 """
 
 import dataclasses
 from typing import Optional, Tuple
 
+from cli import config_flags
 from strategies import large_batch as large_batch_lib
 from strategies import options as options_lib
 from strategies import strategy_names as names_lib
@@ -56,22 +58,34 @@ class StrategyConfig:
         unless `large_batch_warmup_steps` is given (not both).
     """
 
-    name: str = names_lib.SINGLE
+    name: str = config_flags.field(names_lib.SINGLE, "Distribution strategy.", flag="strategy",
+                                   choices=sorted(names_lib.ALL))
     options: Optional[object] = None
-    device_type: str = "auto"
-    intra_op_threads: int = 0
-    inter_op_threads: int = 0
-    omp_num_threads: int = 0
-    kmp_affinity: str = ""
-    amp: bool = False
-    xla: bool = False
-    dedup_lookups: bool = False
-    train_channels: Tuple[str, ...] = ()
-    s3_sharded: bool = False
-    large_batch_rule: str = large_batch_lib.NONE
-    large_batch_base: int = large_batch_lib.DEFAULT_BASE_BATCH
-    large_batch_warmup_steps: Optional[int] = None
-    large_batch_warmup_examples: Optional[int] = None
+    device_type: str = config_flags.field("auto", "Devices to train on.", choices=DEVICE_TYPES)
+    intra_op_threads: int = config_flags.field(0, "intra_op_parallelism_threads (0: TensorFlow's choice).")
+    inter_op_threads: int = config_flags.field(0, "inter_op_parallelism_threads (0: TensorFlow's choice).")
+    omp_num_threads: int = config_flags.field(0, "OMP_NUM_THREADS for oneDNN (0: unset).")
+    kmp_affinity: str = config_flags.field("", "KMP_AFFINITY for oneDNN ('' : unset).")
+    amp: bool = config_flags.field(False, "Mixed-precision graph rewrite (GPUs).")
+    xla: bool = config_flags.field(False, "XLA JIT compilation.")
+    dedup_lookups: bool = config_flags.field(
+        False, "Look up each distinct id of a batch once; duplicate gradient rows are summed before any exchange.")
+    train_channels: Tuple[str, ...] = config_flags.field(
+        (), "Pipe mode: training channels, one per worker on a host, assigned by local rank in this order.")
+    s3_sharded: bool = config_flags.field(False, "Input files were split across hosts by ShardedByS3Key.")
+    large_batch_rule: str = config_flags.field(
+        large_batch_lib.NONE, "Rescale training for the global batch: none, or cowclip (dense learning rate x "
+        "sqrt(k), embedding L2 x k, per-id embedding gradient clipping, dense warm-up; k = global batch / "
+        "--large_batch_base). See docs/large_batch.md.", choices=large_batch_lib.RULES)
+    large_batch_base: int = config_flags.field(
+        large_batch_lib.DEFAULT_BASE_BATCH, "The batch the hyperparameters are tuned at (--large_batch_rule).")
+    large_batch_warmup_steps: Optional[int] = config_flags.field(
+        None, "Global steps of --large_batch_rule's dense warm-up instead of --large_batch_warmup_examples "
+        "(0: none).")
+    large_batch_warmup_examples: Optional[int] = config_flags.field(
+        None, "Examples of --large_batch_rule's dense learning-rate warm-up, the same data at any number of "
+        "replicas (0: none; unset: %d unless --large_batch_warmup_steps is given)."
+        % large_batch_lib.DEFAULT_WARMUP_EXAMPLES)
 
     def __post_init__(self):
         options_lib.check_choice("device_type", self.device_type, DEVICE_TYPES)
