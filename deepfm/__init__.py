@@ -9,7 +9,7 @@ cheap and imports no TensorFlow)::
     result = deepfm.train_and_evaluate(
         deepfm.TrainConfig(model_dir="runs/m1", train_files=data.train_files, val_files=data.val_files),
         deepfm.ModelConfig(feature_size=data.feature_size, field_size=data.field_size),
-        strategy=deepfm.StrategyConfig(name="horovod"))
+        strategy=deepfm.StrategyConfig(name="horovod"), dataset=data)
 
 * `train_and_evaluate`: train, evaluate, export (`deepfm.api`).
 * `write_predictions`: score data with an exported SavedModel (`deepfm.predict`).

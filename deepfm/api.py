@@ -6,7 +6,7 @@
     result = deepfm.train_and_evaluate(
         deepfm.TrainConfig(model_dir="runs/m1", train_files=data.train_files, val_files=data.val_files),
         deepfm.ModelConfig(feature_size=data.feature_size, field_size=data.field_size),
-        strategy=deepfm.StrategyConfig(name="horovod"))
+        strategy=deepfm.StrategyConfig(name="horovod"), dataset=data)
 
 It is what `python -m deepfm.train` runs once its flags are parsed, and what
 an entry-point script of a SageMaker job or of a user's own launcher calls.
