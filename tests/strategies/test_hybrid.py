@@ -125,6 +125,20 @@ class OneRankTest(tf.test.TestCase):
         self._spec(tf.estimator.ModeKeys.TRAIN, strategy=ending, steps_per_worker=None)
         self.assertFalse([name for name in self.graph_ops if name.startswith(pipeline_lib.SCOPE + "/")])
 
+    def test_only_training_with_the_pipeline_primes_it_before_its_first_step(self):
+        def primes(spec):
+            return [hook for hook in spec.training_hooks if isinstance(hook, pipeline_lib.PrimeHook)]
+
+        spec, _ = self._spec(tf.estimator.ModeKeys.TRAIN)
+        self.assertLen(primes(spec), 1)
+        spec, _ = self._spec(tf.estimator.ModeKeys.EVAL)
+        self.assertEqual([], primes(spec))
+        unpipelined = strategies.get(strategies.make_config(names.HYBRID, exchange_pipeline=False))
+        unpipelined.setup()
+        spec, _ = self._spec(tf.estimator.ModeKeys.TRAIN, strategy=unpipelined)
+        self.assertEqual([], primes(spec))
+        self.assertFalse([name for name in self.graph_ops if name.startswith(pipeline_lib.SCOPE + "/")])
+
     def test_export_builds_plain_tables(self):
         _, variables = self._spec(tf.estimator.ModeKeys.PREDICT)
         self.assertIn("deepfm_model/fm_v", variables)
