@@ -1,9 +1,26 @@
 """The `single` strategy: one process, one device, no distribution."""
 
+import dataclasses
+
 from strategies import registry, strategy
 from strategies import strategy_names as names
+from strategies import tables as tables_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class SingleOptions(tables_lib.TablePartitionOptions):
+    """Options of the `single` strategy: the tables' partitions in this process."""
 
 
 @registry.register(names.SINGLE)
 class SingleStrategy(strategy.Strategy):
-    """Trains on one device; the defaults of `strategy.Strategy` describe it. It has no options of its own."""
+    """Trains on one device; the defaults of `strategy.Strategy` describe it, but for its tables' partitions."""
+
+    Options = SingleOptions
+
+    def embedding_factory(self, mode: str) -> tables_lib.EmbeddingFactory:
+        """Each table in `--table_partitions` row ranges of this process (one variable at 1)."""
+        del mode
+        return tables_lib.variable_tables(partitioner=tables_lib.row_partitioner(self.options.table_partitions),
+                                          dedup=self.config.dedup_lookups)
+

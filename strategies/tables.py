@@ -15,6 +15,10 @@ from typing import Callable, List, Optional, Sequence
 import tensorflow as tf
 
 from strategies import large_batch as large_batch_lib
+from strategies import options as options_lib
+
+# `--table_partitions`: each table one variable.
+ONE_PARTITION = 1
 
 
 class EmbeddingTable(abc.ABC):
@@ -123,3 +127,33 @@ class VariableTables:
 def variable_tables(partitioner=None, dedup: bool = False) -> EmbeddingFactory:
     """The factory of `VariableTable`s with `partitioner` and `dedup`."""
     return VariableTables(partitioner, dedup)
+
+
+@dataclasses.dataclass(frozen=True)
+class TablePartitionOptions:
+    """The option of an adapter whose tables live whole in each process: how many row ranges each is split into.
+
+    Attributes:
+      table_partitions: each embedding table as this many variables of
+        contiguous rows in this process (1: one variable). The lookups, the
+        duplicate-gradient sums and the sparse optimizer updates of the
+        partitions are independent ops that the session's inter-op threads
+        run side by side: more of a host's cores for one process, where
+        one table's chain of gathers and scatters is otherwise serial.
+        Checkpoints hold each table whole (as slices), so a model directory
+        resumes at any number of partitions.
+    """
+
+    table_partitions: int = options_lib.option(
+        ONE_PARTITION, "Each embedding table as this many row ranges in this process, whose lookups and sparse "
+        "updates run side by side on the session's inter-op threads (1: one variable).")
+
+    def __post_init__(self):
+        options_lib.check_at_least("table_partitions", self.table_partitions, ONE_PARTITION)
+
+
+def row_partitioner(partitions: int) -> Optional[Callable]:
+    """A partitioner of a table into `partitions` contiguous row ranges ('div' lookups), or None for one variable."""
+    if partitions <= ONE_PARTITION:
+        return None
+    return tf.compat.v1.fixed_size_partitioner(num_shards=partitions)

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 import strategies
-from strategies import auto, horovod, mirrored, options, ps, registry, tower
+from strategies import auto, horovod, mirrored, options, ps, registry, single, tower
 from strategies import strategy_names as names
 
 
@@ -27,7 +27,7 @@ class RegistryTest(tf.test.TestCase):
                 self.assertEqual(name, strategies.resolve(name))
 
     def test_each_adapter_has_its_own_options(self):
-        self.assertIs(strategies.options_class(names.SINGLE), options.NoOptions)
+        self.assertIs(strategies.options_class(names.SINGLE), single.SingleOptions)
         self.assertIs(strategies.options_class(names.AUTO), options.NoOptions)
         self.assertIs(strategies.options_class(names.TOWER), tower.TowerOptions)
         self.assertIs(strategies.options_class(names.MIRRORED), mirrored.MirroredOptions)
