@@ -16,8 +16,9 @@ from tests import command_line, paths
 SIXTEEN_KEYS = [
     "1024/single 1x4", "1024/hybrid 2 hosts", "1024/horovod 2 hosts", "1024/hybrid 4 hosts", "1024/horovod 4 hosts",
     "8192/single 1x4", "8192/hybrid 2 hosts", "8192/horovod 2 hosts", "8192/hybrid 4 hosts", "8192/horovod 4 hosts",
-    "1024/single 1x1", "1024/hybrid 2 hosts of 1", "1024/single 1x16", "1024/hybrid 2x8 on 1 host",
-    "1024/hybrid 4x4 on 1 host", "1024/hybrid 8x2 on 1 host", "1024/hybrid 16x1 on 1 host"]
+    "1024/single 1x1", "1024/hybrid 2 hosts of 1", "1024/single 1x4, 4 partitions", "1024/single 1x16",
+    "1024/single 1x16, 16 partitions", "1024/hybrid 2x8 on 1 host", "1024/hybrid 4x4 on 1 host",
+    "1024/hybrid 8x2 on 1 host", "1024/hybrid 16x1 on 1 host"]
 
 
 def _plan(args=(), available=16):
@@ -60,7 +61,15 @@ class PlanTest(tf.test.TestCase):
         plan = _plan(available=2)
         self.assertEqual(["1024/single 1x1", "1024/hybrid 2 hosts", "1024/horovod 2 hosts", "8192/single 1x1",
                           "8192/hybrid 2 hosts", "8192/horovod 2 hosts", "1024/single 1x2",
-                          "1024/hybrid 2x1 on 1 host"], [entry.key for entry in plan.entries])
+                          "1024/single 1x2, 2 partitions", "1024/hybrid 2x1 on 1 host"],
+                         [entry.key for entry in plan.entries])
+        # The partitions run is single with --table_partitions, on the same vCPUs.
+        partitioned = plan.entries[7].variant
+        self.assertEqual((("--table_partitions", "2"), 2), (partitioned.train_flags, partitioned.cores_per_host))
+        self.assertEqual(["1024/single 1x2"], [entry.key for entry in _plan(["--table_partitions", ""], 2).entries
+                                               if "1x2" in entry.key and "single" in entry.key])
+        self.assertIn("1024/single 1x2, 3 partitions",
+                      [entry.key for entry in _plan(["--table_partitions", "3,1"], 2).entries])
         # single 1x1 is the hosts table's reference and the one-host table's one core.
         self.assertEqual(("1024/single 1x1", "1024/single 1x1"), (plan.entries[1].reference, plan.one_core))
 
@@ -73,9 +82,9 @@ class PlanTest(tf.test.TestCase):
         self.assertEqual((8, 4), (plan.cores, plan.cores_per_host))
         self.assertEqual((40, 0), (plan.entries[0].config.steps, plan.entries[0].config.warmup_steps))
         self.assertEqual(["2048/single 1x4", "2048/hybrid 2 hosts", "2048/horovod 2 hosts", "2048/single 1x1",
-                          "2048/hybrid 2 hosts of 1", "2048/single 1x8", "2048/hybrid 2x4 on 1 host",
-                          "2048/hybrid 4x2 on 1 host", "2048/hybrid 8x1 on 1 host"],
-                         [entry.key for entry in plan.entries])
+                          "2048/hybrid 2 hosts of 1", "2048/single 1x4, 4 partitions", "2048/single 1x8",
+                          "2048/single 1x8, 8 partitions", "2048/hybrid 2x4 on 1 host", "2048/hybrid 4x2 on 1 host",
+                          "2048/hybrid 8x1 on 1 host"], [entry.key for entry in plan.entries])
 
     def test_bad_arguments_are_named(self):
         for args, message in (
@@ -86,6 +95,7 @@ class PlanTest(tf.test.TestCase):
                 (["--strategies", "ps"], "--strategies: unknown 'ps'; one or more of horovod, hybrid"),
                 (["--cores", "32"], "--cores 32: this process may use 16 vCPUs"),
                 (["--batches", "1024,x"], "--batches '1024,x': give comma-separated whole numbers"),
+                (["--table_partitions", "four"], "--table_partitions 'four': give comma-separated whole numbers"),
                 (["--runs", "0"], "--runs must be >= 1, got 0"),
                 (["--train_flag", "exchange_fp16"], "--train_flag 'exchange_fp16': give a whole deepfm.train flag")):
             with self.assertRaisesRegex(ValueError, message):
@@ -136,7 +146,7 @@ class ReportTest(tf.test.TestCase):
         self.assertIn("| single 1x4 | 1x4 | 105,000 (70,000-140,000) | 2.33 (2.33-2.33) | 2.36 |", body)
         self.assertIn("8,192 `--large_batch_rule=cowclip` | n/a (1 failed)", body)
         self.assertIn("- best layout of 16 vCPUs: `1024/hybrid 8x2 on 1 host`, 8.50x one vCPU (goal >= 8x: met)", body)
-        self.assertIn("- `single` on 4 vCPUs: 2.33x one vCPU (goal >= 3x: not met)", body)
+        self.assertIn("- `single` on 4 vCPUs (`1024/single 1x4`): 2.33x one vCPU (goal >= 3x: not met)", body)
         self.assertIn("- `1024/hybrid 8x2 on 1 host` (8x2): algo-1: 0-15 (processes on 0-1,", body)
 
 
