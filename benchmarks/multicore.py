@@ -459,6 +459,7 @@ def write_results(plan: Plan, rounds: runner.Rounds, topology: topology_lib.Topo
                        "%s%s" % (hosts.mode, " (%s)" % hosts.note if hosts.note else ""), elapsed)
     info = common.machine_info()
     info["cores used"] = "%d vCPUs, hosts of %d" % (plan.cores, plan.cores_per_host)
+    info["command"] = "`python -m benchmarks.multicore %s`" % " ".join(sys.argv[1:])
     return common.write_report(name, TITLE, body, info,
                                raw_results(plan, rounds, topology, hosts.mode, budget_s, elapsed),
                                results_dir=results_dir)
