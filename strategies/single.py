@@ -17,6 +17,7 @@ class SingleStrategy(strategy.Strategy):
     """Trains on one device; the defaults of `strategy.Strategy` describe it, but for its tables' partitions."""
 
     Options = SingleOptions
+    options: SingleOptions
 
     def embedding_factory(self, mode: str) -> tables_lib.EmbeddingFactory:
         """Each table in `--table_partitions` row ranges of this process (one variable at 1)."""
