@@ -19,10 +19,10 @@ from tests.deepfm import test_train_flags
 
 MODEL_FN = "deepfm.models.deepfm.model_fn"
 # Flags of deepfm.train that the pinned list does not hold: added since it was written.
-ADDED_FLAGS = {"check_data", "config_file", "exchange_pipeline", "exchange_staleness"}
+ADDED_FLAGS = {"check_data", "config_file"}
 # A non-default value of each strategy's own options (a strategy without options: none).
 STRATEGY_OPTIONS = {
-    "single": {}, "auto": {}, "tower": {"num_devices": 2}, "mirrored": {"cross_device_ops": "hierarchical_copy"},
+    "single": {"table_partitions": 2}, "auto": {}, "tower": {"num_devices": 2}, "mirrored": {"cross_device_ops": "hierarchical_copy"},
     "ps": {"ps_towers": 2}, "horovod": {"lr_scaling": "sqrt", "hvd_groups": 2, "sparse_as_dense": True},
     "hybrid": {"exchange_fp16": True},
 }
