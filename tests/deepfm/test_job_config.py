@@ -22,7 +22,8 @@ MODEL_FN = "deepfm.models.deepfm.model_fn"
 ADDED_FLAGS = {"check_data", "config_file"}
 # A non-default value of each strategy's own options (a strategy without options: none).
 STRATEGY_OPTIONS = {
-    "single": {"table_partitions": 2}, "auto": {}, "tower": {"num_devices": 2}, "mirrored": {"cross_device_ops": "hierarchical_copy"},
+    "single": {"table_partitions": 2}, "auto": {}, "tower": {"num_devices": 2},
+    "mirrored": {"cross_device_ops": "hierarchical_copy"},
     "ps": {"ps_towers": 2}, "horovod": {"lr_scaling": "sqrt", "hvd_groups": 2, "sparse_as_dense": True},
     "hybrid": {"exchange_fp16": True},
 }
