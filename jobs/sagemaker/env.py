@@ -45,6 +45,7 @@ import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from input_pipeline import schema
+from strategies import cluster
 from strategies import strategy_names as names
 
 DEFAULT_BASE_DIR = "/opt/ml"
@@ -114,6 +115,12 @@ def _json(environ: Mapping[str, str], name: str, default):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ContractError("%s is not valid JSON (%s): %r" % (name, e, text)) from e
+
+
+def _names_parameter_servers(tf_config) -> bool:
+    """Whether a parsed `TF_CONFIG` lists one parameter server or more in its cluster."""
+    jobs = tf_config.get("cluster") if isinstance(tf_config, dict) else None
+    return isinstance(jobs, dict) and bool(jobs.get(cluster.PS))
 
 
 def channel_names(environ: Mapping[str, str], input_data_config: Mapping[str, Mapping]) -> List[str]:
@@ -276,7 +283,7 @@ def training_args(environ: Mapping[str, str], args: Sequence[str]) -> List[str]:
     if "strategy" not in given:
         if framework.get(MPI_ENABLED) or environ.get("OMPI_COMM_WORLD_SIZE"):
             derived.append("--strategy=%s" % STRATEGY_HOROVOD)
-        elif framework.get(PS_ENABLED) and '"ps"' in environ.get("TF_CONFIG", ""):
+        elif framework.get(PS_ENABLED) and _names_parameter_servers(_json(environ, cluster.TF_CONFIG_VARIABLE, {})):
             derived.append("--strategy=%s" % STRATEGY_PS)
     if "intra_op_threads" not in given:
         per_host = int(environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or framework.get(MPI_PROCESSES_PER_HOST) or 1)

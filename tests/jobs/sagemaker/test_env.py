@@ -122,6 +122,15 @@ class TrainingArgsTest(parameterized.TestCase):
         self.assertIn(expected, sagemaker_env.training_args(env, []))
         self.assertNotIn(expected, sagemaker_env.training_args(env, ["--strategy", "single"]))
 
+    def test_only_a_cluster_with_parameter_servers_is_ps(self):
+        env = {"SAGEMAKER_BASE_DIR": "/nonexistent",
+               "SM_FRAMEWORK_PARAMS": '{"sagemaker_parameter_server_enabled": true}'}
+        # "ps" as a job without tasks, or as a host's name, is no parameter server.
+        for tf_config in ('{"cluster": {"ps": [], "worker": ["algo-1:2222"]}}', '{"cluster": {"worker": ["ps:2222"]}}'):
+            self.assertNotIn("--strategy=ps", sagemaker_env.training_args(dict(env, TF_CONFIG=tf_config), []))
+        with self.assertRaisesRegex(sagemaker_env.ContractError, "TF_CONFIG is not valid JSON"):
+            sagemaker_env.training_args(dict(env, TF_CONFIG='{"cluster": '), [])
+
     def test_threads_split_cores_between_the_host_processes(self):
         cores = len(os.sched_getaffinity(0))
         args = sagemaker_env.training_args({"SAGEMAKER_BASE_DIR": "/nonexistent", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
