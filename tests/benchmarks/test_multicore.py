@@ -161,7 +161,8 @@ class RealRunTest(tf.test.TestCase):
         done = command_line.run(command_line.python_module(
             "benchmarks.multicore", "--results_dir", results, "--data_dir", data, "--hosts_mode", "local",
             "--cores_per_host", "1", "--hosts", "2", "--strategies", "hybrid", "--batches", "64", "--steps", "20",
-            "--warmup_steps", "2", "--layouts", "2", "--runs", "1", "--budget_s", "500"), paths.REPO_ROOT,
+            "--warmup_steps", "2", "--layouts", "2", "--table_partitions", "", "--runs", "1", "--budget_s", "500"),
+            paths.REPO_ROOT,
             timeout=600)
         self.assertEqual(0, done.returncode, done.stderr[-3000:])
         with open(os.path.join(results, "multicore.json")) as f:
