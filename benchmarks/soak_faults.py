@@ -55,6 +55,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
+from jobs.local import processes
+
 KILL_TASK = "kill_task"
 TERM_TASK = "term_task"
 KILL_IN_CHECKPOINT = "kill_in_checkpoint"
@@ -311,14 +313,7 @@ class JobView:
 
     def alive(self) -> List[psutil.Process]:
         """Processes of the job still running."""
-        alive = []
-        for process in self.seen.values():
-            try:
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(process)
-            except psutil.NoSuchProcess:
-                pass
-        return alive
+        return processes.still_running(self.seen.values())
 
     def progress(self) -> Optional[dict]:
         """The newest progress record of any task (read incrementally)."""

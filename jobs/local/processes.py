@@ -33,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 import psutil
 
@@ -359,6 +359,18 @@ def _die_with_parent():
     def preexec():
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     return preexec
+
+
+def still_running(processes: Iterable[psutil.Process]) -> List[psutil.Process]:
+    """Those of `processes` that still run (a zombie, exited but not yet reaped, does not)."""
+    running = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                running.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return running
 
 
 def _alive(process: psutil.Process) -> bool:

@@ -13,6 +13,7 @@ import time
 
 import psutil
 
+from jobs.local import processes
 from tests import command_line, paths
 
 LAUNCH_TIMEOUT_S = 240
@@ -148,14 +149,7 @@ class LaunchedJob:
     def live_processes(self):
         """Processes the launcher started (tasks, their children) that still run."""
         self._track()
-        alive = []
-        for process in self._seen.values():
-            try:
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(process)
-            except psutil.NoSuchProcess:
-                pass
-        return alive
+        return processes.still_running(self._seen.values())
 
     def assert_no_process_left(self):
         alive = self.live_processes()
