@@ -49,6 +49,7 @@ import glob
 import os
 import re
 import shlex
+import shutil
 import tempfile
 import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple
@@ -89,6 +90,10 @@ HOST_COMMANDS = ("deepfm.sagemaker local", "deepfm.kubernetes local", "jobs.sage
 TRAIN_FLAGS_AFTER_DOUBLE_DASH = ("deepfm.launch", "deepfm.sagemaker", "deepfm.kubernetes")
 TRAIN_MODULE = "deepfm.train"
 LAUNCH_MODULE = "deepfm.launch"
+# The log directory `deepfm.launch` makes for itself without `--log_dir`, as its output names it.
+# Where a command of a user's environment (no TMPDIR) makes its temporary files.
+USER_TMP_DIR = "/tmp"
+LAUNCHER_LOG_DIR = re.compile(r"logs in (/\S*?/deepfm-launch-[A-Za-z0-9_]+)")
 HELP_TIMEOUT_S = 300
 # Tokens of a template that stand for omitted arguments.
 ELLIPSIS = "..."
@@ -317,6 +322,24 @@ class ProgramChecks:
         return True
 
 
+def remove_launcher_logs(output: str) -> List[str]:
+    """Removes the log directories `deepfm.launch` made for itself (no `--log_dir`) that `output` names.
+
+    A user keeps them to read; the suite leaves nothing in the machine's
+    temporary directory. Only directories of the launcher's own prefix in
+    that directory are removed.
+
+    Returns:
+      The directories removed.
+    """
+    removed = []
+    for directory in sorted(set(LAUNCHER_LOG_DIR.findall(output))):
+        if os.path.dirname(directory) in (tempfile.gettempdir(), USER_TMP_DIR) and os.path.isdir(directory):
+            shutil.rmtree(directory)
+            removed.append(directory)
+    return removed
+
+
 class DocsPage(ProgramChecks):
     """Runs the blocks of `PAGE` in order: mixed into a `tf.test.TestCase` per page (itself no test)."""
 
@@ -336,6 +359,7 @@ class DocsPage(ProgramChecks):
         else:
             command = END_BACKGROUND_JOBS + text
         result = command_line.run(command, self.cwd, env=command_line.NO_AWS_CREDENTIALS, timeout=BLOCK_TIMEOUT_S)
+        remove_launcher_logs(result.stdout + result.stderr)
         self.assertEqual(0, result.returncode, "%s:\n%s" % (block.where, command_line.describe(text, result)))
 
     def check_flags(self, block: Block) -> None:
@@ -411,6 +435,19 @@ class MarksTest(tf.test.TestCase):
         self.assertEqual(["python -m a --x\n1"], [span.group(1) for span in INLINE_COMMAND.finditer(
             "run `python -m a --x\n1`, or `python -m ...` or `python -m MODULE` for any, `python3 x.py`")])
 
+
+    def test_the_launchers_own_log_directories_are_removed_and_nothing_else(self):
+        own = tempfile.mkdtemp(prefix="deepfm-launch-")
+        os.makedirs(os.path.join(own, "restart_1"))
+        other = tempfile.mkdtemp(prefix="deepfm-other-")
+        nested = os.path.join(other, "deepfm-launch-x")
+        os.makedirs(nested)
+        self.addCleanup(lambda: [tf.io.gfile.rmtree(d) for d in (own, other) if os.path.isdir(d)])
+        output = "started chief_0; logs in %s\nrestart 1 of 1: ... (logs in %s/restart_1)\nlogs in %s\nlogs in %s\n" % (
+            own, own, other, nested)
+        self.assertEqual([own], remove_launcher_logs(output))
+        self.assertFalse(os.path.exists(own))
+        self.assertTrue(os.path.isdir(nested))
 
 @pytest.mark.slow
 class InlineCommandsTest(ProgramChecks, tf.test.TestCase):
