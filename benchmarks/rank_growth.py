@@ -28,10 +28,12 @@ goals: `hybrid`'s bytes per rank grow at most `TARGET_BYTES_GROWTH` from 2 to
 8 ranks, and its CPU per example at 8 ranks is at most `TARGET_CPU_VS_SINGLE`
 times `single`'s.
 
-The variants `*@2/gloo`, `*@2/mpi` and `*@2/mpi_tcp` compare the
-controllers: both ranks in one host (`algo-1`, both cores), started by
-`horovodrun --gloo`, `horovodrun --mpi` (Open MPI's choice: shared memory
-between the two local ranks) or `--mpi` with TCP only; their bytes are
+The variants `*@2/gloo`, `*@2/mpi`, `*@2/mpi_tcp` and `*@2/mpi_yield`
+compare the controllers: both ranks in one host (`algo-1`, both cores),
+started by `horovodrun --gloo`, `horovodrun --mpi` (Open MPI's choice:
+shared memory between the two local ranks), `--mpi` with TCP only, or
+`--mpi` with `-mca mpi_yield_when_idle 1` (a rank waiting for its peers
+gives its core up instead of spinning on it); their bytes are
 the host's loopback counters (zero where MPI uses shared memory). The
 variants `*@2/threads2` give each of 2 ranks two TensorFlow threads.
 
@@ -102,7 +104,8 @@ def all_variants(ranks_per_host: int = 1) -> Tuple[scale_out.Variant, ...]:
     for strategy in STRATEGIES:
         for launcher, what in ((scale_out.LAUNCH_GLOO, "horovodrun --gloo"),
                                (scale_out.LAUNCH_MPI, "horovodrun --mpi (shared memory)"),
-                               (scale_out.LAUNCH_MPI_TCP, "horovodrun --mpi, TCP only")):
+                               (scale_out.LAUNCH_MPI_TCP, "horovodrun --mpi, TCP only"),
+                               (scale_out.LAUNCH_MPI_YIELD, "horovodrun --mpi, waits yield the core")):
             variants.append(scale_out.Variant(
                 variant_name(strategy, SMALLEST, launcher), strategy, "%d ranks in 1 host, %s" % (SMALLEST, what),
                 hosts=1, ranks_per_host=SMALLEST, launcher=launcher))

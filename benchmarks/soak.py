@@ -22,7 +22,8 @@ After the faulted job it checks (`check_*`), each check a row of the report:
   resized `hybrid` job by less than one step of its last size);
 * every checkpoint left in the model directory reads back whole and holds
   this model's variables (`deepfm.runtime.checkpoints`);
-* the final validation AUC is within `AUC_TOLERANCE` of the reference's;
+* the final validation AUC is within `AUC_TOLERANCE` of the reference's
+  (asynchronous `ps`: at most that much below it, see `check_auc`);
 * each fault lost at most the steps since the latest checkpoint when it
   landed (the restart resumed at or after that checkpoint);
 * nothing is left: no process of the job, no port it listened on, no FIFO,
@@ -349,18 +350,7 @@ def check_job(config: SoakConfig, strategy: str, references: Sequence[JobResult]
     else:
         checks.append(Check("it ended at its budget", False, "no final step (no metrics file)"))
     checks.append(check_checkpoints(config, soak.dirs["model"]))
-    name = "AUC within %.3f of the reference" % AUC_TOLERANCE
-    auc = soak.metrics.get("auc")
-    reference_aucs: List[float] = [r.metrics["auc"] for r in references if r.metrics.get("auc") is not None]
-    if auc is not None and reference_aucs:
-        nearest = min(reference_aucs, key=lambda value: abs(value - auc))
-        spread = " (fault-free runs: %s, spread %.4f)" % (", ".join("%.4f" % a for a in reference_aucs),
-                                                          max(reference_aucs) - min(reference_aucs)) \
-            if len(reference_aucs) > 1 else ""
-        checks.append(Check(name, abs(auc - nearest) <= AUC_TOLERANCE,
-                            "%.4f against %.4f (%+.4f)%s" % (auc, nearest, auc - nearest, spread)))
-    else:
-        checks.append(Check(name, False, "no AUC"))
+    checks.append(check_auc(strategy, references, soak))
     late = ["fault %d resumed at %s, before the checkpoint at %s" % (
         f["number"], f["resume_step"], f["checkpoint_at_fault"]) for f in soak.faults
         if f["resume_step"] is None or f["resume_step"] < (f["checkpoint_at_fault"] or 0)]
@@ -376,6 +366,65 @@ def check_job(config: SoakConfig, strategy: str, references: Sequence[JobResult]
                         json.dumps(left) if left else "no process, port, FIFO, network namespace or temporary file "
                         "after any of the %d job(s)" % (len(references) + 1)))
     return checks
+
+
+def check_auc(strategy: str, references: Sequence[JobResult], soak: JobResult) -> Check:
+    """The faulted job's AUC against the nearest fault-free run's.
+
+    Synchronous jobs: within `AUC_TOLERANCE` either way. Asynchronous `ps`:
+    at most `AUC_TOLERANCE` below. Its workers' updates are stale by the
+    other workers' steps; after every start the chief trains alone until the
+    others have joined, and each task trains as fast as it can, so a job
+    restarted many times trains another share of its steps per task, with
+    less staleness, and ends above the uninterrupted job (docs/reliability.md:
+    one worker alone on the same budget ends 0.033 above two). The detail
+    gives the steps each task trained in both jobs.
+    """
+    auc = soak.metrics.get("auc")
+    reference_aucs: List[float] = [r.metrics["auc"] for r in references if r.metrics.get("auc") is not None]
+    asynchronous = strategy == "ps"
+    name = ("AUC at most %.3f below the reference's" if asynchronous else "AUC within %.3f of the reference") \
+        % AUC_TOLERANCE
+    if auc is None or not reference_aucs:
+        return Check(name, False, "no AUC")
+    nearest = min(reference_aucs, key=lambda value: abs(value - auc))
+    detail = "%.4f against %.4f (%+.4f)" % (auc, nearest, auc - nearest)
+    if len(reference_aucs) > 1:
+        detail += " (fault-free runs: %s, spread %.4f)" % (", ".join("%.4f" % a for a in reference_aucs),
+                                                           max(reference_aucs) - min(reference_aucs))
+    if asynchronous:
+        detail += "; steps per task: %s; fault-free: %s" % (
+            format_steps(steps_per_task(soak.dirs["progress"])),
+            format_steps(steps_per_task(references[0].dirs["progress"])))
+        return Check(name, auc - nearest >= -AUC_TOLERANCE, detail)
+    return Check(name, abs(auc - nearest) <= AUC_TOLERANCE, detail)
+
+
+def steps_per_task(progress_dir: str) -> Dict[str, int]:
+    """The steps each task trained over every start of the job, from its progress file (`{task}.jsonl`).
+
+    A task's file gathers its records of every start; its own step count
+    starts again at each start (a record of no more steps than the one
+    before begins a start). The steps of a start after its last record
+    (fewer than `LOG_EVERY_STEPS`) are not counted.
+    """
+    steps: Dict[str, int] = {}
+    for path in sorted(glob.glob(os.path.join(progress_dir, "*.jsonl"))):
+        total = last = 0
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                step = json.loads(line)["step"]
+                if step <= last:
+                    total += last
+                last = step
+        steps[os.path.basename(path)[:-len(".jsonl")]] = total + last
+    return steps
+
+
+def format_steps(steps: Mapping[str, int]) -> str:
+    return ", ".join("%s %d" % (task, count) for task, count in sorted(steps.items())) or "none recorded"
 
 
 def check_checkpoints(config: SoakConfig, model_dir: str) -> Check:

@@ -95,6 +95,7 @@ from benchmarks.scale_out.variants import (
     LAUNCH_GLOO,
     LAUNCH_MPI,
     LAUNCH_MPI_TCP,
+    LAUNCH_MPI_YIELD,
     LEVER_COMPARISONS,
     REFERENCE_HOSTS,
     Variant,

@@ -23,10 +23,14 @@ BASELINE = "single"
 INDEPENDENT = "single_x2"
 # How a variant's ranks start: each directly in its host (`supervisor` serves the rendezvous), or all of them
 # on one host by `horovodrun` with Gloo, MPI (Open MPI's choice of transport: shared memory between local
-# ranks), or MPI over TCP only.
-LAUNCH_DIRECT, LAUNCH_GLOO, LAUNCH_MPI, LAUNCH_MPI_TCP = "direct", "gloo", "mpi", "mpi_tcp"
+# ranks), MPI over TCP only, or MPI whose waits yield the core (`mpi_yield_when_idle`: Open MPI otherwise
+# spins while a rank waits for its peers, on the core its TensorFlow threads need).
+LAUNCH_DIRECT, LAUNCH_GLOO, LAUNCH_MPI, LAUNCH_MPI_TCP, LAUNCH_MPI_YIELD = (
+    "direct", "gloo", "mpi", "mpi_tcp", "mpi_yield")
+MPI_YIELD_ARGS = "-mca mpi_yield_when_idle 1"
 HOROVODRUN_ARGS = {LAUNCH_GLOO: ("--gloo",), LAUNCH_MPI: ("--mpi",),
-                   LAUNCH_MPI_TCP: ("--mpi", "--mpi-args=-mca btl tcp,self")}
+                   LAUNCH_MPI_TCP: ("--mpi", "--mpi-args=-mca btl tcp,self"),
+                   LAUNCH_MPI_YIELD: ("--mpi", "--mpi-args=" + MPI_YIELD_ARGS)}
 # In a variant's training flags: replaced by the measured id capacity (`BenchmarkConfig.id_capacity`).
 ID_CAPACITY = "{id_capacity}"
 ID_CAPACITY_MARGIN = 1.1

@@ -8,6 +8,7 @@ fault-free runs differ by more than the tolerance on data this small (the
 long soak, `make soak`, runs two and reports their spread).
 """
 
+import json
 import os
 import re
 import threading
@@ -64,6 +65,33 @@ class ScheduleTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual([faults.LOSE_PS, faults.KILL_TASK, faults.KILL_IN_EXPORT], [f.kind for f in schedule])
         with self.assertRaisesRegex(ValueError, "strategy horovod: kinds lose_ps must be 1 of"):
             faults.schedule(1, "horovod", 2, kinds=(faults.LOSE_PS,))
+
+
+class AucCheckTest(tf.test.TestCase):
+
+    def job(self, auc, steps):
+        """A finished job whose progress directory holds `steps`: per task, its records' steps over its starts."""
+        progress = self.create_tempdir().full_path
+        for task, records in steps.items():
+            with open(os.path.join(progress, task + ".jsonl"), "w") as f:
+                f.writelines(json.dumps({"step": step, "global_step": 0, "time": 0}) + "\n" for step in records)
+        return soak.JobResult(strategy="", faulted=False, metrics={"auc": auc}, dirs={"progress": progress})
+
+    def test_the_steps_of_every_start_are_added_up(self):
+        job = self.job(0.7, {"chief_0": [5, 10, 15, 5, 10], "worker_0": [5, 5, 5, 10]})
+        self.assertEqual({"chief_0": 25, "worker_0": 20}, soak.steps_per_task(job.dirs["progress"]))
+
+    def test_a_synchronous_job_is_checked_both_ways_an_asynchronous_one_for_a_loss(self):
+        references = [self.job(0.700, {"rank_0": [5]}), self.job(0.690, {"rank_0": [5]})]
+        for strategy in ("horovod", "hybrid"):
+            self.assertTrue(soak.check_auc(strategy, references, self.job(0.704, {})).passed)
+            self.assertFalse(soak.check_auc(strategy, references, self.job(0.706, {})).passed)
+            self.assertFalse(soak.check_auc(strategy, references, self.job(0.684, {})).passed)
+        above = soak.check_auc("ps", references, self.job(0.730, {"chief_0": [5, 10], "worker_0": [5]}))
+        self.assertTrue(above.passed, above)
+        self.assertIn("steps per task: chief_0 10, worker_0 5; fault-free: rank_0 5", above.detail)
+        self.assertFalse(soak.check_auc("ps", references, self.job(0.684, {})).passed)
+        self.assertFalse(soak.check_auc("ps", references, soak.JobResult(strategy="ps", faulted=True)).passed)
 
 
 class WindowTest(tf.test.TestCase):
