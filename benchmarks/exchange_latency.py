@@ -8,8 +8,10 @@ A step of `hybrid` waits on the exchanges of its critical path. This
 measures one exchange on its own: each rank pinned to its own core runs one
 exchange per `session.run`, `--runs` rounds with every launch interleaved:
 
-* `gloo` and `mpi`, once per Horovod cycle time: ranks of
-  `benchmarks.exchange_latency_rank` under `horovodrun --gloo` or `mpirun`.
+* `gloo`, `mpi` and `mpi_yield`, once per Horovod cycle time: ranks of
+  `benchmarks.exchange_latency_rank` under `horovodrun --gloo` or `mpirun`
+  (`mpi_yield`: with `-mca mpi_yield_when_idle 1`, a rank that waits in
+  MPI gives its core up instead of spinning on it).
   The variants (that module's docstring): an exchange of a fixed shape (which
   Horovod's response cache holds), of a shape that changes every run (a full
   negotiation), an allreduce of the same bytes, and MPI's own `Alltoall`,
@@ -49,12 +51,14 @@ FLAGS = flags.FLAGS
 RANK_MODULE = "benchmarks.exchange_latency_rank"
 COLLECTIVE_RANK_MODULE = "benchmarks.exchange_latency_collective_rank"
 # Horovod's controllers (one launch per cycle time) and TensorFlow's collective runtime (one launch).
-HOROVOD_CONTROLLERS = ("gloo", "mpi")
+HOROVOD_CONTROLLERS = ("gloo", "mpi", "mpi_yield")
+# The mpirun options of each MPI launch.
+MPI_OPTIONS = {"mpi": (), "mpi_yield": ("-mca", "mpi_yield_when_idle", "1")}
 COLLECTIVES = "tf"
 CONTROLLERS = HOROVOD_CONTROLLERS + (COLLECTIVES,)
 COLLECTIVES_LAUNCH = "tf collectives, grpc"
 LAUNCH_TIMEOUT_S = 600
-VARIANT_ORDER = ("session", "horovod_alltoall_fixed", "horovod_alltoall_variable", "horovod_allreduce",
+VARIANT_ORDER = ("idle_10ms", "session", "horovod_alltoall_fixed", "horovod_alltoall_variable", "horovod_allreduce",
                  "mpi_alltoall_in_session", "mpi_alltoall", "tf_collective_alltoall", "tf_collective_gather",
                  "tf_collective_reduce")
 
@@ -68,7 +72,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("runs", 3, "Rounds; each starts every launch afresh.")
     flags.DEFINE_list("cycle_times", ["1", "0.1"], "Horovod cycle times to measure, in ms.")
     flags.DEFINE_list("controllers", list(CONTROLLERS),
-                      "gloo (horovodrun --gloo), mpi (mpirun) and/or tf (TensorFlow's collective ops over gRPC, "
+                      "gloo (horovodrun --gloo), mpi (mpirun), mpi_yield (mpirun -mca mpi_yield_when_idle 1) "
+                      "and/or tf (TensorFlow's collective ops over gRPC, "
                       "ranks started by this program).")
     flags.DEFINE_string("name", "exchange_latency", "Results name.")
     flags.DEFINE_string("results_dir", common.RESULTS_DIR, "Where the results go.")
@@ -77,10 +82,11 @@ def define_flags() -> None:
 def launch_argv(controller: str, ranks: int, rank_flags: Sequence[str]) -> List[str]:
     """The command that starts `ranks` rank processes, rank r pinned to core r."""
     bin_dir = os.path.dirname(sys.executable)
-    if controller == "mpi":
+    if controller in MPI_OPTIONS:
         pin = "exec taskset -c $OMPI_COMM_WORLD_RANK %s -m %s %s" % (sys.executable, RANK_MODULE, " ".join(rank_flags))
-        return ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks),
-                "-x", "PYTHONPATH", "-x", "HOROVOD_CYCLE_TIME", "-x", "TF_CPP_MIN_LOG_LEVEL", "bash", "-c", pin]
+        return (["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(ranks)]
+                + list(MPI_OPTIONS[controller])
+                + ["-x", "PYTHONPATH", "-x", "HOROVOD_CYCLE_TIME", "-x", "TF_CPP_MIN_LOG_LEVEL", "bash", "-c", pin])
     pin = "exec taskset -c $HOROVOD_RANK %s -m %s %s" % (sys.executable, RANK_MODULE, " ".join(rank_flags))
     return [os.path.join(bin_dir, "horovodrun"), "--gloo", "-np", str(ranks), "-H", "localhost:%d" % ranks,
             "bash", "-c", pin]
@@ -137,7 +143,8 @@ def measure(controller: str, cycle_time: str, ranks: int, rows: int, width: int,
     work = tempfile.mkdtemp(prefix="exchange-latency-")
     try:
         output = os.path.join(work, "rank0.json")
-        rank_flags = ["--controller=" + controller, "--rows=%d" % rows, "--width=%d" % width,
+        rank_controller = "mpi" if controller in MPI_OPTIONS else controller
+        rank_flags = ["--controller=" + rank_controller, "--rows=%d" % rows, "--width=%d" % width,
                       "--iterations=%d" % iterations, "--warmup=%d" % warmup, "--output=" + output]
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, HOROVOD_CYCLE_TIME=cycle_time, TF_CPP_MIN_LOG_LEVEL="2",

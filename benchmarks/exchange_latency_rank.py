@@ -9,6 +9,9 @@ object with every variant's wall time and this process's CPU time per run
 
 Variants (an exchange of `--rows` rows of `--width` float32 to every rank):
 
+* `idle_10ms`: no run at all, 10 ms of sleep: the CPU the process spends
+  while the model computes and nothing is queued (Horovod's background
+  thread coordinates its ranks every cycle, and MPI may spin meanwhile);
 * `session`: a `session.run` that exchanges nothing (what every run costs);
 * `horovod_alltoall_fixed`: `hvd.alltoall`, the same shape every run (Horovod's
   response cache holds it);
@@ -34,6 +37,7 @@ from absl import app, flags
 FLAGS = flags.FLAGS
 CONTROLLERS = ("mpi", "gloo")
 MICROS = 1e6
+IDLE_SECONDS = 0.010
 
 
 def define_flags() -> None:
@@ -103,6 +107,8 @@ def run_variants(controller: str, rows: int, width: int, iterations: int, warmup
             ops.append(("mpi_alltoall_in_session", in_session, lambda i: rows))
         config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
         with tf.compat.v1.Session(config=config) as session:
+            session.run(barrier)
+            results["idle_10ms"] = time_runs(lambda i: time.sleep(IDLE_SECONDS), iterations, warmup)
             for name, op, count in ops:
                 session.run(barrier)
 
@@ -115,8 +121,8 @@ def run_variants(controller: str, rows: int, width: int, iterations: int, warmup
         send = payload[:size * rows]
         receive = np.empty_like(send)
         results["mpi_alltoall"] = time_runs(lambda i: comm.Alltoall(send, receive), iterations, warmup)
-    for result in results.values():
-        result["bytes_sent"] = (size - 1) * rows * width * 4
+    for name, result in results.items():
+        result["bytes_sent"] = 0 if name == "idle_10ms" else (size - 1) * rows * width * 4
     return results
 
 

@@ -1,7 +1,7 @@
 """A soak: `deepfm.launch --max_restarts` jobs under a seeded schedule of faults, checked to lose nothing.
 
     python -m benchmarks.soak [--strategies ps,horovod,hybrid] [--faults 20] [--seed 1]
-                              [--rows 60000] [--epochs 3] [--name soak]
+                              [--rows 60000] [--epochs 3] [--ps_epochs 9] [--name soak]
 
 For each strategy, the same job runs twice on the same synthetic data, with
 the same seed and flags: once without faults (the reference), once under
@@ -108,6 +108,10 @@ class SoakConfig:
       rows: synthetic rows (train and validation together).
       feature_size: distinct ids.
       epochs: passes over the training split.
+      ps_epochs: passes of the `ps` jobs (0: `epochs`). An asynchronous job
+        trains on while a fault and its restart are handled (its chief
+        alone at first), so it needs more steps than a synchronous one to
+        hold the same faults.
       batch_size: per worker.
       checkpoint_steps: `--save_checkpoints_steps`.
       work_dir: where the data and the jobs go.
@@ -126,6 +130,7 @@ class SoakConfig:
     rows: int = DEFAULT_ROWS
     feature_size: int = DEFAULT_FEATURE_SIZE
     epochs: int = DEFAULT_EPOCHS
+    ps_epochs: int = 0
     batch_size: int = DEFAULT_BATCH
     checkpoint_steps: int = DEFAULT_CHECKPOINT_STEPS
     work_dir: str = ""
@@ -136,6 +141,8 @@ class SoakConfig:
     references: int = 1
 
     def __post_init__(self):
+        if self.ps_epochs < 0:
+            raise ValueError("--ps_epochs must be >= 0 (0: --epochs), got %r" % self.ps_epochs)
         unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown:
             raise ValueError("--strategies: unknown %s (known: %s)" % (", ".join(unknown), ", ".join(STRATEGIES)))
@@ -174,11 +181,17 @@ def log_line(text: str) -> None:
     print(text, flush=True)
 
 
-def train_flags(config: SoakConfig, data_dir: str, dirs: Dict[str, str]) -> List[str]:
-    """The flags after `--` of every job of the soak."""
+def epochs_of(config: SoakConfig, strategy: str) -> int:
+    """The passes over the training split of `strategy`'s jobs."""
+    return config.ps_epochs if strategy == "ps" and config.ps_epochs else config.epochs
+
+
+def train_flags(config: SoakConfig, data_dir: str, dirs: Dict[str, str], strategy: str) -> List[str]:
+    """The flags after `--` of every job of `strategy` in the soak."""
     return ["--train_data", data_dir, "--model_dir", dirs["model"], "--export_dir", dirs["export"],
             "--metrics_file", dirs["metrics"], "--progress_file", os.path.join(dirs["progress"], "{task}.jsonl"),
-            "--batch_size", str(config.batch_size), "--num_epochs", str(config.epochs), "--seed", str(config.seed),
+            "--batch_size", str(config.batch_size), "--num_epochs", str(epochs_of(config, strategy)),
+            "--seed", str(config.seed),
             "--save_checkpoints_steps", str(config.checkpoint_steps), "--log_every_n_steps", str(LOG_EVERY_STEPS)
             ] + list(MODEL_FLAGS)
 
@@ -193,7 +206,7 @@ def launch_command(config: SoakConfig, strategy: str, data_dir: str, dirs: Dict[
     if strategy == "hybrid" and restarts:
         argv += ["--min_replicas", str(min(faults_lib.HYBRID_SIZES)), "--max_replicas",
                  str(max(faults_lib.HYBRID_SIZES)), "--host_discovery_script", "cat %s" % dirs["slots"]]
-    return argv + ["--"] + train_flags(config, data_dir, dirs)
+    return argv + ["--"] + train_flags(config, data_dir, dirs, strategy)
 
 
 def job_environment(tmp_dir: str) -> Dict[str, str]:
@@ -494,9 +507,10 @@ def report(config: SoakConfig, command: str, results: List[dict], seconds: float
     """The markdown body of the report."""
     lines = ["Command: `%s` (%.0f min in all). Schedule seed %d, %d fault(s) per strategy; data: %d synthetic "
              "rows, feature_size %d, %d epoch(s) at batch %d per worker, a checkpoint every %d steps; `ps`: 2 "
-             "parameter servers and %d training task(s), `horovod` 2 ranks, `hybrid` 2 ranks (3 after a "
-             "resize)." % (command, seconds / 60, config.seed, config.faults, config.rows, config.feature_size,
-                           config.epochs, config.batch_size, config.checkpoint_steps, config.ps_workers), ""]
+             "parameter servers and %d training task(s), %d epoch(s), `horovod` 2 ranks, `hybrid` 2 ranks (3 "
+             "after a resize)." % (command, seconds / 60, config.seed, config.faults, config.rows,
+                                   config.feature_size, config.epochs, config.batch_size, config.checkpoint_steps,
+                                   config.ps_workers, epochs_of(config, "ps")), ""]
     rows = []
     for result in results:
         soak = result["faulted"] or {}
@@ -575,6 +589,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
     parser.add_argument("--feature_size", type=int, default=DEFAULT_FEATURE_SIZE)
     parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
+    parser.add_argument("--ps_epochs", type=int, default=0, help="Passes of the ps jobs (default: --epochs): an "
+                        "asynchronous job trains on while each fault is handled, so it needs more steps for them.")
     parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH)
     parser.add_argument("--checkpoint_steps", type=int, default=DEFAULT_CHECKPOINT_STEPS)
     parser.add_argument("--wait_s", type=float, default=DEFAULT_WAIT_S)
@@ -599,6 +615,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         config = SoakConfig(strategies=tuple(s for s in args.strategies.split(",") if s), faults=args.faults,
                             seed=args.seed, rows=args.rows, feature_size=args.feature_size, epochs=args.epochs,
+                            ps_epochs=args.ps_epochs,
                             batch_size=args.batch_size, checkpoint_steps=args.checkpoint_steps,
                             work_dir=os.path.abspath(work_dir), wait_s=args.wait_s, ps_workers=args.ps_workers,
                             references=args.references, kinds=parse_kinds(args.kinds),

@@ -22,6 +22,11 @@ class LaunchTest(tf.test.TestCase):
         self.assertEqual("mpirun", mpi[0])
         self.assertEqual("3", mpi[mpi.index("-np") + 1])
         self.assertIn("exec taskset -c $OMPI_COMM_WORLD_RANK", mpi[-1])
+        self.assertNotIn("mpi_yield_when_idle", mpi)
+        waits_yield = exchange_latency.launch_argv("mpi_yield", 2, [])
+        self.assertEqual(["-mca", "mpi_yield_when_idle", "1"],
+                         waits_yield[waits_yield.index("-mca"):waits_yield.index("-mca") + 3])
+        self.assertEqual(mpi[-1], waits_yield[-1])
 
     def test_collective_ranks_are_pinned_and_named_in_their_tf_config(self):
         argv = exchange_latency.collective_rank_argv(1, ["--rows=10"])
@@ -43,7 +48,8 @@ class LaunchTest(tf.test.TestCase):
         summary = exchange_latency.summarize({"gloo, cycle 1 ms": [round_result, round_result]})
         variants = summary["gloo, cycle 1 ms"]
         self.assertEqual(list(exchange_latency.VARIANT_ORDER[:4]), list(variants))
-        self.assertEqual([30.0, 30.0], variants["session"]["wall_us"])
+        expected = 10.0 * list(reversed(exchange_latency.VARIANT_ORDER[:4])).index("session")
+        self.assertEqual([expected, expected], variants["session"]["wall_us"])
 
 
 @pytest.mark.slow
@@ -61,7 +67,7 @@ class TinyRunTest(tf.test.TestCase):
         self.assertEqual(0, completed.returncode, command_line.describe(command, completed))
         with open(os.path.join(results, "tiny.json")) as f:
             summary = json.load(f)["results"]["summary"]["gloo, cycle 1 ms"]
-        self.assertEqual(sorted(["session", "horovod_alltoall_fixed", "horovod_alltoall_variable",
+        self.assertEqual(sorted(["idle_10ms", "session", "horovod_alltoall_fixed", "horovod_alltoall_variable",
                                  "horovod_allreduce"]), sorted(summary))
         for variant, values in summary.items():
             self.assertGreater(values["wall_us"][0], 0, variant)
