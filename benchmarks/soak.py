@@ -64,6 +64,7 @@ import psutil
 
 from benchmarks import common
 from benchmarks import soak_faults as faults_lib
+from jobs.local import processes
 
 NAME = "soak"
 STRATEGIES = ("ps", "horovod", "hybrid")
@@ -78,6 +79,8 @@ DEFAULT_CHECKPOINT_STEPS = 20
 DEFAULT_WAIT_S = 600.0
 DEFAULT_PS_WORKERS = 2
 LOG_EVERY_STEPS = 5
+# Lines of a failed task's log in the report, for a restart no fault caused.
+UNEXPECTED_LOG_LINES = 15
 # A job's error when the soak was stopped during it.
 INTERRUPTED = "the soak was interrupted during this job"
 # What stands for the soak's working directory in its report.
@@ -164,6 +167,7 @@ class JobResult:
     final_step: Optional[int] = None
     examples: Optional[int] = None
     restarts: int = 0
+    unexpected_restarts: List[str] = dataclasses.field(default_factory=list)
     faults: List[dict] = dataclasses.field(default_factory=list)
     leftovers: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     error: str = ""
@@ -271,6 +275,7 @@ def run_job(config: SoakConfig, strategy: str, data_dir: str, schedule: Sequence
         for survivor in view.alive():
             survivor.kill()
     result.restarts = len(view.restarts())
+    result.unexpected_restarts = unexpected_restarts(view, result.faults)
     if os.path.isfile(dirs["metrics"]):
         with open(dirs["metrics"]) as f:
             result.metrics = json.load(f)
@@ -278,6 +283,24 @@ def run_job(config: SoakConfig, strategy: str, data_dir: str, schedule: Sequence
         if result.final_step is not None:
             result.examples = faults_lib.examples_at(dirs["model"], result.final_step)
     return result
+
+
+def unexpected_restarts(view: faults_lib.JobView, faults: Sequence[dict]) -> List[str]:
+    """Each restart of the launcher that no fault caused: its failed task and the end of that task's log.
+
+    The log is the one of the attempt the task failed in (the attempt
+    before the restart).
+    """
+    caused = {fault["restart"].split(":")[0] for fault in faults if fault.get("restart")}
+    found = []
+    for number, task, how in view.restarts():
+        if "restart %d" % number in caused:
+            continue
+        log = os.path.join(view.attempt_dir(number - 1), task + ".log")
+        tail = processes.log_tail(log, lines=UNEXPECTED_LOG_LINES) if os.path.isfile(log) else "(no log)"
+        found.append("restart %d no fault caused: task %s failed with %s; its log ends:\n%s" % (
+            number, task, how, tail))
+    return found
 
 
 def leftovers(view: faults_lib.JobView, dirs: Dict[str, str]) -> Dict[str, List[str]]:
@@ -349,9 +372,10 @@ def check_job(config: SoakConfig, strategy: str, references: Sequence[JobResult]
     reference = references[0]
     checks = [Check("the job succeeded after one restart per fault",
                     soak.returncode == 0 and not soak.error and soak.restarts == len(soak.faults) == planned,
-                    "exit code %s, %d restart(s) for %d fault(s) of %d planned%s" % (
+                    "exit code %s, %d restart(s) for %d fault(s) of %d planned%s%s" % (
                         soak.returncode, soak.restarts, len(soak.faults), planned,
-                        "; " + soak.error if soak.error else ""))]
+                        "; " + soak.error if soak.error else "",
+                        "".join("; " + text for text in soak.unexpected_restarts)))]
     # Asynchronous workers each finish the step in flight when the budget is reached; a job resized on the way
     # ends on the first step that reaches its budget in examples, less than one step of its last size past it.
     slack = config.batch_size * (config.ps_workers if strategy == "ps" else
@@ -566,6 +590,58 @@ def write(args: argparse.Namespace, config: SoakConfig, command: str, results: L
                                results_dir=args.results_dir)
 
 
+def combine(paths: Sequence[str]) -> Dict[str, Any]:
+    """One soak's raw results from the results JSONs of several runs of the same soak (each strategy from the
+    last run that soaked it), for a soak whose strategies ran at different times.
+
+    Raises:
+      ValueError: the runs differ in anything but their strategies, or one
+        holds no strategy.
+    """
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f)["results"])
+    def settings(run):
+        return {k: v for k, v in run["config"].items() if k not in ("strategies", "work_dir", "kinds")}
+    for path, run in zip(paths[1:], runs[1:]):
+        if settings(run) != settings(runs[0]):
+            raise ValueError("--combine: %s soaked with other settings than %s: %s against %s" % (
+                path, paths[0], settings(run), settings(runs[0])))
+    chosen: Dict[str, tuple] = {}
+    for index, run in enumerate(runs):
+        for result in run["strategies"]:
+            if result.get("faulted") and not result.get("interrupted"):
+                chosen[result["strategy"]] = (index, result)
+    if not chosen:
+        raise ValueError("--combine: no strategy was soaked to its end in %s" % ", ".join(paths))
+    order = [s for run in runs for s in run["config"]["strategies"] if s in chosen]
+    strategies = list(dict.fromkeys(order))
+    return {"runs": [{"command": run["command"], "seconds": run["seconds"],
+                      "strategies": [s for s in strategies if chosen[s][0] == i]} for i, run in enumerate(runs)],
+            "config": dict(runs[0]["config"], strategies=strategies),
+            "strategies": [chosen[s][1] for s in strategies]}
+
+
+def write_combined(args: argparse.Namespace, paths: Sequence[str]) -> str:
+    """Writes the report of `combine(paths)` as `args.name`."""
+    combined = combine(paths)
+    config_fields = {field.name for field in dataclasses.fields(SoakConfig)}
+    config = SoakConfig(**{k: v for k, v in combined["config"].items() if k in config_fields})
+    parts = "; ".join("%s from `%s`" % (", ".join(run["strategies"]), run["command"])
+                      for run in combined["runs"] if run["strategies"])
+    command = "python -m benchmarks.soak --combine " + ",".join(os.path.basename(p) for p in paths)
+    seconds = sum(run["seconds"] for run in combined["runs"] if run["strategies"])
+    body = "Combined from %d runs of the same soak: %s.\n\n%s" % (
+        sum(1 for run in combined["runs"] if run["strategies"]), parts,
+        report(config, command, combined["strategies"], seconds))
+    raw = {"command": command, "runs": combined["runs"], "config": combined["config"], "seconds": seconds,
+           "lscpu": lscpu(), "strategies": combined["strategies"],
+           "complete": set(combined["config"]["strategies"]) >= set(STRATEGIES)}
+    return common.write_report(args.name, "Soak: faults under deepfm.launch, checked to lose nothing", body,
+                               common.machine_info(), raw, results_dir=args.results_dir)
+
+
 def parse_kinds(text: str) -> Dict[str, Sequence[str]]:
     """`ps=lose_ps+kill_task,hybrid=resize` -> {"ps": ("lose_ps", "kill_task"), "hybrid": ("resize",)}.
 
@@ -603,12 +679,17 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="Training tasks of the ps jobs, the chief included.")
     parser.add_argument("--work_dir", default="", help="Default: a new temporary directory, removed at the end.")
     parser.add_argument("--name", default=NAME, help="The report's name under --results_dir.")
+    parser.add_argument("--combine", default="", help="Run nothing: write one report from these results JSONs "
+                        "of runs of the same soak (comma-separated), each strategy from the last run that soaked it.")
     parser.add_argument("--results_dir", default=common.RESULTS_DIR)
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    if args.combine:
+        print("wrote %s" % write_combined(args, [p for p in args.combine.split(",") if p]))
+        return 0
     command = "python -m benchmarks.soak " + " ".join(sys.argv[1:] if argv is None else argv)
     own_work_dir = not args.work_dir
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="deepfm-soak-")

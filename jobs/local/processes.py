@@ -27,17 +27,23 @@ import ctypes
 import ctypes.util
 import dataclasses
 import os
+import random
 import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
 DEFAULT_POLL_SECONDS = 0.2
+# Ports for a job's servers are drawn from here up to the kernel's ephemeral range (`free_ports`).
+SERVICE_PORT_LOW = 20000
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+# Linux's default, where the file cannot be read.
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 DEFAULT_STOP_GRACE_SECONDS = 5.0
 DEFAULT_SERVICE_GRACE_SECONDS = 60.0
 LOG_TAIL_LINES = 20
@@ -153,17 +159,49 @@ def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(tail)
 
 
-def free_ports(count: int, host: str = "localhost") -> List[int]:
-    """`count` distinct TCP ports free on `host` right now.
-
-    The sockets stay bound until all ports are chosen, so the ports differ;
-    another program may still take one before it is used.
-    """
-    sockets = []
+def ephemeral_port_range(path: str = EPHEMERAL_RANGE_FILE) -> Tuple[int, int]:
+    """The ports the kernel gives outgoing connections and `bind(port 0)` (Linux's `ip_local_port_range`)."""
     try:
-        for _ in range(count):
+        with open(path) as f:
+            low, high = (int(value) for value in f.read().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL_RANGE
+
+
+def free_ports(count: int, host: str = "localhost", seed: Optional[int] = None) -> List[int]:
+    """`count` distinct TCP ports free on `host` right now, below the kernel's ephemeral range.
+
+    A task binds its port seconds after it was chosen (it imports
+    TensorFlow first). A port of the ephemeral range can be taken meanwhile
+    by any outgoing connection of the machine, which picks its local port
+    there; a port below it only by a program that binds that very port. So
+    ports are drawn at random from `[SERVICE_PORT_LOW, ephemeral low)`, each
+    checked free by binding it, and only where none is free from the
+    ephemeral range (`bind` to port 0). The sockets stay bound until all
+    ports are chosen, so the ports differ.
+
+    Args:
+      count: how many ports.
+      host: the address they must be free on.
+      seed: the random draw's seed (default: from the system).
+    """
+    draw = random.Random(seed)
+    low, _ = ephemeral_port_range()
+    candidates = list(range(SERVICE_PORT_LOW, low)) if low > SERVICE_PORT_LOW else []
+    draw.shuffle(candidates)
+    sockets: List[socket.socket] = []
+    try:
+        while len(sockets) < count:
+            port = candidates.pop() if candidates else 0
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                if port == 0:
+                    raise
+                continue
             sockets.append(sock)
         return [sock.getsockname()[1] for sock in sockets]
     finally:

@@ -197,6 +197,21 @@ class HelpersTest(tf.test.TestCase, parameterized.TestCase):
             with socket.socket() as sock:
                 sock.bind(("localhost", port))
 
+    def test_free_ports_are_below_the_ephemeral_range_and_skip_a_taken_one(self):
+        low, _ = processes.ephemeral_port_range()
+        first = processes.free_ports(3, seed=5)
+        self.assertTrue(all(processes.SERVICE_PORT_LOW <= port < low for port in first), (first, low))
+        with socket.socket() as taken:
+            taken.bind(("localhost", first[0]))
+            again = processes.free_ports(3, seed=5)
+        self.assertNotIn(first[0], again)
+        self.assertEqual(first[1:], again[:2])
+
+    def test_the_ephemeral_range_is_read_or_linux_default(self):
+        path = self.create_tempfile(content="40000\t50000\n").full_path
+        self.assertEqual((40000, 50000), processes.ephemeral_port_range(path))
+        self.assertEqual(processes.DEFAULT_EPHEMERAL_RANGE, processes.ephemeral_port_range(path + ".missing"))
+
     def test_signals_raise(self):
         before = signal.getsignal(signal.SIGTERM)
         with self.assertRaises(processes.Terminated) as raised:
