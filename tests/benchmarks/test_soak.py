@@ -33,7 +33,9 @@ SHORT_KINDS = {
     "horovod": (faults.TERM_TASK, faults.KILL_TASK),
     "hybrid": (faults.RESIZE, faults.RESIZE),
 }
-EXPORT_KILL = {"ps": True, "horovod": False, "hybrid": True}
+# The kill inside the export: `ps` here; every strategy's in the long soak (its last fault), kept out of the
+# `hybrid` short soak, whose two resizes already cost the suite most of its time.
+EXPORT_KILL = {"ps": True, "horovod": False, "hybrid": False}
 # The AUC a job resized twice may differ by on this little data: it trains the same examples in other
 # batches (192 rows a step at 3 ranks, 128 at 2), and on 6,000 rows other batches alone move the AUC by
 # about 0.01 (the fault-free `horovod` and `hybrid` jobs, the same model and examples in other orders:
