@@ -12,7 +12,7 @@ over these devices.
 
 import dataclasses
 import os
-from typing import Optional, Tuple
+from typing import ClassVar, Optional, Tuple
 
 import tensorflow as tf
 
@@ -145,7 +145,8 @@ class LocalReplicaStrategy(strategy.Strategy):
     `StrategyConfig`; the session creates the virtual CPU devices.
     """
 
-    Options = ReplicaOptions
+    Options: ClassVar[type] = ReplicaOptions
+    options: ReplicaOptions
 
     def __init__(self, config: StrategyConfig):
         super().__init__(config)

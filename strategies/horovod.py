@@ -62,7 +62,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from typing import List, Optional, Tuple
+from typing import ClassVar, List, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -276,7 +276,9 @@ class HorovodStrategy(strategy.Strategy):
     rank needs it done (`strategies.lifecycle`).
     """
 
-    Options = HorovodOptions
+    Options: ClassVar[type] = HorovodOptions
+    # `hybrid` ranks (a subclass) have options of their own: the fields of every rank are typed here.
+    options: RankOptions
 
     def __init__(self, config: StrategyConfig):
         super().__init__(config)
@@ -411,7 +413,7 @@ class HorovodStrategy(strategy.Strategy):
         With `--sparse_as_dense` the embedding gradients are made dense and
         allreduced, instead of allgathering their rows and indices.
         """
-        return (functools.partial(self.distributed_optimizer, sparse_as_dense=self.options.sparse_as_dense),)
+        return (functools.partial(self.distributed_optimizer, sparse_as_dense=self._sparse_as_dense()),)
 
     def distributed_optimizer(self, optimizer: tf.compat.v1.train.Optimizer, **kwargs
                               ) -> tf.compat.v1.train.Optimizer:
@@ -476,7 +478,11 @@ class HorovodStrategy(strategy.Strategy):
             self.learning_rate_factor(), self.options.lr_scaling, self._describe_options())
 
     def _describe_options(self) -> str:
-        return ", sparse_as_dense" if self.options.sparse_as_dense else ""
+        return ", sparse_as_dense" if self._sparse_as_dense() else ""
+
+    def _sparse_as_dense(self) -> bool:
+        """`--sparse_as_dense` (an option of `horovod` alone)."""
+        return isinstance(self.options, HorovodOptions) and self.options.sparse_as_dense
 
 
 # Module constants removed with the strategy lifecycle, and what replaced them.

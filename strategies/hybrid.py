@@ -112,11 +112,12 @@ class ShardedTable(tables_lib.EmbeddingTable):
 
     def lookup_with(self, others: Sequence[tables_lib.EmbeddingTable], ids: tf.Tensor) -> List[tf.Tensor]:
         """One exchange of rows for this table and `others` when they are sharded alike; else one each."""
-        tables = [self] + list(others)
-        if not all(isinstance(table, ShardedTable) and table._tables is self._tables
-                   and table_lib.can_share_exchange(self.sharded, table.sharded) for table in tables):
+        sharded = [self] + [table for table in others if isinstance(table, ShardedTable)]
+        if len(sharded) != len(others) + 1 or not all(
+                table._tables is self._tables and table_lib.can_share_exchange(self.sharded, table.sharded)
+                for table in sharded):
             return super().lookup_with(others, ids)
-        return self._tables.lookup([table.sharded for table in tables], ids)
+        return self._tables.lookup([table.sharded for table in sharded], ids)
 
     def variables(self) -> List[tf.Variable]:
         """This rank's shard."""
@@ -209,6 +210,7 @@ class HybridStrategy(horovod.HorovodStrategy):
     """One Horovod rank of a hybrid-parallel job (see the module docstring)."""
 
     Options = HybridOptions
+    options: HybridOptions
 
     def optimizer_wrappers(self):
         """`hvd.DistributedOptimizer`; the shards' gradients stay local (`register_local_var`)."""

@@ -89,6 +89,7 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
     """
 
     Options = MirroredOptions
+    options: MirroredOptions
 
     def validate(self) -> None:
         """Also checks the reduction against the devices.

@@ -124,6 +124,7 @@ class ParameterServerStrategy(strategy.Strategy):
     """
 
     Options = PSOptions
+    options: PSOptions
     evaluates_in_training_session = True
 
     def __init__(self, config: StrategyConfig):
@@ -553,7 +554,7 @@ class TrainingDoneHook(tf.estimator.SessionRunHook):
 
     def __init__(self, cluster: cluster_lib.ClusterInfo):
         self._cluster = cluster
-        self._enqueue_ops = []
+        self._enqueue_ops: List[tf.Operation] = []
 
     def begin(self):
         cluster = self._cluster

@@ -27,7 +27,7 @@ Per mode:
 
 import collections
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -148,7 +148,7 @@ def average_gradients(tower_gradients: Sequence[GradsAndVars], weights: tf.Tenso
     Returns:
       One (gradient, variable) pair per variable with a gradient in any tower.
     """
-    by_variable = collections.OrderedDict()
+    by_variable: Dict[Any, Tuple[tf.Variable, List[Tuple[tf.Tensor, tf.Tensor]]]] = collections.OrderedDict()
     for tower, grads_and_vars in enumerate(tower_gradients):
         for grad, var in grads_and_vars:
             if grad is not None:
@@ -277,6 +277,7 @@ class TowerStrategy(devices_lib.LocalReplicaStrategy):
     """
 
     Options = TowerOptions
+    options: TowerOptions
 
     def batch_per_input_pipeline(self, per_replica_batch: int) -> int:
         """All towers' batches together: `per_replica_batch * towers`."""

@@ -119,7 +119,7 @@ class ShardedEmbedding:
     def route(self, ids: tf.Tensor) -> exchange.IdRouting:
         """The id exchange of `ids` (`exchange.route_ids`) with this table's settings (a collective)."""
         capacity = None
-        if self.padded:
+        if self.id_capacity is not None:
             capacity = exchange.IdCapacity(self.name + "_places_per_owner", start=self.id_capacity)
         return exchange.route_ids(ids, self.size, self.hvd, capacity=capacity, row_dtype=self.row_dtype,
                                   name=self.name)
