@@ -81,7 +81,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("np", 2, "horovod, hybrid: ranks on this host (0: as many as the cost model picks for this "
                          "host's cores, each with its share of the vCPUs as threads; the reason is printed).")
     flags.DEFINE_enum("horovod_controller", "auto", list(local.CONTROLLERS),
-                      "horovod: gloo, mpi, or auto (MPI where mpirun exists and Horovod has it).")
+                      "horovod: gloo, mpi, or auto (MPI where mpirun exists and Horovod has it). Over MPI a "
+                      "waiting rank yields its core (-mca mpi_yield_when_idle 1).")
     flags.DEFINE_float("timeout_s", 0, "Stop everything and fail after this many seconds (0: no limit).")
     flags.DEFINE_integer("max_restarts", 0, "Restart the whole job from its latest checkpoint after a task "
                          "failed, at most this many times (0: fail at once).")

@@ -98,7 +98,7 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(launch.attempt_log_dir("/logs", 2), "/logs/restart_2")
 
     def test_controller(self):
-        self.assertEqual(launch.horovod_controller_args("mpi"), ["--mpi"])
+        self.assertEqual(launch.horovod_controller_args("mpi"), ["--mpi", launch.MPI_YIELD_ARGS])
         self.assertEqual(launch.horovod_controller_args("gloo"), ["--gloo"])
         bin_dir = self.create_tempdir().full_path
         path = os.environ.get("PATH", "")
@@ -110,7 +110,7 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
             f.write("#!/bin/sh\n")
         os.chmod(mpirun, 0o755)
         # With mpirun installed, horovodrun picks MPI if it was built with it.
-        self.assertEqual(launch.horovod_controller_args("auto"), [])
+        self.assertEqual(launch.horovod_controller_args("auto"), [launch.MPI_YIELD_ARGS])
 
     @parameterized.parameters("--strategy", "--strategy=single", "-strategy=ps")
     def test_reserved_train_flags(self, flag):
