@@ -45,6 +45,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from absl import app, flags
 
 from benchmarks import common
+from cli import entry
 from jobs.local import processes
 
 FLAGS = flags.FLAGS
@@ -236,5 +237,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    # `--help` ends with status 0 and a bad flag with one line, as every command line of the project.
+    entry.run(main, "benchmarks.exchange_latency", define_flags, entry.NO_TENSORFLOW)
