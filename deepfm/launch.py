@@ -65,6 +65,8 @@ from strategies import strategy_names as names
 
 PROGRAM = "deepfm.launch"
 THREAD_FLAGS = ("--intra_op_threads", "--inter_op_threads")
+# The log directory of a job without --log_dir: a new one under the temporary directory.
+DEFAULT_LOG_DIR_PREFIX = "deepfm-launch-"
 
 FLAGS = flags.FLAGS
 
@@ -104,16 +106,27 @@ def parse_flags(flag_values=FLAGS, num_processes: Optional[int] = None) -> local
       app.UsageError: a bad flag value; the message names the flag.
     """
     f = flag_values
+    made = "" if f.log_dir else tempfile.mkdtemp(prefix=DEFAULT_LOG_DIR_PREFIX)
     try:
         return local.LaunchConfig(strategy=f.strategy, num_ps=f.num_ps, num_workers=f.num_workers,
                                   num_processes=num_processes or f.np, controller=f.horovod_controller,
-                                  log_dir=f.log_dir or tempfile.mkdtemp(prefix="deepfm-launch-"),
+                                  log_dir=f.log_dir or made,
                                   timeout_s=f.timeout_s, max_restarts=f.max_restarts,
                                   stop_grace_s=f.stop_grace_s, min_replicas=f.min_replicas,
                                   max_replicas=f.max_replicas, discovery_script=f.host_discovery_script,
                                   program=f.program)
     except ValueError as e:
+        remove_if_empty(made)
         raise app.UsageError(str(e)) from e
+
+
+def remove_if_empty(log_dir: Optional[str]) -> None:
+    """Removes the log directory made for a job that never started (nothing in it); keeps any other."""
+    try:
+        if log_dir:
+            os.rmdir(log_dir)
+    except OSError:
+        pass
 
 
 def ranks_from_cores(strategy: str, train_args: Sequence[str], vcpus: Optional[int] = None,
@@ -155,6 +168,9 @@ def main(argv):
     try:
         restarts = local.launch(config, train_args)
     except ValueError as e:
+        # Refused before any task started: a log directory made for it is left empty.
+        if not FLAGS.log_dir:
+            remove_if_empty(config.log_dir)
         raise app.UsageError(str(e)) from e
     except (processes.TaskFailedError, TimeoutError, FileNotFoundError, elastic.BelowMinimumError) as e:
         print("launch failed: %s" % e, file=sys.stderr)

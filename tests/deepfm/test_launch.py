@@ -1,10 +1,13 @@
-"""Tests of `deepfm.launch --np 0`: the ranks and threads chosen from a host's cores."""
+"""Tests of `deepfm.launch`: `--np 0`'s ranks and threads from a host's cores; a refused job leaves nothing."""
+
+import os
 
 import tensorflow as tf
 
 from deepfm import launch
 from strategies import host_layout
 from strategies import strategy_names as names
+from tests import command_line
 
 
 class RanksFromCoresTest(tf.test.TestCase):
@@ -30,6 +33,26 @@ class RanksFromCoresTest(tf.test.TestCase):
     def test_only_horovod_ranks(self):
         with self.assertRaisesRegex(ValueError, "--strategy ps takes --num_workers"):
             launch.ranks_from_cores(names.PS, [], vcpus=4, cores=4)
+
+
+class RefusedJobTest(tf.test.TestCase):
+
+    def test_a_refused_job_leaves_no_log_directory_behind(self):
+        tmp = self.create_tempdir().full_path
+        work = self.create_tempdir().full_path
+        for flags in (["--strategy", "ps", "--num_ps", "0"],  # refused by the launch's config
+                      ["--strategy", "horovod", "--np", "2", "--", "--train_data", "data"]):  # no --model_dir
+            result = command_line.run(command_line.python_module("deepfm.launch", *flags), work,
+                                      env={"TMPDIR": tmp}, timeout=120)
+            self.assertEqual(1, result.returncode, command_line.describe(flags, result))
+            self.assertIn("deepfm.launch: error:", result.stderr)
+            self.assertEqual([], command_line.left_in(tmp), flags)
+        # With --log_dir, the user's directory stays.
+        given = os.path.join(work, "logs")
+        os.makedirs(given)
+        command_line.run(command_line.python_module("deepfm.launch", "--strategy", "ps", "--num_ps", "0",
+                                                    "--log_dir", given), work, env={"TMPDIR": tmp}, timeout=120)
+        self.assertTrue(os.path.isdir(given))
 
 
 if __name__ == "__main__":
