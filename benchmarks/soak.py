@@ -64,27 +64,31 @@ import psutil
 
 from benchmarks import common
 from benchmarks import soak_faults as faults_lib
+from benchmarks.soak_config import (  # noqa: F401  (the soak's names, read here by the tests and the docs)
+    AUC_TOLERANCE,
+    DEFAULT_BATCH,
+    DEFAULT_CHECKPOINT_STEPS,
+    DEFAULT_EPOCHS,
+    DEFAULT_FAULTS,
+    DEFAULT_FEATURE_SIZE,
+    DEFAULT_PS_WORKERS,
+    DEFAULT_ROWS,
+    DEFAULT_SEED,
+    DEFAULT_WAIT_S,
+    NAME,
+    STRATEGIES,
+    WORK_DIR_MARK,
+    SoakConfig,
+    epochs_of,
+)
+from benchmarks.soak_report import combine, lscpu, report, write, write_combined  # noqa: F401
 from jobs.local import processes
 
-NAME = "soak"
-STRATEGIES = ("ps", "horovod", "hybrid")
-AUC_TOLERANCE = 0.005
-DEFAULT_FAULTS = 3
-DEFAULT_SEED = 1
-DEFAULT_ROWS = 20_000
-DEFAULT_FEATURE_SIZE = 50_000
-DEFAULT_EPOCHS = 2
-DEFAULT_BATCH = 128
-DEFAULT_CHECKPOINT_STEPS = 20
-DEFAULT_WAIT_S = 600.0
-DEFAULT_PS_WORKERS = 2
 LOG_EVERY_STEPS = 5
 # Lines of a failed task's log in the report, for a restart no fault caused.
 UNEXPECTED_LOG_LINES = 15
 # A job's error when the soak was stopped during it.
 INTERRUPTED = "the soak was interrupted during this job"
-# What stands for the soak's working directory in its report.
-WORK_DIR_MARK = "<work_dir>"
 # How long a launcher stopped by the soak (after a failure) may take to stop its tasks.
 STOP_WAIT_S = 120
 # The model and the optimizer of every job: small enough for two cores, its checkpoint large enough
@@ -98,61 +102,6 @@ LAUNCH_FLAGS = {
 }
 PARTIAL_NAMES = (faults_lib.CHECKPOINT_TEMP, faults_lib.EXPORT_TEMP)
 NETNS_DIR = "/run/netns"
-
-
-@dataclasses.dataclass(frozen=True)
-class SoakConfig:
-    """What to soak.
-
-    Attributes:
-      strategies: the strategies, each a reference job and a faulted one.
-      faults: faults per strategy.
-      seed: the schedule's and the jobs' seed.
-      rows: synthetic rows (train and validation together).
-      feature_size: distinct ids.
-      epochs: passes over the training split.
-      ps_epochs: passes of the `ps` jobs (0: `epochs`). An asynchronous job
-        trains on while a fault and its restart are handled (its chief
-        alone at first), so it needs more steps than a synchronous one to
-        hold the same faults.
-      batch_size: per worker.
-      checkpoint_steps: `--save_checkpoints_steps`.
-      work_dir: where the data and the jobs go.
-      wait_s: the longest any one wait of the soak may take.
-      kinds: per strategy, the kinds of its faults in order (the export kill
-        aside); a strategy not named draws them from the seed.
-      export_kill: whether each faulted job ends with `kill_in_export`.
-      ps_workers: training tasks of a `ps` job (the chief included).
-      references: fault-free runs of each job; the AUC check takes the
-        nearest (asynchronous `ps` runs differ among themselves).
-    """
-
-    strategies: Sequence[str] = STRATEGIES
-    faults: int = DEFAULT_FAULTS
-    seed: int = DEFAULT_SEED
-    rows: int = DEFAULT_ROWS
-    feature_size: int = DEFAULT_FEATURE_SIZE
-    epochs: int = DEFAULT_EPOCHS
-    ps_epochs: int = 0
-    batch_size: int = DEFAULT_BATCH
-    checkpoint_steps: int = DEFAULT_CHECKPOINT_STEPS
-    work_dir: str = ""
-    wait_s: float = DEFAULT_WAIT_S
-    kinds: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
-    export_kill: bool = True
-    ps_workers: int = DEFAULT_PS_WORKERS
-    references: int = 1
-
-    def __post_init__(self):
-        if self.ps_epochs < 0:
-            raise ValueError("--ps_epochs must be >= 0 (0: --epochs), got %r" % self.ps_epochs)
-        unknown = [s for s in self.strategies if s not in STRATEGIES]
-        if unknown:
-            raise ValueError("--strategies: unknown %s (known: %s)" % (", ".join(unknown), ", ".join(STRATEGIES)))
-        for name in ("faults", "rows", "feature_size", "epochs", "batch_size", "checkpoint_steps", "ps_workers",
-                     "references"):
-            if getattr(self, name) < 1:
-                raise ValueError("--%s must be >= 1, got %r" % (name, getattr(self, name)))
 
 
 @dataclasses.dataclass
@@ -183,11 +132,6 @@ class Check:
 
 def log_line(text: str) -> None:
     print(text, flush=True)
-
-
-def epochs_of(config: SoakConfig, strategy: str) -> int:
-    """The passes over the training split of `strategy`'s jobs."""
-    return config.ps_epochs if strategy == "ps" and config.ps_epochs else config.epochs
 
 
 def train_flags(config: SoakConfig, data_dir: str, dirs: Dict[str, str], strategy: str) -> List[str]:
@@ -518,128 +462,6 @@ def soak_strategy(config: SoakConfig, strategy: str, data_dir: str, log=log_line
     result.update(faulted=dataclasses.asdict(soak), checks=[dataclasses.asdict(c) for c in checks],
                   interrupted=soak.error == INTERRUPTED)
     return result
-
-
-def lscpu() -> str:
-    try:
-        return subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return "lscpu unavailable"
-
-
-def report(config: SoakConfig, command: str, results: List[dict], seconds: float) -> str:
-    """The markdown body of the report."""
-    lines = ["Command: `%s` (%.0f min in all). Schedule seed %d, %d fault(s) per strategy; data: %d synthetic "
-             "rows, feature_size %d, %d epoch(s) at batch %d per worker, a checkpoint every %d steps; `ps`: 2 "
-             "parameter servers and %d training task(s), %d epoch(s), `horovod` 2 ranks, `hybrid` 2 ranks (3 "
-             "after a resize)." % (command, seconds / 60, config.seed, config.faults, config.rows,
-                                   config.feature_size, config.epochs, config.batch_size, config.checkpoint_steps,
-                                   config.ps_workers, epochs_of(config, "ps")), ""]
-    rows = []
-    for result in results:
-        soak = result["faulted"] or {}
-        lost = [f["steps_lost"] or 0 for f in soak.get("faults", [])]
-        auc = soak.get("metrics", {}).get("auc")
-        reference_aucs = [r["metrics"]["auc"] for r in result["references"] if r["metrics"].get("auc") is not None]
-        nearest = min(reference_aucs, key=lambda value: abs(value - auc)) if auc is not None and reference_aucs \
-            else None
-        rows.append([result["strategy"], str(len(soak.get("faults", []))), str(soak.get("restarts", "-")),
-                     "%d (max %d)" % (sum(lost), max(lost)) if lost else "-",
-                     " / ".join("%.4f" % a for a in reference_aucs) or "-",
-                     "%.4f" % auc if auc is not None else "-",
-                     "%+.4f" % (auc - nearest) if nearest is not None else "-",
-                     "%s / %.0f" % (" / ".join("%.0f" % r["seconds"] for r in result["references"]),
-                                    soak.get("seconds", 0)),
-                     "%d/%d" % (sum(c["passed"] for c in result["checks"]), len(result["checks"]))])
-    lines += [common.markdown_table(["strategy", "faults", "restarts", "steps lost (total)", "AUC fault-free",
-                                     "AUC faulted", "difference (nearest)", "seconds (fault-free / faulted)",
-                                     "checks passed"], rows), ""]
-    for result in results:
-        lines += ["## %s" % result["strategy"], ""]
-        soak = result["faulted"] or {}
-        fault_rows = []
-        for f in soak.get("faults", []):
-            kind = f["fault"]["kind"] + (" to %d ranks" % f["fault"]["size"] if f["fault"]["size"] else "")
-            fault_rows.append([str(f["number"]), kind, f["target"], f["signal"], "%.0f" % f["elapsed"],
-                               str(f["step_at_fault"]), str(f["checkpoint_at_fault"]), f["placement"], f["restart"],
-                               str(f["resume_step"]), str(f["steps_lost"])])
-        if fault_rows:
-            lines += [common.markdown_table(["#", "fault", "target", "signal", "at s", "step", "checkpoint then",
-                                             "placement", "restart", "resumed at", "steps lost"], fault_rows), ""]
-        lines += [common.markdown_table(["check", "result", "detail"],
-                                        [[c["name"], "pass" if c["passed"] else "FAIL", c["detail"].replace("|", "/")]
-                                         for c in result["checks"]]), ""]
-    lines += ["## lscpu", "", "```", lscpu(), "```"]
-    return "\n".join(lines)
-
-
-def write(args: argparse.Namespace, config: SoakConfig, command: str, results: List[dict], seconds: float) -> str:
-    """Writes the report of the strategies soaked so far; paths under the working directory are relative."""
-    missing = [s for s in config.strategies if s not in [r["strategy"] for r in results]]
-    interrupted = [r["strategy"] for r in results if r.get("interrupted")]
-    body = report(config, command, results, seconds)
-    if missing or interrupted:
-        body = ("**Incomplete**: %s. The command below runs the whole soak.\n\n" % "; ".join(
-            (["the soak was interrupted during %s" % ", ".join(interrupted)] if interrupted else [])
-            + (["not soaked (yet): %s" % ", ".join(missing)] if missing else []))) + body
-    raw = {"command": command, "config": dataclasses.asdict(config), "seconds": seconds, "lscpu": lscpu(),
-           "strategies": results, "complete": not missing and not interrupted}
-    raw = json.loads(json.dumps(raw).replace(config.work_dir, WORK_DIR_MARK))
-    return common.write_report(args.name, "Soak: faults under deepfm.launch, checked to lose nothing",
-                               body.replace(config.work_dir, WORK_DIR_MARK), common.machine_info(), raw,
-                               results_dir=args.results_dir)
-
-
-def combine(paths: Sequence[str]) -> Dict[str, Any]:
-    """One soak's raw results from the results JSONs of several runs of the same soak (each strategy from the
-    last run that soaked it), for a soak whose strategies ran at different times.
-
-    Raises:
-      ValueError: the runs differ in anything but their strategies, or one
-        holds no strategy.
-    """
-    runs = []
-    for path in paths:
-        with open(path) as f:
-            runs.append(json.load(f)["results"])
-    def settings(run):
-        return {k: v for k, v in run["config"].items() if k not in ("strategies", "work_dir", "kinds")}
-    for path, run in zip(paths[1:], runs[1:]):
-        if settings(run) != settings(runs[0]):
-            raise ValueError("--combine: %s soaked with other settings than %s: %s against %s" % (
-                path, paths[0], settings(run), settings(runs[0])))
-    chosen: Dict[str, tuple] = {}
-    for index, run in enumerate(runs):
-        for result in run["strategies"]:
-            if result.get("faulted") and not result.get("interrupted"):
-                chosen[result["strategy"]] = (index, result)
-    if not chosen:
-        raise ValueError("--combine: no strategy was soaked to its end in %s" % ", ".join(paths))
-    order = [s for run in runs for s in run["config"]["strategies"] if s in chosen]
-    strategies = list(dict.fromkeys(order))
-    return {"runs": [{"command": run["command"], "seconds": run["seconds"],
-                      "strategies": [s for s in strategies if chosen[s][0] == i]} for i, run in enumerate(runs)],
-            "config": dict(runs[0]["config"], strategies=strategies),
-            "strategies": [chosen[s][1] for s in strategies]}
-
-
-def write_combined(args: argparse.Namespace, paths: Sequence[str]) -> str:
-    """Writes the report of `combine(paths)` as `args.name`."""
-    combined = combine(paths)
-    config_fields = {field.name for field in dataclasses.fields(SoakConfig)}
-    config = SoakConfig(**{k: v for k, v in combined["config"].items() if k in config_fields})
-    parts = "; ".join("%s from `%s`" % (", ".join(run["strategies"]), run["command"])
-                      for run in combined["runs"] if run["strategies"])
-    command = "python -m benchmarks.soak --combine " + ",".join(os.path.basename(p) for p in paths)
-    seconds = sum(run["seconds"] for run in combined["runs"] if run["strategies"])
-    body = "Combined from %d runs of the same soak: %s.\n\n%s" % (
-        sum(1 for run in combined["runs"] if run["strategies"]), parts,
-        report(config, command, combined["strategies"], seconds))
-    raw = {"command": command, "runs": combined["runs"], "config": combined["config"], "seconds": seconds,
-           "lscpu": lscpu(), "strategies": combined["strategies"],
-           "complete": set(combined["config"]["strategies"]) >= set(STRATEGIES)}
-    return common.write_report(args.name, "Soak: faults under deepfm.launch, checked to lose nothing", body,
-                               common.machine_info(), raw, results_dir=args.results_dir)
 
 
 def parse_kinds(text: str) -> Dict[str, Sequence[str]]:
