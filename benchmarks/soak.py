@@ -390,6 +390,8 @@ def steps_per_task(progress_dir: str) -> Dict[str, int]:
     (fewer than `LOG_EVERY_STEPS`) are not counted.
     """
     steps: Dict[str, int] = {}
+    # Each line's "step" alone (`deepfm.runtime.hooks.read_progress_file` reads whole records, but imports
+    # TensorFlow, which the soak's own process does without).
     for path in sorted(glob.glob(os.path.join(progress_dir, "*.jsonl"))):
         total = last = 0
         with open(path) as f:
