@@ -439,7 +439,7 @@ def check_checkpoints(config: SoakConfig, model_dir: str) -> Check:
 def soak_strategy(config: SoakConfig, strategy: str, data_dir: str, log=log_line) -> dict:
     """The fault-free references and the faulted job of one strategy, and their checks."""
     schedule = faults_lib.schedule(config.seed, strategy, config.faults, config.export_kill,
-                                   config.kinds.get(strategy))
+                                   config.kinds.get(strategy), config.last_point)
     references = []
     for index in range(config.references):
         log("%s: fault-free job %d of %d" % (strategy, index + 1, config.references))
@@ -499,6 +499,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         "ps=lose_ps+kill_in_checkpoint,hybrid=resize+resize (default: drawn from the seed).")
     parser.add_argument("--no_export_kill", action="store_true", help="Do not end each faulted job with a kill "
                         "during its export.")
+    parser.add_argument("--last_point", type=float, default=faults_lib.LAST_POINT, help="Faults land before this "
+                        "fraction of the example budget (the export kill aside).")
     parser.add_argument("--ps_workers", type=int, default=DEFAULT_PS_WORKERS,
                         help="Training tasks of the ps jobs, the chief included.")
     parser.add_argument("--work_dir", default="", help="Default: a new temporary directory, removed at the end.")
@@ -524,7 +526,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             batch_size=args.batch_size, checkpoint_steps=args.checkpoint_steps,
                             work_dir=os.path.abspath(work_dir), wait_s=args.wait_s, ps_workers=args.ps_workers,
                             references=args.references, kinds=parse_kinds(args.kinds),
-                            export_kill=not args.no_export_kill)
+                            export_kill=not args.no_export_kill, last_point=args.last_point)
         start = time.monotonic()
         data_dir = os.path.join(config.work_dir, "data")
         common.ensure_data(data_dir, config.rows, config.feature_size, seed=config.seed)

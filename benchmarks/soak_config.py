@@ -3,6 +3,8 @@
 import dataclasses
 from typing import Mapping, Sequence
 
+from benchmarks.soak_faults import LAST_POINT
+
 NAME = "soak"
 STRATEGIES = ("ps", "horovod", "hybrid")
 AUC_TOLERANCE = 0.005
@@ -42,6 +44,8 @@ class SoakConfig:
       kinds: per strategy, the kinds of its faults in order (the export kill
         aside); a strategy not named draws them from the seed.
       export_kill: whether each faulted job ends with `kill_in_export`.
+      last_point: the fraction of the budget the last fault (the export
+        kill aside) lands before: short jobs need room after it.
       ps_workers: training tasks of a `ps` job (the chief included).
       references: fault-free runs of each job; the AUC check takes the
         nearest (asynchronous `ps` runs differ among themselves).
@@ -60,10 +64,13 @@ class SoakConfig:
     wait_s: float = DEFAULT_WAIT_S
     kinds: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
     export_kill: bool = True
+    last_point: float = LAST_POINT
     ps_workers: int = DEFAULT_PS_WORKERS
     references: int = 1
 
     def __post_init__(self):
+        if not 0.0 < self.last_point <= 1.0:
+            raise ValueError("--last_point must be in (0, 1], got %r" % self.last_point)
         if self.ps_epochs < 0:
             raise ValueError("--ps_epochs must be >= 0 (0: --epochs), got %r" % self.ps_epochs)
         unknown = [s for s in self.strategies if s not in STRATEGIES]

@@ -112,21 +112,26 @@ class Fault:
 
 
 def schedule(seed: int, strategy: str, count: int, export_kill: bool = True,
-             kinds: Optional[Sequence[str]] = None) -> List[Fault]:
+             kinds: Optional[Sequence[str]] = None, last_point: float = LAST_POINT) -> List[Fault]:
     """The seeded schedule of `count` faults for a job of `strategy` (see the module docstring).
 
     Every kind of the strategy comes once before any comes twice (in an order
     drawn from the seed), or `kinds` gives them in order; `resize` alternates
-    the sizes; with `export_kill` the last fault is `kill_in_export`.
+    the sizes; with `export_kill` the last fault is `kill_in_export`. The
+    faults land between `FIRST_POINT` and `last_point` of the budget: a
+    fault too near the end can be overtaken by it (the job finishes its
+    last steps before a signalled rank stops, and no restart comes).
 
     Raises:
-      ValueError: an unknown strategy, a count below 1, or a kind the
-        strategy has not.
+      ValueError: an unknown strategy, a count below 1, a kind the
+        strategy has not, or `last_point` outside (FIRST_POINT, 1].
     """
     if strategy not in KINDS_OF:
         raise ValueError("no soak schedule for strategy %r (one of %s)" % (strategy, ", ".join(KINDS_OF)))
     if count < 1:
         raise ValueError("--faults must be >= 1, got %d" % count)
+    if not FIRST_POINT < last_point <= 1.0:
+        raise ValueError("--last_point must be in (%g, 1], got %r" % (FIRST_POINT, last_point))
     rng = random.Random("%s:%d" % (strategy, seed))
     body = count - 1 if export_kill else count
     if kinds is not None:
@@ -140,7 +145,7 @@ def schedule(seed: int, strategy: str, count: int, export_kill: bool = True,
         while len(kinds) < body:
             kinds += rng.sample(KINDS_OF[strategy], len(KINDS_OF[strategy]))
         kinds = kinds[:body]
-    spacing = (LAST_POINT - FIRST_POINT) / max(1, body)
+    spacing = (last_point - FIRST_POINT) / max(1, body)
     faults = []
     size = HYBRID_SIZES[0]
     for index, kind in enumerate(kinds):

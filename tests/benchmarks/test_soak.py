@@ -41,6 +41,10 @@ EXPORT_KILL = {"ps": True, "horovod": False, "hybrid": False}
 # about 0.01 (the fault-free `horovod` and `hybrid` jobs, the same model and examples in other orders:
 # 0.7528 and 0.7457; the short soak's resized job: +0.0118). The long soak (`make soak`) checks 0.005.
 RESIZED_AUC_TOLERANCE = 0.02
+# Where the short soak's last fault lands at the latest: at 3 ranks a `hybrid` job of 6,000 rows has about
+# 8 steps after 0.92 of its budget, and on a loaded machine it can finish them before a signalled rank stops
+# (the job then ends with a restart missing); before 0.6, about 25 steps remain.
+SHORT_LAST_POINT = 0.6
 AUC_CHECK = "AUC within %.3f of the reference" % soak.AUC_TOLERANCE
 
 
@@ -62,6 +66,13 @@ class ScheduleTest(tf.test.TestCase, parameterized.TestCase):
     def test_resizes_alternate_between_two_and_three_ranks(self):
         sizes = [f.size for f in faults.schedule(3, "hybrid", 13) if f.kind == faults.RESIZE]
         self.assertEqual([3, 2, 3], sizes)
+
+    def test_the_last_point_bounds_the_faults(self):
+        points = [f.point for f in faults.schedule(1, "hybrid", 5, export_kill=False, last_point=0.6)]
+        self.assertTrue(all(faults.FIRST_POINT <= p <= 0.6 for p in points), points)
+        self.assertGreater(max(points), 0.5)
+        with self.assertRaisesRegex(ValueError, "--last_point must be in .*got 0.05"):
+            faults.schedule(1, "hybrid", 2, last_point=0.05)
 
     def test_kinds_can_be_given(self):
         schedule = faults.schedule(1, "ps", 3, kinds=(faults.LOSE_PS, faults.KILL_TASK))
@@ -188,7 +199,7 @@ class ShortSoak:
                                  epochs=2, batch_size=64,
                                  checkpoint_steps=10, work_dir=work_dir, wait_s=300,
                                  kinds={strategy: SHORT_KINDS[strategy]}, export_kill=EXPORT_KILL[strategy],
-                                 ps_workers=1)
+                                 ps_workers=1, last_point=SHORT_LAST_POINT)
         data_dir = os.path.join(work_dir, "data")
         common.ensure_data(data_dir, config.rows, config.feature_size, seed=config.seed)
         result = soak.soak_strategy(config, strategy, data_dir)
