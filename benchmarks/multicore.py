@@ -3,7 +3,7 @@
     python -m benchmarks.multicore [--results_dir DIR] [--budget_s 540] [--runs 3]
                                    [--cores_per_host 4] [--hosts 2,4] [--strategies hybrid,horovod]
                                    [--batches 1024,8192] [--steps 100,30] [--warmup_steps 20,10]
-                                   [--layouts 2,4,8,16] [--layout_strategies hybrid]
+                                   [--layouts 2,4,8,16] [--layout_strategies hybrid] [--mpi_hosts hybrid]
                                    [--hosts_mode auto] [--data_dir data/synthetic_300k] [--plan_only]
 
 Two tables, measured in interleaved rounds on one set of hosts
@@ -15,7 +15,9 @@ rate measurement (warm-up + timed steps, no evaluation):
   `single` on C vCPUs, and each of `--strategies` at each of `--hosts`, at
   each of `--batches` (from `LARGE_BATCH` on with `--large_batch_flag`,
   CowClip): efficiency = the job's examples/sec over ranks x `single`'s on C
-  vCPUs in the same round, median over rounds;
+  vCPUs in the same round, median over rounds; each of `--mpi_hosts` also
+  over MPI with yielding waits, its ranks started by `mpirun` over ssh as
+  SageMaker's toolkit does (emulated hosts only);
 * one host of all N vCPUs, at the first batch: `single` on 1, C and N
   vCPUs, and each of `--layout_strategies` as R ranks of N/R vCPUs for each
   R of `--layouts`: examples/sec over one core's (`single` 1x1) in the same
@@ -28,9 +30,10 @@ rate measurement (warm-up + timed steps, no evaluation):
 The defaults follow the machine: N = the vCPUs this process may use, C =
 min(4, N / 2), hosts 2 and N / C, layouts the powers of two up to N that
 divide it. On a 16-vCPU machine that is the issue's table (hosts of 4: 2
-and 4 hosts; one host: 1x1, 1x4, 1x16, 2x8, 4x4, 8x2, 16x1; `hybrid` at 2
-hosts of 1): 17 runs a round; on the 2-core development machine hosts of
-one core, 2 hosts, layout 2x1: 8 runs.
+and 4 hosts, `hybrid` also over MPI; one host: 1x1, 1x4, 1x16, 2x8, 4x4,
+8x2, 16x1, `single` also with its tables partitioned; `hybrid` at 2 hosts
+of 1): 23 runs a round; on the 2-core development machine hosts of one
+core, 2 hosts, layout 2x1: 11 runs (`--plan_only` lists them).
 
 Rounds run until `--runs` or until `--budget_s` seconds after the start
 (data generation included): a run that would end after it, by the time the
@@ -55,7 +58,7 @@ from benchmarks.scale_out import cli as scale_out_cli
 from benchmarks.scale_out import config as config_lib
 from benchmarks.scale_out import hosts as run_hosts
 from benchmarks.scale_out import layout, report, runner
-from benchmarks.scale_out.variants import Variant
+from benchmarks.scale_out.variants import LAUNCH_SSH_MPI_YIELD, Variant
 from strategies import strategy_names as names
 
 NAME = "multicore"
@@ -69,6 +72,7 @@ DEFAULT_WARMUP_STEPS = {False: 20, True: 10}
 DEFAULT_STRATEGIES = (names.HYBRID, names.HOROVOD)
 DEFAULT_LAYOUT_STRATEGIES = (names.HYBRID,)
 DEFAULT_ONE_VCPU_HOSTS = (names.HYBRID,)
+DEFAULT_MPI_HOSTS = (names.HYBRID,)
 DEFAULT_TIMEOUT_S = 300.0
 LARGEST_DEFAULT_HOST = 4
 LARGE_BATCH_FLAG = "--large_batch_rule=cowclip"
@@ -188,6 +192,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--one_vcpu_hosts", default=",".join(DEFAULT_ONE_VCPU_HOSTS),
                         help="strategies also run at 2 hosts of 1 vCPU at the first batch, where hosts have more: "
                         "what a rank's further cores give its exchange ('' for none)")
+    parser.add_argument("--mpi_hosts", default=",".join(DEFAULT_MPI_HOSTS),
+                        help="strategies of the hosts table also run over MPI with yielding waits, their ranks "
+                        "started by mpirun over ssh as SageMaker's toolkit does (emulated hosts only; '' for none)")
     parser.add_argument("--table_partitions", default=PARTITIONS_PER_VCPU,
                         help="`single` on more than one vCPU also with its tables in this many partitions "
                         "(`deepfm.train --table_partitions`): comma-separated counts, '%s' for one per vCPU of "
@@ -260,13 +267,14 @@ def make_plan(args: argparse.Namespace, available: int) -> Plan:
     strategies = _strategies(args.strategies, "strategies")
     layout_strategies = _strategies(args.layout_strategies, "layout_strategies")
     one_vcpu_hosts = _strategies(args.one_vcpu_hosts, "one_vcpu_hosts") if per_host > 1 else ()
+    mpi_hosts = _strategies(args.mpi_hosts, "mpi_hosts")
     entries: List[Entry] = []
     seen: Dict[tuple, str] = {}
 
     def add(table: str, batch: int, variant: Variant, config: config_lib.BenchmarkConfig, reference: str = "") -> str:
         variant = variant.at_layout(config.cores_per_host, config.ranks_per_host)
         signature = (batch, variant.strategy, variant.num_hosts, variant.cores_per_host, variant.ranks_per_host,
-                     variant.train_flags)
+                     variant.train_flags, variant.launcher)
         if signature in seen:
             return seen[signature]
         key = "%d/%s" % (batch, variant.name)
@@ -289,6 +297,11 @@ def make_plan(args: argparse.Namespace, available: int) -> Plan:
                 add(HOSTS_TABLE, batch, Variant("%s %d hosts" % (strategy, count), strategy,
                                                 "%d hosts of %d vCPUs, a rank each" % (count, per_host),
                                                 hosts=count), config, reference)
+            for strategy in mpi_hosts:
+                add(HOSTS_TABLE, batch, Variant("%s %d hosts, MPI" % (strategy, count), strategy,
+                                                "%d hosts of %d vCPUs, a rank each, Horovod over MPI with yielding "
+                                                "waits (mpirun over ssh)" % (count, per_host), hosts=count,
+                                                launcher=LAUNCH_SSH_MPI_YIELD), config, reference)
     batch = batches[0]
     config = dataclasses.replace(entries[0].config, cores_per_host=cores, variants=())
     one_core = add(HOST_TABLE, batch, Variant("single 1x1", names.SINGLE, "1 process on 1 vCPU", cores_per_host=1),
@@ -488,6 +501,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     order = topology.order(topology_lib.allowed_cpus())
     try:
         plan = make_plan(args, len(order))
+        reason = runner.over_ssh_reason(args.hosts_mode)
+        if reason and any(entry.variant.over_ssh for entry in plan.entries):
+            print("the runs over MPI (--mpi_hosts) are left out: %s" % reason, file=sys.stderr)
+            plan = dataclasses.replace(plan, entries=tuple(e for e in plan.entries if not e.variant.over_ssh))
         order = order[:plan.cores]
         cores = check_plan(plan, order)
         if shutil.which(layout.TASKSET) is None:

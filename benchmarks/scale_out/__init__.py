@@ -96,6 +96,8 @@ from benchmarks.scale_out.variants import (
     LAUNCH_MPI,
     LAUNCH_MPI_TCP,
     LAUNCH_MPI_YIELD,
+    LAUNCH_SSH_MPI,
+    LAUNCH_SSH_MPI_YIELD,
     LEVER_COMPARISONS,
     REFERENCE_HOSTS,
     Variant,

@@ -4,7 +4,10 @@
   namespace per host with its own address and name (`algo-1`, ...), an
   optional token-bucket egress limit per host (this kernel has no `netem`,
   so latency is not modelled). Each run starts every host's supervisor as
-  the host's init, pinned to the host's cores. Needs root.
+  the host's init, pinned to the host's cores. `install_ssh` gives every
+  host the ssh set-up of SageMaker's local emulation (`jobs.sagemaker.local`:
+  a host key, a client key every sshd accepts) for variants that start
+  their ranks with `mpirun` over ssh. Needs root.
 * `LocalHosts` (`HOSTS_LOCAL`): no namespaces (a machine where they cannot
   be made): a host is its supervisor's process group on this machine,
   pinned to the host's cores with `taskset`; ranks meet over the loopback
@@ -30,10 +33,12 @@ from benchmarks.scale_out import layout
 from benchmarks.scale_out.config import HOSTS_AUTO, HOSTS_EMULATED, HOSTS_LOCAL
 from benchmarks.scale_out.variants import host_names
 from jobs.local import hosts as hosts_lib
+from jobs.sagemaker import local as sagemaker_local
 
 LOOPBACK = "lo"
 LOCAL_ADDRESS = "127.0.0.1"
 PROBE_TIMEOUT_S = 60
+SSH_KEY_COMMENT = "bench-scale-out"
 
 
 class EmulatedHosts:
@@ -46,6 +51,20 @@ class EmulatedHosts:
         self._network = hosts_lib.HostNetwork(host_names(count), link=hosts_lib.LinkModel(gbps=link_gbps))
         self.names = tuple(host.name for host in self._network.hosts)
         self.note = ""
+        self._ssh_dir: Optional[str] = None
+
+    def install_ssh(self) -> None:
+        """Gives every host one sshd and ssh client set-up, as SageMaker's image does (once; see the module)."""
+        if self._ssh_dir is not None:
+            return
+        self._ssh_dir = tempfile.mkdtemp(prefix="bench-scale-out-ssh-")
+        source = os.path.join(self._ssh_dir, sagemaker_local.SSH)
+        etc_ssh = sagemaker_local.ETC_SSH
+        sagemaker_local.write_ssh_setup(source, SSH_KEY_COMMENT,
+                                        authorized_keys=os.path.join(etc_ssh, "authorized_keys"),
+                                        identity=os.path.join(etc_ssh, sagemaker_local.KEY_NAME))
+        for host in self._network.hosts:
+            sagemaker_local.install_etc_ssh(source, self._network, host)
 
     def address(self, name: str) -> str:
         """How the host called `name` is reached from the others."""
@@ -73,6 +92,8 @@ class EmulatedHosts:
 
     def close(self) -> None:
         self._network.close()
+        if self._ssh_dir is not None:
+            shutil.rmtree(self._ssh_dir, ignore_errors=True)
 
 
 class LocalHosts:
@@ -111,6 +132,11 @@ class LocalHosts:
         except ProcessLookupError:
             pass
         proc.wait()
+
+    @staticmethod
+    def install_ssh() -> None:
+        raise ValueError("hosts without namespaces share this machine's /etc/ssh: mpirun over ssh runs only on "
+                         "emulated hosts (--hosts_mode emulated)")
 
     def close(self) -> None:
         pass

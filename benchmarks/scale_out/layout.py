@@ -110,7 +110,7 @@ def plan(variant: variants_lib.Variant, order: Sequence[int], shared_cores: int 
     if variant.is_single:
         processes = tuple((block[:per_rank],) for block in blocks)
     elif variant.launcher != variants_lib.LAUNCH_DIRECT:
-        # horovodrun starts the host's ranks: they share its cores.
+        # horovodrun (or mpirun's daemon) starts the host's ranks: they share its cores.
         processes = tuple(() for _ in blocks)
     elif variant.rank_per_process:
         processes = tuple(split(block, variant.ranks_per_host) for block in blocks)

@@ -18,7 +18,10 @@ the host's processes, pinned as `layout.plan` says.
   `horovodrun` would give it (rank, local rank, cross rank). A variant may
   instead start all its ranks on `algo-1` with `horovodrun --gloo` or
   `--mpi` (`Variant.launcher`); its bytes are then that host's loopback
-  counters.
+  counters. Or, as SageMaker's toolkit does, every host runs sshd and
+  `algo-1` runs `mpirun` with the toolkit's options, which starts the ranks
+  of every host over ssh (`Variant.over_ssh`, emulated hosts only): the
+  other hosts' supervisors run until `algo-1`'s says it is done.
 
 Rounds are interleaved: every variant once, then again, each run a fresh
 set of processes. With a deadline, a run that would not end before it (by
@@ -31,6 +34,7 @@ import dataclasses
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,6 +56,16 @@ NO_CHECKPOINT_STEPS = 10 ** 9
 WORKER_PORT = 2222
 PS_PORT = 2223
 PORT_FILE = "rendezvous.port"
+SSHD = "/usr/sbin/sshd"
+SSH_PORT = 22
+MPIRUN = "mpirun"
+DONE_FILE = "done"
+# `mpirun`'s options as SageMaker's toolkit gives them (the interface is the hosts'), then the variant's.
+TOOLKIT_MPI_OPTIONS = ("--allow-run-as-root", "--tag-output", "-mca", "plm_rsh_no_tree_spawn", "1", "-bind-to",
+                       "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib", "-mca",
+                       "orte_abort_on_non_zero_status", "1", "-mca", "btl_vader_single_copy_mechanism", "none")
+# The environment `mpirun` passes to every rank (`-x`), where this process has it.
+MPI_PASSED = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "TF_CPP_MIN_LOG_LEVEL", "PYTHONUNBUFFERED")
 # After the first host of a run exits successfully, the others get this long, then are stopped
 # (a ps worker can wait for a parameter server of the chief's host that has already exited).
 STRAGGLER_GRACE_S = 30
@@ -161,6 +175,15 @@ def host_processes(variant: Variant, config: BenchmarkConfig, work: str, index: 
                     {"cluster": cluster, "task": {"type": trainer[0], "index": trainer[1]}})),
                     plan.pin(index, 0) + argv)]
     per_host = variant.ranks_per_host
+    if variant.over_ssh:
+        if local_hosts:
+            raise ValueError("variant %s: mpirun starts ranks over ssh in each host's sshd: it runs only on "
+                             "emulated hosts (--hosts_mode emulated)" % variant.name)
+        sshd = process("%s_sshd" % host, env, [SSHD, "-D", "-e"], service=True)
+        if index:
+            return [sshd]
+        return [sshd, dict(process("%s_mpirun" % host, env, mpirun_argv(variant, env, argv)),
+                           wait_for=["%s:%d" % (name, SSH_PORT) for name in host_list])]
     if variant.launcher != variants_lib.LAUNCH_DIRECT:
         horovodrun = [local_launcher.find_horovodrun()] + list(variants_lib.HOROVODRUN_ARGS[variant.launcher]) + [
             "-np", str(per_host), "-H", "localhost:%d" % per_host]
@@ -178,6 +201,28 @@ def host_processes(variant: Variant, config: BenchmarkConfig, work: str, index: 
             HOROVOD_LOCAL_SIZE=str(per_host), HOROVOD_CROSS_RANK=str(index),
             HOROVOD_CROSS_SIZE=str(variant.num_hosts)), plan.pin(index, local_rank) + argv))
     return processes
+
+
+def over_ssh_reason(hosts_mode: str) -> Optional[str]:
+    """Why ranks cannot start by `mpirun` over ssh here (`Variant.over_ssh`), or None."""
+    if hosts_mode == HOSTS_LOCAL:
+        return "hosts without namespaces (--hosts_mode local) share this machine's sshd"
+    missing = [tool for tool, found in ((SSHD, os.path.exists(SSHD)), (MPIRUN, shutil.which(MPIRUN)))
+               if not found]
+    if missing:
+        return "%s not installed (Debian packages openssh-server, openmpi-bin)" % " and ".join(missing)
+    return None
+
+
+def mpirun_argv(variant: Variant, env: Dict[str, str], argv: Sequence[str]) -> List[str]:
+    """`mpirun` on `algo-1` starting `argv` as `variant`'s ranks on every host, as SageMaker's toolkit does."""
+    interface = hosts_lib.DEFAULT_INTERFACE
+    slots = ",".join("%s:%d" % (name, variant.ranks_per_host) for name in variants_lib.host_names(variant.num_hosts))
+    passed = [part for name in MPI_PASSED if name in env for part in ("-x", name)]
+    return ([MPIRUN, "--host", slots, "-np", str(variant.processes), "-mca", "btl_tcp_if_include", interface,
+             "-mca", "oob_tcp_if_include", interface] + list(TOOLKIT_MPI_OPTIONS)
+            + list(variants_lib.SSH_MPI_ARGS[variant.launcher])
+            + ["-x", "HOROVOD_CONTROLLER=mpi", "-x", "HOROVOD_CPU_OPERATIONS=mpi"] + passed + list(argv))
 
 
 def run_variant(variant: Variant, config: BenchmarkConfig, hosts, traced: bool = False,
@@ -209,11 +254,14 @@ def run_variant(variant: Variant, config: BenchmarkConfig, hosts, traced: bool =
             host_list = variants_lib.host_names(variant.num_hosts)
             for index, name in enumerate(host_list):
                 # Ranks that horovodrun starts on one host talk over its loopback interface.
-                direct = variant.launcher == variants_lib.LAUNCH_DIRECT
+                spread = variant.ranks_on_every_host
                 spec = {"processes": host_processes(variant, config, work, index, traced, plan, local_hosts),
-                        "interface": hosts.interface_of(index) if direct or local_hosts else "lo",
+                        "interface": hosts.interface_of(index) if spread or local_hosts else "lo",
                         "output": os.path.join(work, HOST_OUTPUT % name), "cwd": package_root()}
-                if variant.rank_per_process and direct:
+                if variant.over_ssh:
+                    hosts.install_ssh()
+                    spec["done_file" if index == 0 else "until_file"] = os.path.join(work, DONE_FILE)
+                if variant.rank_per_process and variant.launcher == variants_lib.LAUNCH_DIRECT:
                     spec["rendezvous"] = {"serve": index == 0, "port_file": os.path.join(work, PORT_FILE),
                                           "plan": ",".join("%s:%d" % (h, variant.ranks_per_host) for h in host_list)}
                 spec_path = os.path.join(work, "host-%s.spec.json" % name)

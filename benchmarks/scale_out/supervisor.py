@@ -10,7 +10,12 @@ spec's argv, environment and log of each), samples their CPU time
 (`benchmarks.common.ProcessTreeSampler`) and the host's interface counters
 (`/sys/class/net/<interface>/statistics/{tx,rx}_bytes`) every
 `SAMPLE_SECONDS`, and writes what it saw as JSON (`spec["output"]`). A
-SIGTERM stops its processes; it still writes what it measured.
+SIGTERM stops its processes; it still writes what it measured. A process
+may wait for ports of other hosts (`wait_for`: `host:port`, what SageMaker's
+toolkit does for sshd before `mpirun`); a host whose work is started from
+another (its ranks by `mpirun` over ssh) runs until `until_file` exists,
+which the starting host's supervisor writes as `done_file` when its own
+processes have ended.
 
 `ps` is a parameter server as SageMaker's toolkit runs one: a plain
 `tf.distribute.Server` from `TF_CONFIG`, until its host's trainer ends.
@@ -19,6 +24,7 @@ SIGTERM stops its processes; it still writes what it measured.
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -96,6 +102,25 @@ def wait_for_port(port_file: str, timeout_s: float) -> str:
         return f.read().strip()
 
 
+def wait_for_ports(addresses: Sequence[str], timeout_s: float) -> None:
+    """Waits until every `host:port` of `addresses` accepts a connection.
+
+    Raises:
+      TimeoutError: one did not after `timeout_s`; the message names it.
+    """
+    deadline = time.monotonic() + timeout_s
+    for address in addresses:
+        host, port = address.rsplit(":", 1)
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=1.0).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("nothing listens on %s after %.0f s" % (address, timeout_s)) from None
+                time.sleep(0.05)
+
+
 def run_ps() -> int:
     """A parameter server as SageMaker's toolkit runs one: a `tf.distribute.Server` from `TF_CONFIG`, for ever."""
     import tensorflow as tf
@@ -125,6 +150,7 @@ def run_host(spec_path: str) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     with CounterSampler(spec.get("interface"), SAMPLE_SECONDS) as counters:
         for item in spec["processes"]:
+            wait_for_ports(item.get("wait_for", ()), RENDEZVOUS_WAIT_S)
             log = open(item["log"], "w")
             proc = subprocess.Popen(item["argv"], env=dict(item["env"], **extra_env), stdout=log,
                                     stderr=subprocess.STDOUT, cwd=spec["cwd"])
@@ -135,7 +161,12 @@ def run_host(spec_path: str) -> int:
             samplers.append(sampler)
         pending = dict(procs)
         services = {item["name"] for item in spec["processes"] if item.get("service")}
-        while set(pending) - services and failed is None and not stop.is_set():
+        until_file = spec.get("until_file")
+
+        def busy() -> bool:
+            return not os.path.exists(until_file) if until_file else bool(set(pending) - services)
+
+        while busy() and failed is None and not stop.is_set():
             for name, proc in list(pending.items()):
                 code = proc.poll()
                 if code is None:
@@ -152,6 +183,8 @@ def run_host(spec_path: str) -> int:
             sampler.__exit__(None, None, None)
     if server is not None:
         server.stop()
+    if spec.get("done_file"):
+        open(spec["done_file"], "w").close()
     with open(spec["output"] + ".tmp", "w") as f:
         json.dump({"counters": counters.samples, "failed": failed, "stopped": stopped,
                    "processes": {name: sampler.samples for (name, _), sampler in zip(procs, samplers)}}, f)

@@ -31,6 +31,10 @@ MPI_YIELD_ARGS = "-mca mpi_yield_when_idle 1"
 HOROVODRUN_ARGS = {LAUNCH_GLOO: ("--gloo",), LAUNCH_MPI: ("--mpi",),
                    LAUNCH_MPI_TCP: ("--mpi", "--mpi-args=-mca btl tcp,self"),
                    LAUNCH_MPI_YIELD: ("--mpi", "--mpi-args=" + MPI_YIELD_ARGS)}
+# Or the ranks of every host started by `mpirun` on `algo-1` over ssh, with the options SageMaker's toolkit
+# gives it (sshd in every host), plainly or with waits that yield (what `custom_mpi_options` adds there).
+LAUNCH_SSH_MPI, LAUNCH_SSH_MPI_YIELD = "ssh_mpi", "ssh_mpi_yield"
+SSH_MPI_ARGS = {LAUNCH_SSH_MPI: (), LAUNCH_SSH_MPI_YIELD: tuple(MPI_YIELD_ARGS.split())}
 # In a variant's training flags: replaced by the measured id capacity (`BenchmarkConfig.id_capacity`).
 ID_CAPACITY = "{id_capacity}"
 ID_CAPACITY_MARGIN = 1.1
@@ -58,7 +62,8 @@ class Variant:
         `--ranks_per_host`); a single process runs on the cores of one
         such rank (cores_per_host / ranks_per_host).
       launcher: how its Horovod ranks start (`LAUNCH_DIRECT`: each in its
-        host; the others: all of them on one host, by `horovodrun`).
+        host; `SSH_MPI_ARGS`'s: on every host, by `mpirun` over ssh; the
+        others: all of them on one host, by `horovodrun`).
     """
 
     name: str
@@ -78,10 +83,11 @@ class Variant:
             raise ValueError("variant %s: strategy %r is not one of %s" % (
                 self.name, self.strategy, ", ".join((names.SINGLE, names.PS) + names.HOROVOD_RANKS)))
         if self.launcher != LAUNCH_DIRECT:
-            if self.launcher not in HOROVODRUN_ARGS or self.strategy not in names.HOROVOD_RANKS:
+            launchers = tuple(HOROVODRUN_ARGS) + tuple(SSH_MPI_ARGS)
+            if self.launcher not in launchers or self.strategy not in names.HOROVOD_RANKS:
                 raise ValueError("variant %s: launcher %r needs a strategy of Horovod ranks and one of %s"
-                                 % (self.name, self.launcher, ", ".join(HOROVODRUN_ARGS)))
-            if self.hosts != 1:
+                                 % (self.name, self.launcher, ", ".join(launchers)))
+            if self.launcher in HOROVODRUN_ARGS and self.hosts != 1:
                 raise ValueError("variant %s: launcher %r starts every rank on one host, got hosts=%d"
                                  % (self.name, self.launcher, self.hosts))
         for field in ("copies", "hosts"):
@@ -104,6 +110,16 @@ class Variant:
     def rank_per_process(self) -> bool:
         """Its training processes are Horovod ranks."""
         return self.strategy in names.HOROVOD_RANKS
+
+    @property
+    def over_ssh(self) -> bool:
+        """Its ranks start on every host by `mpirun` over ssh (`SSH_MPI_ARGS`)."""
+        return self.launcher in SSH_MPI_ARGS
+
+    @property
+    def ranks_on_every_host(self) -> bool:
+        """Its training processes run on each of its hosts (not all on one host by `horovodrun`)."""
+        return self.launcher == LAUNCH_DIRECT or self.over_ssh
 
     @property
     def processes(self) -> int:
@@ -209,6 +225,11 @@ VARIANTS = (
             "one update old)", ("--exchange_staleness", "1")),
     Variant("hybrid+stale+cycle5ms", names.HYBRID, "--exchange_staleness 1 --hvd_cycle_time_ms 5",
             ("--exchange_staleness", "1", "--hvd_cycle_time_ms", "5")),
+    # Horovod over MPI as SageMaker's toolkit starts it (mpirun over ssh), and with waits that yield the core.
+    Variant("hybrid+mpi", names.HYBRID, "MPI instead of Gloo: mpirun on algo-1 over ssh (SageMaker's options)",
+            launcher=LAUNCH_SSH_MPI),
+    Variant("hybrid+mpi_yield", names.HYBRID, "as +mpi, with -mca mpi_yield_when_idle 1 (waits yield the core)",
+            launcher=LAUNCH_SSH_MPI_YIELD),
 )
 
 
@@ -252,4 +273,7 @@ LEVER_COMPARISONS = (
     ("padded exchanges, hybrid", "hybrid", "hybrid+unpadded"),
     ("rows one step stale, hybrid", "hybrid+stale", "hybrid"),
     ("cycle time 5 ms with stale rows, hybrid", "hybrid+stale+cycle5ms", "hybrid+stale"),
+    ("MPI over ssh instead of Gloo, hybrid", "hybrid+mpi", "hybrid"),
+    ("MPI waits that yield, hybrid", "hybrid+mpi_yield", "hybrid+mpi"),
+    ("MPI with yielding waits instead of Gloo, hybrid", "hybrid+mpi_yield", "hybrid"),
 )

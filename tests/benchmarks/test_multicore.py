@@ -14,8 +14,10 @@ from dataprep import synthetic
 from tests import command_line, paths
 
 SIXTEEN_KEYS = [
-    "1024/single 1x4", "1024/hybrid 2 hosts", "1024/horovod 2 hosts", "1024/hybrid 4 hosts", "1024/horovod 4 hosts",
-    "8192/single 1x4", "8192/hybrid 2 hosts", "8192/horovod 2 hosts", "8192/hybrid 4 hosts", "8192/horovod 4 hosts",
+    "1024/single 1x4", "1024/hybrid 2 hosts", "1024/horovod 2 hosts", "1024/hybrid 2 hosts, MPI",
+    "1024/hybrid 4 hosts", "1024/horovod 4 hosts", "1024/hybrid 4 hosts, MPI",
+    "8192/single 1x4", "8192/hybrid 2 hosts", "8192/horovod 2 hosts", "8192/hybrid 2 hosts, MPI",
+    "8192/hybrid 4 hosts", "8192/horovod 4 hosts", "8192/hybrid 4 hosts, MPI",
     "1024/single 1x1", "1024/hybrid 2 hosts of 1", "1024/single 1x4, 4 partitions", "1024/single 1x16",
     "1024/single 1x16, 16 partitions", "1024/hybrid 2x8 on 1 host", "1024/hybrid 4x4 on 1 host",
     "1024/hybrid 8x2 on 1 host", "1024/hybrid 16x1 on 1 host"]
@@ -52,6 +54,10 @@ class PlanTest(tf.test.TestCase):
         four = by_key["1024/hybrid 4x4 on 1 host"].variant
         self.assertEqual((1, 16, 4, "4x4"), (four.num_hosts, four.cores_per_host, four.ranks_per_host, four.shape()))
         self.assertEqual("4x4", by_key["1024/hybrid 4 hosts"].variant.shape())
+        # The same job over MPI, its ranks started by mpirun over ssh on each of its hosts, against the same single.
+        over_mpi = by_key["1024/hybrid 4 hosts, MPI"]
+        self.assertEqual(("1024/single 1x4", True, 4), (over_mpi.reference, over_mpi.variant.over_ssh,
+                                                       over_mpi.variant.num_hosts))
         self.assertEqual(4, by_key["1024/hybrid 4 hosts"].variant.num_hosts)
         # Every layout fits 16 vCPUs.
         cores = multicore.check_plan(plan, list(range(16)))
@@ -59,12 +65,13 @@ class PlanTest(tf.test.TestCase):
 
     def test_the_development_machine_gets_hosts_of_one_core(self):
         plan = _plan(available=2)
-        self.assertEqual(["1024/single 1x1", "1024/hybrid 2 hosts", "1024/horovod 2 hosts", "8192/single 1x1",
-                          "8192/hybrid 2 hosts", "8192/horovod 2 hosts", "1024/single 1x2",
-                          "1024/single 1x2, 2 partitions", "1024/hybrid 2x1 on 1 host"],
+        self.assertEqual(["1024/single 1x1", "1024/hybrid 2 hosts", "1024/horovod 2 hosts", "1024/hybrid 2 hosts, MPI",
+                          "8192/single 1x1", "8192/hybrid 2 hosts", "8192/horovod 2 hosts", "8192/hybrid 2 hosts, MPI",
+                          "1024/single 1x2", "1024/single 1x2, 2 partitions", "1024/hybrid 2x1 on 1 host"],
                          [entry.key for entry in plan.entries])
+        self.assertNotIn("1024/hybrid 2 hosts, MPI", [e.key for e in _plan(["--mpi_hosts", ""], 2).entries])
         # The partitions run is single with --table_partitions, on the same vCPUs.
-        partitioned = plan.entries[7].variant
+        partitioned = plan.entries[9].variant
         self.assertEqual((("--table_partitions", "2"), 2), (partitioned.train_flags, partitioned.cores_per_host))
         self.assertEqual(["1024/single 1x2"], [entry.key for entry in _plan(["--table_partitions", ""], 2).entries
                                                if "1x2" in entry.key and "single" in entry.key])
@@ -81,7 +88,8 @@ class PlanTest(tf.test.TestCase):
         plan = _plan(["--cores", "8", "--batches", "2048", "--steps", "40", "--warmup_steps", "0"])
         self.assertEqual((8, 4), (plan.cores, plan.cores_per_host))
         self.assertEqual((40, 0), (plan.entries[0].config.steps, plan.entries[0].config.warmup_steps))
-        self.assertEqual(["2048/single 1x4", "2048/hybrid 2 hosts", "2048/horovod 2 hosts", "2048/single 1x1",
+        self.assertEqual(["2048/single 1x4", "2048/hybrid 2 hosts", "2048/horovod 2 hosts", "2048/hybrid 2 hosts, MPI",
+                          "2048/single 1x1",
                           "2048/hybrid 2 hosts of 1", "2048/single 1x4, 4 partitions", "2048/single 1x8",
                           "2048/single 1x8, 8 partitions", "2048/hybrid 2x4 on 1 host", "2048/hybrid 4x2 on 1 host",
                           "2048/hybrid 8x1 on 1 host"], [entry.key for entry in plan.entries])

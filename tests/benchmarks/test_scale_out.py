@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from benchmarks import common
 from benchmarks import scale_out as bench
-from benchmarks.scale_out import layout, runner
+from benchmarks.scale_out import layout, runner, supervisor
 from dataprep import synthetic
 from deepfm.runtime import hooks
 from jobs.local import hosts as hosts_lib
@@ -163,6 +163,34 @@ class HostProcessesTest(tf.test.TestCase):
         self.assertEqual(["--mpi", "--mpi-args=-mca btl tcp,self", "-np", "2", "-H", "localhost:2"], argv[1:7])
         self.assertIn("deepfm.train", argv)
         self.assertNotIn("HOROVOD_RANK", process["env"])
+
+    def test_ranks_of_every_host_are_started_by_mpirun_over_ssh(self):
+        config = _config(variants="hybrid+mpi_yield")
+        (variant,) = config.variants
+        self.assertTrue(variant.over_ssh and variant.ranks_on_every_host)
+        first = bench.host_processes(variant, config, self.get_temp_dir(), 0)
+        (second,) = bench.host_processes(variant, config, self.get_temp_dir(), 1)
+        # Every host serves ssh; algo-1 runs mpirun once every sshd listens, as SageMaker's toolkit does.
+        self.assertEqual([["/usr/sbin/sshd", "-D", "-e"]] * 2, [first[0]["argv"], second["argv"]])
+        self.assertTrue(first[0]["service"] and second["service"])
+        mpirun = first[1]
+        self.assertEqual(["algo-1:22", "algo-2:22"], mpirun["wait_for"])
+        argv = mpirun["argv"]
+        self.assertEqual(["mpirun", "--host", "algo-1:1,algo-2:1", "-np", "2"], argv[:5])
+        joined = " ".join(argv)
+        for option in ("-mca btl_tcp_if_include eth0", "-mca plm_rsh_no_tree_spawn 1", "-mca mpi_yield_when_idle 1",
+                       "-x HOROVOD_CONTROLLER=mpi", "-x PYTHONPATH"):
+            self.assertIn(option, joined)
+        self.assertEqual("deepfm.train", argv[argv.index(sys.executable) + 2])
+        plain = [v for v in bench.all_variants() if v.name == "hybrid+mpi"][0]
+        self.assertNotIn("mpi_yield_when_idle", " ".join(bench.host_processes(
+            plain, config, self.get_temp_dir(), 0)[1]["argv"]))
+        with self.assertRaisesRegex(ValueError, "hybrid\\+mpi_yield: mpirun starts ranks over ssh .* emulated"):
+            bench.host_processes(variant, config, self.get_temp_dir(), 0, local_hosts=True)
+
+    def test_a_host_waits_for_the_ports_it_needs_and_names_a_silent_one(self):
+        with self.assertRaisesRegex(TimeoutError, "nothing listens on 127.0.0.1:1 after 0 s"):
+            supervisor.wait_for_ports(["127.0.0.1:1"], 0.2)
 
 
 class IdCapacityTest(tf.test.TestCase):
@@ -422,7 +450,7 @@ class OpenHostsTest(tf.test.TestCase):
 
 @pytest.mark.slow
 class RealRunTest(tf.test.TestCase):
-    """`single` and `horovod` on two real emulated hosts, a few steps (needs root)."""
+    """`single`, `horovod`, `hybrid` and `hybrid` over MPI started by ssh on two real emulated hosts, a few steps."""
 
     def test_single_and_horovod_run_and_are_measured(self):
         reason = hosts_lib.check_privileges()
@@ -430,9 +458,10 @@ class RealRunTest(tf.test.TestCase):
             self.skipTest(reason)
         data = self.create_tempdir().full_path
         synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
-        config = _config(variants="single,horovod,hybrid", data_dir=data, link_gbps=10, trace_steps=2)
+        config = _config(variants="single,horovod,hybrid,hybrid+mpi_yield", data_dir=data, link_gbps=10,
+                         trace_steps=2)
         results, failures, traced = bench.measure(config)
-        self.assertEqual({"single": [], "horovod": [], "hybrid": []}, failures)
+        self.assertEqual({"single": [], "horovod": [], "hybrid": [], "hybrid+mpi_yield": []}, failures)
         horovod = results["horovod"][0]
         self.assertGreater(horovod.examples_per_sec, 0)
         # Horovod's exchange crossed each host's link in the window; single has no second host.
@@ -451,6 +480,11 @@ class RealRunTest(tf.test.TestCase):
         self.assertGreater(min(hybrid.tx_bytes), 0)
         self.assertIsNotNone(hybrid.auc)
         self.assertGreater(traced["hybrid"]["rank1"]["exchange_only_ms"], 0.0)
+        # mpirun on algo-1 started a rank in each host over ssh: both links carried the exchange.
+        over_ssh = results["hybrid+mpi_yield"][0]
+        self.assertGreater(min(over_ssh.tx_bytes), 0)
+        self.assertLen(over_ssh.steps, 2)
+        self.assertIsNotNone(over_ssh.auc)
 
 
 if __name__ == "__main__":
