@@ -266,11 +266,14 @@ class ProcessTreeSampler(PeriodicSampler):
     Args:
       root_pid: the process at the top of the tree.
       interval_s: seconds between samples.
+      exclude: processes left out with their descendants (e.g. the
+        sampling process itself, under a root above it).
     """
 
-    def __init__(self, root_pid: int, interval_s: float):
+    def __init__(self, root_pid: int, interval_s: float, exclude: Sequence[int] = ()):
         super().__init__(interval_s, "process-tree-sampler")
         self._root_pid = root_pid
+        self._exclude = tuple(exclude)
         self._records: Dict[tuple, ProcessRecord] = {}
 
     @property
@@ -298,6 +301,14 @@ class ProcessTreeSampler(PeriodicSampler):
             tree = [root] + root.children(recursive=True)
         except psutil.NoSuchProcess:
             tree = []
+        if self._exclude:
+            excluded = set(self._exclude)
+            for pid in self._exclude:
+                try:
+                    excluded.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+                except psutil.NoSuchProcess:
+                    pass
+            tree = [process for process in tree if process.pid not in excluded]
         for process in tree:
             try:
                 with process.oneshot():

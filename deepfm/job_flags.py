@@ -31,7 +31,8 @@ def define_job_flags() -> None:
     flags.DEFINE_string("auto_data", None, "--distribution auto: a local dataset root to measure a step on "
                         "(default: the train channel's directory, where it is one on this machine).")
     flags.DEFINE_integer("processes_per_host", 1, "mpi: processes per host.")
-    flags.DEFINE_string("custom_mpi_options", "", "mpi: extra mpirun options.")
+    flags.DEFINE_string("custom_mpi_options", "", "mpi: extra mpirun options, after '-mca mpi_yield_when_idle 1' "
+                        "(waits that yield the core), which is left out where they set mpi_yield_when_idle.")
     flags.DEFINE_multi_string("channel", [], "NAME=PATH; repeatable (where PATH lives depends on the command).")
     flags.DEFINE_enum("input_mode", spec_lib.FILE_MODE, list(spec_lib.INPUT_MODES),
                       "File or Pipe, for every channel without its own --channel_input_mode.")

@@ -29,6 +29,11 @@ ENTRY_POINT = "sagemaker_entry_point.py"
 DEFAULT_REGION = "us-east-1"
 LOCAL_INSTANCE_TYPE = "local"
 JOB_NAME_PREFIX = "deepfm"
+# Open MPI's parameter that makes a rank waiting for its peers yield its core, and the option setting it, which
+# an MPI job passes before the user's own (docs/scaling.md: Horovod over MPI spins on the cores TensorFlow's
+# threads fill; a `hybrid` job of 2 hosts of 1 core ran x1.37 faster with it).
+MPI_YIELD_PARAMETER = "mpi_yield_when_idle"
+MPI_YIELD_OPTIONS = "-mca %s 1" % MPI_YIELD_PARAMETER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +76,8 @@ class JobSpec:
       instance_type: the instance type (`local` for emulated hosts).
       distribution: `none`, `parameter_server` or `mpi`.
       processes_per_host: MPI processes per host.
-      custom_mpi_options: extra `mpirun` options (MPI only).
+      custom_mpi_options: extra `mpirun` options (MPI only); what the job
+        passes is `mpi_options`.
       input_mode: `File` or `Pipe`: the job's, for every channel that does
         not set its own.
       channels: the input channels.
@@ -133,6 +139,19 @@ class JobSpec:
                 self.source_dir and os.path.isfile(os.path.join(self.source_dir, self.entry_point))):
             raise ValueError("--entry_point %r is no file of --source_dir %r: the toolkit runs a script of the "
                              "shipped source" % (self.entry_point, self.source_dir))
+
+    def mpi_options(self) -> str:
+        """The `mpirun` options the job passes (MPI only, else ""): `custom_mpi_options` after `MPI_YIELD_OPTIONS`.
+
+        The yielding waits are left out where `custom_mpi_options` sets
+        `mpi_yield_when_idle` itself (`-mca mpi_yield_when_idle 0` turns
+        them off).
+        """
+        if self.distribution != DISTRIBUTION_MPI:
+            return ""
+        if MPI_YIELD_PARAMETER in self.custom_mpi_options:
+            return self.custom_mpi_options
+        return " ".join(part for part in (MPI_YIELD_OPTIONS, self.custom_mpi_options) if part)
 
     def channel_mode(self, channel: Channel) -> str:
         """The input mode of `channel`: its own, else the job's."""

@@ -90,9 +90,11 @@ def summary_rows(config: BenchmarkConfig, results: Dict[str, List[RunResult]]) -
                "auc": median_auc(runs), "runs": len(runs),
                "vs_independent": rate / independent_rate if independent_rate and variant.processes > 1 else None}
         # A step's split needs one core of its own per training process.
+        own_core = ((variant.launcher == variants_lib.LAUNCH_DIRECT and variant.cores_per_rank == 1)
+                    or (variant.over_ssh and variant.cores_per_host == 1))
         row["split"] = (step_split(row["step_ms"], row["cpu_ms_per_step"], compute_ms)
                         if compute_ms is not None and variant.processes > 1 and not config.shared_cores
-                        and variant.launcher == variants_lib.LAUNCH_DIRECT and variant.cores_per_rank == 1 else None)
+                        and own_core else None)
         base_auc = median_auc(baseline) if baseline else None
         row["auc_delta"] = row["auc"] - base_auc if row["auc"] is not None and base_auc is not None else None
         rows[variant.name] = row

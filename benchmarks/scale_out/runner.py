@@ -261,6 +261,7 @@ def run_variant(variant: Variant, config: BenchmarkConfig, hosts, traced: bool =
                 if variant.over_ssh:
                     hosts.install_ssh()
                     spec["done_file" if index == 0 else "until_file"] = os.path.join(work, DONE_FILE)
+                    spec["sample_adopted"] = True
                 if variant.rank_per_process and variant.launcher == variants_lib.LAUNCH_DIRECT:
                     spec["rendezvous"] = {"serve": index == 0, "port_file": os.path.join(work, PORT_FILE),
                                           "plan": ",".join("%s:%d" % (h, variant.ranks_per_host) for h in host_list)}

@@ -15,7 +15,10 @@ may wait for ports of other hosts (`wait_for`: `host:port`, what SageMaker's
 toolkit does for sshd before `mpirun`); a host whose work is started from
 another (its ranks by `mpirun` over ssh) runs until `until_file` exists,
 which the starting host's supervisor writes as `done_file` when its own
-processes have ended.
+processes have ended. Open MPI's daemon started over ssh leaves its ssh
+session (the host's init adopts it and its ranks): with `sample_adopted`
+the supervisor also samples everything under the host's init but itself,
+as `ADOPTED`.
 
 `ps` is a parameter server as SageMaker's toolkit runs one: a plain
 `tf.distribute.Server` from `TF_CONFIG`, until its host's trainer ends.
@@ -39,6 +42,8 @@ PROC_STAT = "/proc/stat"
 IDLE_FIELD, IOWAIT_FIELD = 3, 4
 MODULE = "benchmarks.scale_out.supervisor"
 HOST_COMMAND, PS_COMMAND = "host", "ps"
+# The name of what a host's init adopted (daemons and their children), sampled where the spec says.
+ADOPTED = "adopted"
 
 
 class CounterSampler(common.PeriodicSampler):
@@ -159,6 +164,11 @@ def run_host(spec_path: str) -> int:
             sampler.__enter__()
             procs.append((item["name"], proc))
             samplers.append(sampler)
+        if spec.get("sample_adopted"):
+            # Under the host's init (this supervisor's parent), everything but this supervisor's own tree.
+            sampler = common.ProcessTreeSampler(os.getppid(), SAMPLE_SECONDS, exclude=(os.getpid(),))
+            sampler.__enter__()
+            samplers.append(sampler)
         pending = dict(procs)
         services = {item["name"] for item in spec["processes"] if item.get("service")}
         until_file = spec.get("until_file")
@@ -187,7 +197,8 @@ def run_host(spec_path: str) -> int:
         open(spec["done_file"], "w").close()
     with open(spec["output"] + ".tmp", "w") as f:
         json.dump({"counters": counters.samples, "failed": failed, "stopped": stopped,
-                   "processes": {name: sampler.samples for (name, _), sampler in zip(procs, samplers)}}, f)
+                   "processes": {name: sampler.samples for name, sampler in zip(
+                       [name for name, _ in procs] + [ADOPTED], samplers)}}, f)
     os.replace(spec["output"] + ".tmp", spec["output"])
     return 1 if failed else 0
 

@@ -387,7 +387,7 @@ def train_command(job: KubernetesJob) -> List[str]:
 
 def mpirun_command(job: KubernetesJob) -> List[str]:
     """The launcher's `mpirun`: every slot of the hostfile runs one rank."""
-    custom = job.spec.custom_mpi_options.split() if job.spec.custom_mpi_options else []
+    custom = job.spec.mpi_options().split()
     return ["mpirun"] + list(MPIRUN_OPTIONS) + custom + train_command(job)
 
 

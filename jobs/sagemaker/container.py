@@ -26,7 +26,7 @@ def distribution_hyperparameters(spec: JobSpec) -> Dict[str, object]:
     if spec.distribution == DISTRIBUTION_MPI:
         return {"sagemaker_mpi_enabled": True,
                 "sagemaker_mpi_num_of_processes_per_host": spec.processes_per_host,
-                "sagemaker_mpi_custom_mpi_options": spec.custom_mpi_options}
+                "sagemaker_mpi_custom_mpi_options": spec.mpi_options()}
     return {}
 
 

@@ -301,7 +301,7 @@ def sdk_distribution(spec: spec_lib.JobSpec) -> Optional[Dict[str, dict]]:
         return {"parameter_server": {"enabled": True}}
     if spec.distribution == spec_lib.DISTRIBUTION_MPI:
         return {"mpi": {"enabled": True, "processes_per_host": spec.processes_per_host,
-                        "custom_mpi_options": spec.custom_mpi_options}}
+                        "custom_mpi_options": spec.mpi_options()}}
     return None
 
 

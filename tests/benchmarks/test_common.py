@@ -24,6 +24,18 @@ BUSY_CHILD = (
     "while time.time() < end:\n"
     "    pass\n" % (HELD_MIB * MIB, BUSY_SECONDS))
 
+# Starts two children that run the script in its argv[1]: one directly, one through a child of its own (the
+# process to exclude, whose pid it prints).
+EXCLUDED_PARENT = (
+    "import subprocess, sys\n"
+    "busy = sys.argv[1]\n"
+    "kept = subprocess.Popen([sys.executable, '-c', busy])\n"
+    "left = subprocess.Popen([sys.executable, '-c', "
+    "'import subprocess, sys; subprocess.run([sys.executable, \"-c\", sys.argv[1]])', busy])\n"
+    "print(left.pid, flush=True)\n"
+    "kept.wait()\n"
+    "left.wait()\n")
+
 
 class ProcessTreeSamplerTest(tf.test.TestCase):
 
@@ -44,6 +56,21 @@ class ProcessTreeSamplerTest(tf.test.TestCase):
         self.assertGreater(used, 0.2 * BUSY_SECONDS)
         self.assertLessEqual(used, (last - first) * (os.cpu_count() or 1) + SAMPLE_SECONDS)
         self.assertTrue(all(p.label for p in sampler.processes))
+
+    def test_an_excluded_process_is_left_out_with_its_descendants(self):
+        # A parent of two busy children, one of them excluded (with the grandchild it starts).
+        parent = subprocess.Popen([sys.executable, "-c", EXCLUDED_PARENT, BUSY_CHILD], stdout=subprocess.PIPE,
+                                  text=True)
+        self.addCleanup(parent.kill)
+        left = int(parent.stdout.readline())
+        with common.ProcessTreeSampler(parent.pid, SAMPLE_SECONDS, exclude=(left,)) as sampler:
+            parent.wait(timeout=60)
+        self.assertEqual(0, parent.returncode)
+        seen = {p.pid for p in sampler.processes}
+        self.assertIn(parent.pid, seen)
+        self.assertNotIn(left, seen)
+        # The parent and its kept child; never the excluded child's own child.
+        self.assertLen(seen, 2)
 
     def test_labels_name_the_module_and_the_task(self):
         env = command_line.environment({"TF_CONFIG": '{"task": {"type": "worker", "index": 1}}'})

@@ -54,6 +54,15 @@ class SpecTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "ShardedByS3Key, got 'Sharded'"):
             spec_lib.Channel("train", "x", distribution="Sharded")
 
+    def test_mpi_jobs_wait_yielding_the_core_unless_their_options_say_otherwise(self):
+        def options(**kwargs):
+            return spec_lib.JobSpec(job_name="j", instance_count=2, **kwargs).mpi_options()
+        self.assertEqual("-mca mpi_yield_when_idle 1", options(distribution="mpi"))
+        self.assertEqual("-mca mpi_yield_when_idle 1 -x A=1", options(distribution="mpi", custom_mpi_options="-x A=1"))
+        self.assertEqual("-mca mpi_yield_when_idle 0", options(distribution="mpi",
+                                                                custom_mpi_options="-mca mpi_yield_when_idle 0"))
+        self.assertEqual("", options(distribution="parameter_server"))
+
     def test_default_job_name_is_valid(self):
         name = spec_lib.default_job_name(1_800_000_000.123)
         self.assertEqual("deepfm-2027-01-15-08-00-00-123", name)

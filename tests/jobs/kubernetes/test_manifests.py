@@ -210,6 +210,8 @@ class MPIJobTest(unittest.TestCase):
         launcher = specs["Launcher"]["template"]["spec"]["containers"][0]
         self.assertEqual("mpirun", launcher["args"][0])
         self.assertNotIn("-np", launcher["args"])  # every slot of the operator's hostfile runs a rank
+        # A waiting rank yields its core (jobs.spec.MPI_YIELD_OPTIONS), before the user's options.
+        self.assertIn("-mca mpi_yield_when_idle 1", " ".join(launcher["args"]))
         self.assertIn("--strategy=horovod", launcher["args"])
         self.assertIn("prometheus.io/scrape", specs["Worker"]["template"]["metadata"]["annotations"])
         # The SDK's MPIJob model (validated against) is v1's: of its fields, v2beta1 moved or dropped these.

@@ -48,7 +48,14 @@ class ContainerFilesTest(parameterized.TestCase):
         ("parameter_server", dict(distribution="parameter_server"), {"sagemaker_parameter_server_enabled": True}),
         ("mpi", dict(distribution="mpi", processes_per_host=2, custom_mpi_options="-x A"),
          {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2,
-          "sagemaker_mpi_custom_mpi_options": "-x A"}),
+          "sagemaker_mpi_custom_mpi_options": "-mca mpi_yield_when_idle 1 -x A"}),
+        # Options that set the waits themselves are passed as they are.
+        ("mpi_spinning", dict(distribution="mpi", custom_mpi_options="-mca mpi_yield_when_idle 0"),
+         {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1,
+          "sagemaker_mpi_custom_mpi_options": "-mca mpi_yield_when_idle 0"}),
+        ("mpi_default", dict(distribution="mpi"),
+         {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1,
+          "sagemaker_mpi_custom_mpi_options": "-mca mpi_yield_when_idle 1"}),
     )
     def test_the_toolkits_distribution_hyperparameters(self, kwargs, expected):
         self.assertEqual(expected, container_lib.distribution_hyperparameters(spec(**kwargs)))

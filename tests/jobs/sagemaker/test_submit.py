@@ -52,7 +52,7 @@ class SubmitDryRunTest(parameterized.TestCase, tf.test.TestCase):
                               "--input_mode", "Pipe", "--distribution_type", "ShardedByS3Key",
                               "--custom_mpi_options", "-x HOROVOD_FUSION_THRESHOLD=0"], "Pipe",
          {"sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": "2",
-          "sagemaker_mpi_custom_mpi_options": '"-x HOROVOD_FUSION_THRESHOLD=0"'}),
+          "sagemaker_mpi_custom_mpi_options": '"-mca mpi_yield_when_idle 1 -x HOROVOD_FUSION_THRESHOLD=0"'}),
     )
     def test_request(self, args, input_mode, distribution_hyperparameters):
         request = self.dry_run("--checkpoint_s3_uri", "s3://bucket/ckpt", *args)
