@@ -117,10 +117,9 @@ def schedule(seed: int, strategy: str, count: int, export_kill: bool = True,
 
     Every kind of the strategy comes once before any comes twice (in an order
     drawn from the seed), or `kinds` gives them in order; `resize` alternates
-    the sizes; with `export_kill` the last fault is `kill_in_export`. The
-    faults land between `FIRST_POINT` and `last_point` of the budget: a
-    fault too near the end can be overtaken by it (the job finishes its
-    last steps before a signalled rank stops, and no restart comes).
+    the sizes; with `export_kill` the last fault is `kill_in_export`. Faults
+    land between `FIRST_POINT` and `last_point` of the budget (one near the
+    end can be overtaken by it: the job ends before a signalled rank stops).
 
     Raises:
       ValueError: an unknown strategy, a count below 1, a kind the
