@@ -397,7 +397,8 @@ def report_body(plan: Plan, rounds: runner.Rounds, topology: topology_lib.Topolo
         before = BEFORE.get((variant.strategy, variant.cores_per_host, variant.num_hosts, entry.config.batch))
         extra = " ".join(entry.config.train_flags[len(RUN_FLAGS):])
         hosts_rows.append([
-            variant.strategy, variant.shape(), format(entry.config.batch, ",") + (" `%s`" % extra if extra else ""),
+            variant.strategy + (" over MPI, yielding waits" if variant.over_ssh else ""), variant.shape(),
+            format(entry.config.batch, ",") + (" `%s`" % extra if extra else ""),
             rate, "1" if variant.is_single else _fmt(efficiency),
             "-" if goal is None else ">= %.2f%s" % (goal, "" if not efficiency else
                                                     ": " + ("met" if efficiency.median >= goal else "not met")),
