@@ -155,7 +155,12 @@ def run_host(spec_path: str) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     with CounterSampler(spec.get("interface"), SAMPLE_SECONDS) as counters:
         for item in spec["processes"]:
-            wait_for_ports(item.get("wait_for", ()), RENDEZVOUS_WAIT_S)
+            try:
+                wait_for_ports(item.get("wait_for", ()), RENDEZVOUS_WAIT_S)
+            except TimeoutError as e:
+                # Not started: the host ends now, its done file written, and says why.
+                failed = "%s: %s" % (item["name"], e)
+                break
             log = open(item["log"], "w")
             proc = subprocess.Popen(item["argv"], env=dict(item["env"], **extra_env), stdout=log,
                                     stderr=subprocess.STDOUT, cwd=spec["cwd"])

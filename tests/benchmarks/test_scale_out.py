@@ -192,6 +192,21 @@ class HostProcessesTest(tf.test.TestCase):
         with self.assertRaisesRegex(TimeoutError, "nothing listens on 127.0.0.1:1 after 0 s"):
             supervisor.wait_for_ports(["127.0.0.1:1"], 0.2)
 
+    def test_a_host_whose_ports_never_open_ends_saying_why_and_releases_the_others(self):
+        work = self.get_temp_dir()
+        spec = {"processes": [{"name": "algo-1_mpirun", "argv": ["true"], "env": {}, "log": os.path.join(work, "m.log"),
+                               "wait_for": ["127.0.0.1:1"]}],
+                "interface": None, "output": os.path.join(work, "host.json"), "cwd": work,
+                "done_file": os.path.join(work, "done")}
+        with open(os.path.join(work, "spec.json"), "w") as f:
+            json.dump(spec, f)
+        with mock.patch.object(supervisor, "RENDEZVOUS_WAIT_S", 0.2):
+            self.assertEqual(1, supervisor.run_host(os.path.join(work, "spec.json")))
+        with open(spec["output"]) as f:
+            self.assertIn("algo-1_mpirun: nothing listens on 127.0.0.1:1", json.load(f)["failed"])
+        # The hosts that wait for this one's done file end too.
+        self.assertTrue(os.path.exists(spec["done_file"]))
+
 
 class IdCapacityTest(tf.test.TestCase):
 
