@@ -58,7 +58,6 @@ PS_PORT = 2223
 PORT_FILE = "rendezvous.port"
 SSHD = "/usr/sbin/sshd"
 SSH_PORT = 22
-MPIRUN = "mpirun"
 DONE_FILE = "done"
 # `mpirun`'s options as SageMaker's toolkit gives them (the interface is the hosts'), then the variant's.
 TOOLKIT_MPI_OPTIONS = ("--allow-run-as-root", "--tag-output", "-mca", "plm_rsh_no_tree_spawn", "1", "-bind-to",
@@ -207,8 +206,8 @@ def over_ssh_reason(hosts_mode: str) -> Optional[str]:
     """Why ranks cannot start by `mpirun` over ssh here (`Variant.over_ssh`), or None."""
     if hosts_mode == HOSTS_LOCAL:
         return "hosts without namespaces (--hosts_mode local) share this machine's sshd"
-    missing = [tool for tool, found in ((SSHD, os.path.exists(SSHD)), (MPIRUN, shutil.which(MPIRUN)))
-               if not found]
+    mpirun = local_launcher.MPIRUN
+    missing = [tool for tool, found in ((SSHD, os.path.exists(SSHD)), (mpirun, shutil.which(mpirun))) if not found]
     if missing:
         return "%s not installed (Debian packages openssh-server, openmpi-bin)" % " and ".join(missing)
     return None
@@ -219,9 +218,9 @@ def mpirun_argv(variant: Variant, env: Dict[str, str], argv: Sequence[str]) -> L
     interface = hosts_lib.DEFAULT_INTERFACE
     slots = ",".join("%s:%d" % (name, variant.ranks_per_host) for name in variants_lib.host_names(variant.num_hosts))
     passed = [part for name in MPI_PASSED if name in env for part in ("-x", name)]
-    return ([MPIRUN, "--host", slots, "-np", str(variant.processes), "-mca", "btl_tcp_if_include", interface,
-             "-mca", "oob_tcp_if_include", interface] + list(TOOLKIT_MPI_OPTIONS)
-            + list(variants_lib.SSH_MPI_ARGS[variant.launcher])
+    return ([local_launcher.MPIRUN, "--host", slots, "-np", str(variant.processes),
+             "-mca", "btl_tcp_if_include", interface, "-mca", "oob_tcp_if_include", interface]
+            + list(TOOLKIT_MPI_OPTIONS) + list(variants_lib.SSH_MPI_ARGS[variant.launcher])
             + ["-x", "HOROVOD_CONTROLLER=mpi", "-x", "HOROVOD_CPU_OPERATIONS=mpi"] + passed + list(argv))
 
 

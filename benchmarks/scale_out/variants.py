@@ -13,6 +13,7 @@ Strategy names come from the names table (`strategies.strategy_names`).
 import dataclasses
 from typing import Tuple
 
+from jobs import spec as spec_lib
 from strategies import strategy_names as names
 
 # The hosts of a distributed variant unless it says otherwise (the 2-host benchmark).
@@ -27,7 +28,7 @@ INDEPENDENT = "single_x2"
 # spins while a rank waits for its peers, on the core its TensorFlow threads need).
 LAUNCH_DIRECT, LAUNCH_GLOO, LAUNCH_MPI, LAUNCH_MPI_TCP, LAUNCH_MPI_YIELD = (
     "direct", "gloo", "mpi", "mpi_tcp", "mpi_yield")
-MPI_YIELD_ARGS = "-mca mpi_yield_when_idle 1"
+MPI_YIELD_ARGS = spec_lib.MPI_YIELD_OPTIONS
 HOROVODRUN_ARGS = {LAUNCH_GLOO: ("--gloo",), LAUNCH_MPI: ("--mpi",),
                    LAUNCH_MPI_TCP: ("--mpi", "--mpi-args=-mca btl tcp,self"),
                    LAUNCH_MPI_YIELD: ("--mpi", "--mpi-args=" + MPI_YIELD_ARGS)}

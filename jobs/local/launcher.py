@@ -33,6 +33,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from jobs import elastic
 from jobs import source as source_lib
+from jobs import spec as spec_lib
 from jobs.local import processes
 from strategies import cluster as cluster_lib
 from strategies import strategy_names as names
@@ -46,7 +47,7 @@ TRAIN_MODULE = "deepfm.train"
 HOROVODRUN = "horovodrun"
 MPIRUN = "mpirun"
 # horovodrun's options for mpirun: a rank waiting in MPI yields its core (Open MPI spins otherwise).
-MPI_YIELD_ARGS = "--mpi-args=-mca mpi_yield_when_idle 1"
+MPI_YIELD_ARGS = "--mpi-args=" + spec_lib.MPI_YIELD_OPTIONS
 HOROVOD_TASK = "horovodrun_0"
 HOROVOD_RANK_LOGS = "ranks"
 # Flags the launcher sets itself; they may not follow `--`.
