@@ -39,6 +39,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import tensorflow as tf
 from absl import logging
 
+from deepfm.runtime import critical_path
+
 # Op types that move tensors between processes.
 EXCHANGE_OP_TYPES = frozenset({
     "HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast", "HorovodAlltoall", "HorovodReducescatter",
@@ -52,6 +54,9 @@ MICROS_PER_MS = 1000.0
 TOP_SCOPES = 8
 OTHER_SCOPES = "(other)"
 DEFAULT_EVERY_N_STEPS = 5
+# A traced step's work and longest chain of dependent ops (`deepfm.runtime.critical_path`).
+CRITICAL_PATH = "critical_path"
+CRITICAL_PATH_MEASURES = ("work_ms", "critical_path_ms", "parallelism")
 DEFAULT_WARMUP_STEPS = 20
 
 
@@ -190,6 +195,10 @@ def median_breakdown(steps: Sequence[Dict]) -> Dict:
     by_scope = {scope: statistics.median([step["op_ms_by_scope"].get(scope, 0.0) for step in steps])
                 for scope in scopes}
     result["op_ms_by_scope"] = _top_scopes(by_scope)
+    paths = [step[CRITICAL_PATH] for step in steps if step.get(CRITICAL_PATH)]
+    if paths:
+        result[CRITICAL_PATH] = {key: statistics.median([path[key] for path in paths])
+                                 for key in CRITICAL_PATH_MEASURES}
     return result
 
 
@@ -249,7 +258,8 @@ class StepTraceHook(tf.estimator.SessionRunHook):
         self._tracing = self._wants_trace()
         if not self._tracing:
             return None
-        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                                          output_partition_graphs=True)
         return tf.estimator.SessionRunArgs(fetches=None, options=options)
 
     def after_run(self, run_context, run_values):
@@ -265,6 +275,8 @@ class StepTraceHook(tf.estimator.SessionRunHook):
             json.dump(chrome_trace(runs), f)
         entry = breakdown(runs, self._own_job)
         entry["step"] = step
+        if metadata.partition_graphs:
+            entry[CRITICAL_PATH] = critical_path.of_step(metadata, local_devices(runs, self._own_job)).summary()
         self.breakdowns.append(entry)
 
     def end(self, session):

@@ -122,6 +122,14 @@ class TrainingTraceTest(tf.test.TestCase):
         self.assertGreater(median["compute_ms"], 0.0)
         self.assertEqual(0.0, median["exchange_only_ms"])
         self.assertLessEqual(median["gradients_done_ms"], median["span_ms"])
+        # The critical path of the real step: a chain through the forward and backward passes, shorter than
+        # the step's work, which is the sum of what the breakdown saw by scope.
+        path = summary["steps"][0][step_trace.CRITICAL_PATH]
+        self.assertGreater(path["critical_path_ms"], 0.0)
+        self.assertLessEqual(path["critical_path_ms"], path["work_ms"] + 1e-9)
+        self.assertAlmostEqual(path["work_ms"], sum(summary["steps"][0]["op_ms_by_scope"].values()), delta=1e-6)
+        self.assertTrue(path["critical_ops"], path)
+        self.assertGreaterEqual(median[step_trace.CRITICAL_PATH]["parallelism"], 1.0)
 
 
 if __name__ == "__main__":

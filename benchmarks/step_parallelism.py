@@ -1,0 +1,202 @@
+"""How far one process's step can use more cores: its measured speed-up against what its op graph allows.
+
+    python -m benchmarks.step_parallelism [--cores 1,2] [--runs 3] [--steps 400] [--batch_size 1024]
+                                          [--data_dir data/synthetic_300k] [--results_dir DIR] [--name NAME]
+
+For each core count n of `--cores`, `single` trains pinned to n vCPUs
+(`taskset`, `--intra_op_threads n --inter_op_threads n`), in `--runs`
+interleaved rounds, each a fresh `python -m deepfm.train` started with a
+minimal environment (PATH, HOME, PYTHONPATH) as a user starts it. Each run
+traces `TRACE_STEPS` steps early (`--trace_steps`: `deepfm.runtime.step_trace`,
+with each step's critical path, `deepfm.runtime.critical_path`) and reports
+its rate from its progress file over the steps after `RATE_FROM_STEP`, past
+the traced ones. The report, per core count, medians (min-max) over rounds:
+
+* examples/sec, and over one core's in the same round;
+* of the traced steps (medians): span, work (the ops' summed time),
+  critical path (the longest chain of dependent ops), parallelism (work /
+  critical path), and the work over one core's (how much slower the same
+  ops ran beside each other);
+* the bound n cores could reach were every op as fast as on one core and
+  the threads kept busy: one core's work / max(its critical path, its work
+  / n) (`CriticalPath.speedup_bound`), beside the measured speed-up.
+
+`<name>.md` and `.json` go to `--results_dir` (default the committed
+`benchmarks/results/`), with the machine and `lscpu -e`.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List, Optional, Sequence
+
+from benchmarks import common
+from benchmarks import topology as topology_lib
+from benchmarks.scale_out import config as scale_out_config
+from deepfm.runtime import critical_path, hooks, step_trace
+
+NAME = "step_parallelism"
+TITLE = "One process on more cores: measured speed-up against its op graph's bound"
+# The project's root: the training processes import it.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CORES = (1, 2)
+DEFAULT_RUNS = 3
+DEFAULT_STEPS = 400
+DEFAULT_BATCH = 1024
+TRACE_STEPS = 5
+LOG_EVERY_STEPS = 50
+# The rate counts the progress intervals that end after this step: past the warm-up and the traced steps
+# (`step_trace.DEFAULT_WARMUP_STEPS` + TRACE_STEPS x `step_trace.DEFAULT_EVERY_N_STEPS` = 45).
+RATE_FROM_STEP = 100
+RUN_TIMEOUT_S = 900
+MEASURES = ("span_ms", "work_ms", "critical_path_ms", "parallelism")
+
+
+def run_once(cores: int, data_dir: str, steps: int, batch_size: int, workdir: str) -> Dict:
+    """One `deepfm.train` run on the first `cores` vCPUs this process may use; its rate and traced medians."""
+    vcpus = sorted(os.sched_getaffinity(0))[:cores]
+    model_dir = os.path.join(workdir, "model-%d" % cores)
+    shutil.rmtree(model_dir, ignore_errors=True)
+    progress = os.path.join(workdir, "progress-%d.jsonl" % cores)
+    if os.path.exists(progress):
+        os.remove(progress)
+    command = ["taskset", "-c", ",".join(str(v) for v in vcpus), sys.executable, "-m", "deepfm.train",
+               "--train_data", data_dir, "--val_data=", "--model_dir", model_dir, "--batch_size", str(batch_size),
+               "--max_steps", str(steps), "--intra_op_threads", str(cores), "--inter_op_threads", str(cores),
+               "--trace_steps", str(TRACE_STEPS), "--save_checkpoints_steps", str(10 * steps),
+               "--log_every_n_steps", str(LOG_EVERY_STEPS), "--progress_file", progress]
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", workdir),
+           "PYTHONPATH": ROOT}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    if done.returncode:
+        raise RuntimeError("deepfm.train on %d vCPU(s) failed (exit %d):\n%s"
+                           % (cores, done.returncode, done.stderr[-3000:]))
+    records = [r for r in hooks.read_progress_file(progress) if r.global_step > RATE_FROM_STEP]
+    if not records:
+        raise RuntimeError("no progress after step %d in %s: raise --steps (%d)" % (RATE_FROM_STEP, progress, steps))
+    # Intervals of equal steps: the rate of their sum is the harmonic mean of their rates.
+    rate = len(records) / sum(1.0 / r.examples_per_sec for r in records)
+    summary = step_trace.read_summary(os.path.join(model_dir, "traces", "main" + step_trace.SUMMARY_SUFFIX))
+    median = summary["median"]
+    path = median[step_trace.CRITICAL_PATH]
+    traced = {"span_ms": median["span_ms"], "work_ms": path["work_ms"],
+              "critical_path_ms": path["critical_path_ms"], "parallelism": path["parallelism"]}
+    return {"cores": cores, "vcpus": vcpus, "examples_per_sec": rate, "traced": traced,
+            "critical_ops": summary["steps"][0][step_trace.CRITICAL_PATH]["critical_ops"]}
+
+
+def _cell(values: Sequence[float], spec: str = ".1f") -> str:
+    return common.Stats(list(values)).fmt(spec)
+
+
+def report_body(cores: Sequence[int], rounds: List[Dict[int, Dict]], batch_size: int, steps: int,
+                topology: topology_lib.Topology) -> str:
+    """The report's table and the one-core bound against the measured speed-ups."""
+    base = cores[0]
+    rows = []
+    for n in cores:
+        runs = [r[n] for r in rounds]
+        rates = [r["examples_per_sec"] for r in runs]
+        speedups = [r[n]["examples_per_sec"] / r[base]["examples_per_sec"] for r in rounds]
+        inflation = [r[n]["traced"]["work_ms"] / r[base]["traced"]["work_ms"] for r in rounds]
+        bounds = [critical_path.CriticalPath(r[base]["traced"]["work_ms"], r[base]["traced"]["critical_path_ms"], ())
+                  .speedup_bound(n // base) for r in rounds]
+        rows.append(["%d" % n, _cell(rates, ",.0f"), _cell(speedups, ".2f"), _cell(bounds, ".2f"),
+                     _cell([r["traced"]["span_ms"] for r in runs]), _cell([r["traced"]["work_ms"] for r in runs]),
+                     _cell([r["traced"]["critical_path_ms"] for r in runs]),
+                     _cell([r["traced"]["parallelism"] for r in runs], ".2f"), _cell(inflation, ".2f")])
+    table = common.markdown_table(
+        ["vCPUs", "examples/sec", "x %d vCPU" % base, "bound from %d vCPU's graph" % base, "traced span ms",
+         "work ms", "critical path ms", "parallelism", "work x %d vCPU's" % base], rows)
+    longest = rounds[0][base]["critical_ops"]
+    ops = ", ".join("`%s` (%s) %.2f ms" % (op["name"], op["op"], op["ms"]) for op in longest)
+    return "\n".join([
+        "`single` (DeepFM at the defaults: embedding 32, layers 128-64-32, lazy_adam), batch %s, pinned to n vCPUs "
+        "with `taskset` and n TensorFlow threads (intra and inter op); %d round(s), interleaved, each a fresh "
+        "`deepfm.train` of %d steps; examples/sec over the progress intervals after step %d; %d traced steps "
+        "(after %d) per run, their medians. Work: the ops' summed time; critical path: the longest chain of "
+        "dependent ops of the step's partition graphs; parallelism: work / critical path; bound: what n vCPUs "
+        "could give were every op as fast as on %d and the threads always busy (work / max(critical path, "
+        "work / n) of the %d-vCPU traces). Median (min-max) over rounds." % (
+            "{:,}".format(batch_size), len(rounds), steps, RATE_FROM_STEP, TRACE_STEPS,
+            step_trace.DEFAULT_WARMUP_STEPS, base, base),
+        "", table, "",
+        "Longest ops on the critical path on %d vCPU (first round): %s." % (base, ops), "",
+        "Topology: %s" % topology.describe(sorted(os.sched_getaffinity(0))), ""])
+
+
+def _recorded(argv: Optional[Sequence[str]]) -> List[str]:
+    """The command's flags as a report records them: without `--results_dir`, a path of this machine."""
+    flags = list(argv if argv is not None else sys.argv[1:])
+    kept: List[str] = []
+    skip = False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag == "--results_dir":
+            skip = True
+        elif not flag.startswith("--results_dir="):
+            kept.append(flag)
+    return kept
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cores", default=",".join(str(c) for c in DEFAULT_CORES),
+                        help="vCPU counts, the first the base (default 1,2)")
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH)
+    parser.add_argument("--data_dir", default=scale_out_config.DEFAULT_DATA_DIR)
+    parser.add_argument("--rows", type=int, default=scale_out_config.DEFAULT_ROWS,
+                        help="rows generated when --data_dir is missing")
+    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
+    parser.add_argument("--name", default=NAME)
+    args = parser.parse_args(argv)
+    try:
+        args.cores = tuple(int(c) for c in args.cores.split(","))
+    except ValueError:
+        parser.error("--cores takes vCPU counts separated by commas, got %r" % args.cores)
+    available = len(os.sched_getaffinity(0))
+    if not args.cores or min(args.cores) < 1 or max(args.cores) > available:
+        parser.error("--cores %s: each must be in [1, %d], the vCPUs this process may use" % (args.cores, available))
+    if any(n % args.cores[0] for n in args.cores):
+        parser.error("--cores %s: each must be a multiple of the first (the base)" % (args.cores,))
+    if args.runs < 1:
+        parser.error("--runs must be >= 1, got %d" % args.runs)
+    if args.steps <= RATE_FROM_STEP:
+        parser.error("--steps must be > %d (the rate counts the steps after it), got %d" % (RATE_FROM_STEP, args.steps))
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    common.ensure_data(args.data_dir, args.rows, common.FEATURE_SIZE)
+    topology = topology_lib.read()
+    rounds: List[Dict[int, Dict]] = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for number in range(args.runs):
+            result = {}
+            for n in args.cores:
+                result[n] = run_once(n, args.data_dir, args.steps, args.batch_size, workdir)
+                print("round %d: %d vCPU(s) %8.0f examples/sec, traced span %.1f ms, work %.1f ms, critical path "
+                      "%.1f ms" % (number, n, result[n]["examples_per_sec"], result[n]["traced"]["span_ms"],
+                                   result[n]["traced"]["work_ms"], result[n]["traced"]["critical_path_ms"]),
+                      file=sys.stderr)
+            rounds.append(result)
+    info = common.machine_info()
+    info["command"] = "`python -m benchmarks.step_parallelism %s`" % " ".join(_recorded(argv))
+    body = report_body(args.cores, rounds, args.batch_size, args.steps, topology)
+    raw = {"args": {k: v for k, v in vars(args).items() if k != "results_dir"}, "rounds": rounds,
+           "topology": topology.as_dict()}
+    common.write_report(args.name, TITLE, body, info, json.loads(json.dumps(raw)), results_dir=args.results_dir)
+    print(os.path.join(args.results_dir, args.name + ".md"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
