@@ -454,7 +454,7 @@ def raw_results(plan: Plan, rounds: runner.Rounds, topology: topology_lib.Topolo
                   "one_core": plan.one_core},
         "entries": {entry.key: {
             "table": entry.table, "variant": entry.variant.name, "strategy": entry.variant.strategy,
-            "shape": entry.variant.shape(), "hosts": entry.variant.num_hosts,
+            "shape": entry.variant.shape(), "hosts": entry.variant.num_hosts, "launcher": entry.variant.launcher,
             "cores_per_host": entry.variant.cores_per_host, "ranks_per_host": entry.variant.ranks_per_host,
             "batch": entry.config.batch, "steps": entry.config.steps, "warmup_steps": entry.config.warmup_steps,
             "reference": entry.reference,

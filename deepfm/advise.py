@@ -22,7 +22,12 @@ of the 2-host scale-out benchmark, at batches 1,024 and 8,192
 (`FITTED_TO`). `--fit_to A.json,B.json` fits them to other runs of
 `benchmarks.scale_out`, and `--check_against A.json,B.json` prints, for
 each 2-host variant measured there, the prediction next to the
-measurement and the error. Runs at another per-replica batch than
+measurement and the error. Horovod's ranks talk over MPI with yielding
+waits by default (`--transport mpi`: SageMaker's `mpi` distribution, a
+Kubernetes MPIJob, `deepfm.launch` with `mpirun`), where the hybrid
+strategy has costs of its own, fitted to two runs of `hybrid+mpi_yield`
+(`MPI_FITTED_TO`; `--fit_mpi_to` refits them); `--transport gloo` for
+`horovodrun --gloo`. Runs at another per-replica batch than
 `--batch_size` are read with that batch's distinct ids, counted on
 `--data` (the runs' data).
 
@@ -66,6 +71,17 @@ SPARSE_AS_DENSE_FLAG = "--sparse_as_dense"
 # byte counts at each batch; the hybrid strategy's all-to-alls share Horovod's transport and its cost per byte.
 FIT_VARIANTS = {cost_model.HOROVOD: ("horovod", "horovod+dedup"), cost_model.PS: ("ps", "ps+dedup"),
                 cost_model.HYBRID: ("hybrid", "hybrid+fp16")}
+# The variants the costs over MPI with yielding waits are fitted to (`--fit_mpi_to`), by the key of their costs.
+FIT_MPI_VARIANTS = {cost_model.costs_key(cost_model.HYBRID, cost_model.MPI): ("hybrid+mpi_yield",)}
+MPI_FITTED_TO = calibrated.MPI_FITTED_TO
+# How a benchmark's ranks were started (`benchmarks.scale_out`'s `Variant.launcher`, `benchmarks.multicore`'s
+# entries): each rank in its host without a launcher (Gloo), or by horovodrun or mpirun over MPI with waits that
+# yield their core; MPI with spinning waits is a transport the cost model does not model.
+GLOO_LAUNCHERS = ("direct", "gloo")
+MPI_YIELD_LAUNCHERS = ("mpi_yield", "ssh_mpi_yield")
+# Results written before the launcher was recorded say it in the variant's note or the entry's key.
+MPI_YIELD_NOTE = "mpi_yield_when_idle 1"
+MPI_ENTRY_SUFFIX = ", MPI"
 EMBEDDING_VARIABLES = ("fm_w", "fm_v")
 DEFAULT_STEPS = 30
 DEFAULT_WARMUP_STEPS = 10
@@ -79,6 +95,10 @@ def define_flags() -> None:
     flags.DEFINE_integer("ranks_per_host", 0, "Training processes per host, each on cores_per_host / ranks_per_host "
                          "cores (0: advise it, trying every number that divides the cores).")
     flags.DEFINE_float("link_gbps", 25.0, "Each host's link in Gbit/s.")
+    flags.DEFINE_enum("transport", cost_model.MPI, list(cost_model.TRANSPORTS),
+                      "How Horovod's ranks talk: mpi, with waits that yield the core, as SageMaker's mpi "
+                      "distribution, a Kubernetes MPIJob and deepfm.launch where mpirun is installed start them; or "
+                      "gloo (horovodrun --gloo).")
     flags.DEFINE_float("latency_us", cost_model.DEFAULT_LATENCY_S * 1e6, "One-way latency between hosts in us.")
     flags.DEFINE_integer("batch_size", config_lib.DEFAULT_BATCH_SIZE, "Examples per replica and step.")
     flags.DEFINE_bool("dedup_lookups", False, "Deduplicated embedding lookups.")
@@ -87,6 +107,9 @@ def define_flags() -> None:
     flags.DEFINE_float("compute_ms", None, "Use this step time instead of measuring one.")
     flags.DEFINE_list("fit_to", [], "benchmarks.scale_out results JSONs (comma-separated) to fit the costs of a "
                       "distributed step to (default: the costs fitted to %s)." % " and ".join(FITTED_TO))
+    flags.DEFINE_list("fit_mpi_to", [], "benchmarks.scale_out results JSONs (comma-separated) with hybrid+mpi_yield "
+                      "at two batches, to fit the costs over MPI to (default: the costs fitted to %s)."
+                      % " and ".join(MPI_FITTED_TO))
     flags.DEFINE_list("check_against", [], "benchmarks.scale_out or benchmarks.multicore results JSONs "
                       "(comma-separated): print the predictions next to their measured distributed runs.")
     flags.DEFINE_list("fit_cores_to", [], "benchmarks.multicore results JSONs (comma-separated) to fit what a "
@@ -203,7 +226,7 @@ def main(argv):
     try:
         cluster = cost_model.Cluster(hosts=FLAGS.hosts, cores_per_host=FLAGS.cores_per_host,
                                      link_gbps=FLAGS.link_gbps, latency_s=FLAGS.latency_us * 1e-6,
-                                     ranks_per_host=FLAGS.ranks_per_host)
+                                     ranks_per_host=FLAGS.ranks_per_host, transport=FLAGS.transport)
     except ValueError as e:
         raise app.UsageError("--ranks_per_host / --cores_per_host: %s" % e) from e
     try:
@@ -224,12 +247,15 @@ def main(argv):
         step_costs=CALIBRATED_COSTS, dedup=FLAGS.dedup_lookups, core_costs=core_costs)
     try:
         distinct_ids = {batch: count_distinct_ids(FLAGS.data, batch)
-                        for batch in result_batches(FLAGS.fit_to + FLAGS.check_against) if batch != FLAGS.batch_size}
+                        for batch in result_batches(FLAGS.fit_to + FLAGS.fit_mpi_to + FLAGS.check_against)
+                        if batch != FLAGS.batch_size}
         if FLAGS.fit_to:
             profile = fit(FLAGS.fit_to, profile, distinct_ids)
+        if FLAGS.fit_mpi_to:
+            profile = fit_mpi(FLAGS.fit_mpi_to, profile, distinct_ids)
         checked = check(FLAGS.check_against, profile, distinct_ids) if FLAGS.check_against else None
     except (OSError, KeyError, ValueError) as e:
-        raise app.UsageError("--fit_to / --check_against: %s" % e) from e
+        raise app.UsageError("--fit_to / --fit_mpi_to / --check_against: %s" % e) from e
     best, reason = advise_layout(profile, cluster)
     if FLAGS.json:
         print(json.dumps({"step_ms": 1000 * seconds, "ids_per_step": ids, "distinct_ids_per_step": distinct,
@@ -241,8 +267,11 @@ def main(argv):
     print("measured on core %d: step %.2f ms%s, %d ids and %.0f distinct per batch, %d dense parameters"
           % (core, 1000 * seconds, " (given)" if FLAGS.compute_ms is not None else "", ids, distinct, dense))
     fitted_to = ", ".join(os.path.basename(path) for path in FLAGS.fit_to or FITTED_TO)
-    for name in FIT_VARIANTS:
-        costs = profile.costs(name)
+    mpi_fitted_to = ", ".join(os.path.basename(path) for path in FLAGS.fit_mpi_to or MPI_FITTED_TO)
+    for name in list(FIT_VARIANTS) + list(FIT_MPI_VARIANTS):
+        costs = profile.step_costs.get(name) or profile.costs(name)
+        if name in FIT_MPI_VARIANTS:
+            fitted_to = mpi_fitted_to
         print("%s costs (fitted to %s): %.2f ms fixed per step, %.2f ns CPU per byte moved, %.3f s per s of "
               "compute" % (name, fitted_to, 1000 * costs.overhead_s, 1e9 * costs.cpu_s_per_byte,
                            costs.compute_factor))
@@ -253,9 +282,10 @@ def main(argv):
     if checked:
         print("\nchecked against %s:\n" % ", ".join(os.path.basename(path) for path in FLAGS.check_against))
         print(checked)
-    print("predicted for %d host(s) x %d core(s), %g Gbit/s, %g us latency, dedup_lookups=%s, processes per host: %s:\n"
-          % (cluster.hosts, cluster.cores_per_host, cluster.link_gbps, FLAGS.latency_us, FLAGS.dedup_lookups,
-             FLAGS.ranks_per_host or "every divisor of the cores"))
+    print("predicted for %d host(s) x %d core(s), %g Gbit/s, %g us latency, Horovod over %s, dedup_lookups=%s, "
+          "processes per host: %s:\n"
+          % (cluster.hosts, cluster.cores_per_host, cluster.link_gbps, FLAGS.latency_us, cluster.transport,
+             FLAGS.dedup_lookups, FLAGS.ranks_per_host or "every divisor of the cores"))
     print(format_table(layouts(profile, cluster)))
     print("\npick: %s, %d process(es) per host of %d core(s) and thread(s) each (%s)"
           % (best.strategy, best.ranks_per_host, best.threads, reason))
@@ -275,6 +305,18 @@ def advise_layout(profile: cost_model.StepProfile, cluster: cost_model.Cluster
         strategy, reason = cost_model.choose(profile, cluster)
         return cost_model.predict(strategy, profile, cluster), reason
     return host_layout.choose_layout(profile, cluster)
+
+
+def _transport_of(variant: dict, name: str) -> Optional[str]:
+    """How a measured run's ranks talked (`cost_model.GLOO` or `MPI`); None: MPI with spinning waits."""
+    launcher = variant.get("launcher")
+    if launcher is None:
+        if MPI_YIELD_NOTE in variant.get("note", "") or name.endswith(MPI_ENTRY_SUFFIX):
+            return cost_model.MPI
+        return None if "+mpi" in name else cost_model.GLOO
+    if launcher in MPI_YIELD_LAUNCHERS:
+        return cost_model.MPI
+    return cost_model.GLOO if launcher in GLOO_LAUNCHERS else None
 
 
 def _strategy_of(variant: dict) -> str:
@@ -401,10 +443,11 @@ def measured_variants(path: str, profile: cost_model.StepProfile, distinct_ids: 
     link_gbps = results["setup"].get("link_gbps") or cost_model.DEFAULT_UNLIMITED_GBPS
     measured = {}
     for name, (variant, reference, batch, hosts, cores, ranks) in _runs_of(results).items():
-        if not reference or not reference["runs"]:
+        transport = _transport_of(variant, name)
+        if not reference or not reference["runs"] or transport is None:
             continue
         cluster = cost_model.Cluster(hosts=hosts, cores_per_host=cores, link_gbps=link_gbps, latency_s=0.0,
-                                     ranks_per_host=ranks)
+                                     ranks_per_host=ranks, transport=transport)
         at_batch = profile_at(profile, batch, distinct_ids)
         share = cost_model.CoreCosts(*at_batch.core_costs).compute_share(cluster.threads)
         step = dataclasses.replace(
@@ -434,7 +477,8 @@ def fit(paths: Sequence[str], profile: cost_model.StepProfile,
         measured = measured_variants(path, profile, distinct_ids)
         for strategy, names in FIT_VARIANTS.items():
             found[strategy] += [measured[name] for name in names if name in measured
-                                and measured[name].cluster.threads == 1]
+                                and measured[name].cluster.threads == 1
+                                and measured[name].cluster.transport == cost_model.GLOO]
     costs: Dict[str, cost_model.StepCosts] = {}
     for strategy in (cost_model.HOROVOD, cost_model.PS, cost_model.HYBRID):
         runs = found[strategy]
@@ -444,6 +488,36 @@ def fit(paths: Sequence[str], profile: cost_model.StepProfile,
         costs[strategy] = cost_model.calibrate(
             [m.handled_bytes for m in runs], [m.profile.compute_s for m in runs], [m.beyond_s for m in runs],
             cpu_s_per_byte=costs[cost_model.HOROVOD].cpu_s_per_byte if strategy == cost_model.HYBRID else None)
+    costs.update({key: value for key, value in profile.step_costs.items() if key not in costs})
+    return dataclasses.replace(profile, step_costs=costs)
+
+
+def fit_mpi(paths: Sequence[str], profile: cost_model.StepProfile,
+            distinct_ids: Mapping[int, float]) -> cost_model.StepProfile:
+    """`profile` with its costs over MPI with yielding waits fitted to scale-out results (`FIT_MPI_VARIANTS`).
+
+    Fitted as `fit` fits a strategy's costs over Gloo, at one core per
+    process, with the strategy's cost per byte over Gloo (the rows are
+    serialized and applied the same way; the transport changes what a
+    step waits and spins).
+
+    Raises:
+      ValueError: fewer than two configurations of a strategy's variants in all the files.
+    """
+    costs = dict(profile.step_costs)
+    for key, names in FIT_MPI_VARIANTS.items():
+        strategy = key.split(cost_model.TRANSPORT_SEPARATOR)[0]
+        runs: List[Measured] = []
+        for path in paths:
+            measured = measured_variants(path, profile, distinct_ids)
+            runs += [measured[name] for name in names if name in measured and measured[name].cluster.threads == 1
+                     and measured[name].cluster.transport == cost_model.MPI]
+        if len(runs) < 2:
+            raise ValueError("%s: %d run(s) of %s, and the fit needs two (two batches)"
+                             % (", ".join(paths), len(runs), " or ".join(names)))
+        costs[key] = cost_model.calibrate(
+            [m.handled_bytes for m in runs], [m.profile.compute_s for m in runs], [m.beyond_s for m in runs],
+            cpu_s_per_byte=profile.costs(strategy).cpu_s_per_byte)
     return dataclasses.replace(profile, step_costs=costs)
 
 
@@ -472,11 +546,13 @@ def core_points(paths: Sequence[str], step_costs: Mapping[str, cost_model.StepCo
         for (batch, threads), single in singles.items():
             if threads > 1 and (batch, 1) in singles:
                 speedups.append((threads, rate(single) / rate(singles[(batch, 1)])))
-        for result in entries.values():
+        # The spread is fitted over Gloo, the transport the issue's figures measured.
+        gloo = {key: e for key, e in entries.items() if _transport_of(e, key) == cost_model.GLOO}
+        for result in gloo.values():
             threads = result["cores_per_host"] // result["ranks_per_host"]
             if result["strategy"] == "single" or threads == 1 or not result["runs"]:
                 continue
-            one = next((e for e in entries.values() if e["strategy"] == result["strategy"] and e["runs"] and
+            one = next((e for e in gloo.values() if e["strategy"] == result["strategy"] and e["runs"] and
                         e["hosts"] == result["hosts"] and e["batch"] == result["batch"] and
                         e["ranks_per_host"] == result["ranks_per_host"] and e["cores_per_host"] == e["ranks_per_host"]),
                        None)

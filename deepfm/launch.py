@@ -130,7 +130,7 @@ def remove_if_empty(log_dir: Optional[str]) -> None:
 
 
 def ranks_from_cores(strategy: str, train_args: Sequence[str], vcpus: Optional[int] = None,
-                     cores: Optional[int] = None) -> Tuple[int, List[str], str]:
+                     cores: Optional[int] = None, controller: str = "auto") -> Tuple[int, List[str], str]:
     """`--np 0`: the ranks of `strategy` for this host's cores, the training flags with their threads, and why.
 
     `strategies.host_layout.for_host` picks the ranks R that divide the
@@ -142,6 +142,9 @@ def ranks_from_cores(strategy: str, train_args: Sequence[str], vcpus: Optional[i
       train_args: the flags after `--`.
       vcpus: the host's vCPUs (default: those this process may use).
       cores: its physical cores (default: theirs, from sysfs).
+      controller: `--horovod_controller`: the ranks' transport
+        (`jobs.local.launcher.horovod_transport`), which the cost model's
+        costs depend on.
 
     Raises:
       ValueError: a strategy that is not Horovod ranks.
@@ -151,7 +154,8 @@ def ranks_from_cores(strategy: str, train_args: Sequence[str], vcpus: Optional[i
                          "--num_workers" % strategy)
     vcpus = vcpus or len(os.sched_getaffinity(0))
     cores = cores or host_layout.physical_cores()
-    layout = host_layout.for_host(strategy, vcpus, cores=cores if vcpus % cores == 0 else vcpus)
+    layout = host_layout.for_host(strategy, vcpus, cores=cores if vcpus % cores == 0 else vcpus,
+                                  transport=local.horovod_transport(controller))
     given = any(arg.split("=")[0] in THREAD_FLAGS for arg in train_args)
     return layout.ranks_per_host, list(train_args) + ([] if given else layout.thread_flags()), layout.reason
 
@@ -160,7 +164,8 @@ def main(argv):
     train_args, ranks = argv[1:], None
     if FLAGS.np == 0:
         try:
-            ranks, train_args, reason = ranks_from_cores(FLAGS.strategy, train_args)
+            ranks, train_args, reason = ranks_from_cores(FLAGS.strategy, train_args,
+                                                         controller=FLAGS.horovod_controller)
         except ValueError as e:
             raise app.UsageError(str(e)) from e
         print("--np 0: %d rank(s) (%s)" % (ranks, reason), file=sys.stderr, flush=True)

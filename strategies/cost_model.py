@@ -18,7 +18,9 @@ that grows with the step itself: the distributed lookup's ops on every id
 of the batch, Horovod's background thread cycling through the step, ranks
 waiting on each other's slower steps) are machine constants (`StepCosts`),
 one set for Horovod's collectives, one for the parameter servers' gRPC and
-one for the hybrid strategy's all-to-alls, fitted by `calibrate` to
+one for the hybrid strategy's all-to-alls, and for Horovod's strategies
+another set over MPI with yielding waits where measured
+(`Cluster.transport`; else their set over Gloo), fitted by `calibrate` to
 measured steps (`benchmarks.scale_out`): what a measured step took beyond
 its compute and its bytes' time on the link, waiting included. Two more
 (`CoreCosts`) say what a process's further cores give: `serial`, the share
@@ -82,6 +84,13 @@ HOROVOD_DENSE = "horovod_dense"
 STRATEGIES = (SINGLE, PS, HOROVOD, HOROVOD_DENSE, HYBRID)
 # The strategies whose processes are Horovod ranks (their collectives' costs).
 RANK_STRATEGIES = (HOROVOD, HOROVOD_DENSE, HYBRID)
+# How Horovod's ranks talk (`Cluster.transport`): Gloo (`horovodrun --gloo`, `deepfm.launch` where `mpirun` is
+# missing) or MPI with yielding waits (SageMaker's `mpi` distribution, a Kubernetes MPIJob, `deepfm.launch` with
+# `mpirun`: `jobs.spec.MPI_YIELD_OPTIONS`). A strategy's costs over MPI are `StepProfile.step_costs[
+# costs_key(strategy, MPI)]` where fitted, else its costs over Gloo.
+GLOO, MPI = "gloo", "mpi"
+TRANSPORTS = (GLOO, MPI)
+TRANSPORT_SEPARATOR = "@"
 # A hybrid step: two all-to-alls forward (ids out, rows back), two backward (the reverse).
 HYBRID_ALLTOALLS = 4
 ID_BYTES = 4
@@ -95,6 +104,16 @@ INSTANCE_SHAPES = {
     "ml.m5.xlarge": (2, 10.0), "ml.m5.4xlarge": (8, 10.0), "ml.m5.12xlarge": (24, 10.0),
     "ml.m5.24xlarge": (48, 25.0),
 }
+
+
+def costs_key(strategy: str, transport: str = GLOO) -> str:
+    """The key of `strategy`'s costs over `transport` in `StepProfile.step_costs`: `hybrid`, `hybrid@mpi`."""
+    return strategy if transport == GLOO else strategy + TRANSPORT_SEPARATOR + transport
+
+
+def _costs_keys() -> Tuple[str, ...]:
+    return tuple(s for s in STRATEGIES if s != SINGLE) + tuple(
+        costs_key(s, t) for s in RANK_STRATEGIES for t in TRANSPORTS if t != GLOO)
 
 
 def instance_vcpus(instance_type: str) -> int:
@@ -183,8 +202,10 @@ class StepProfile:
       dense_params: parameters outside the embedding tables.
       step_costs: `StepCosts` by strategy: `HOROVOD`'s are those of every
         strategy without its own (`PS`, `HYBRID` and `HOROVOD_DENSE` may
-        have their own); none: a distributed step costs only its bytes'
-        time on the link and its latency.
+        have their own), and a Horovod strategy's over MPI under
+        `costs_key(strategy, MPI)` (else its own over Gloo); none: a
+        distributed step costs only its bytes' time on the link and its
+        latency.
       dedup: whether lookups are deduplicated (`distinct_ids_per_step` rows move).
       exchange_fp16: `hybrid` moves its rows and their gradients as float16.
       core_costs: what a process's further cores give (`CoreCosts`;
@@ -212,9 +233,9 @@ class StepProfile:
             raise ValueError("distinct_ids_per_step must be in (0, ids_per_step=%d], got %r"
                              % (self.ids_per_step, self.distinct_ids_per_step))
         for strategy, costs in self.step_costs.items():
-            if strategy not in STRATEGIES or strategy == SINGLE:
+            if strategy not in _costs_keys():
                 raise ValueError("step_costs: no costs for strategy %r; strategies with costs: %s"
-                                 % (strategy, ", ".join(s for s in STRATEGIES if s != SINGLE)))
+                                 % (strategy, ", ".join(_costs_keys())))
             StepCosts(*costs).check("step_costs[%r]" % strategy)
         CoreCosts(*self.core_costs).check()
 
@@ -222,9 +243,14 @@ class StepProfile:
         """Seconds of one step's compute on `threads` cores (`CoreCosts.compute_share`)."""
         return self.compute_s * CoreCosts(*self.core_costs).compute_share(threads)
 
-    def costs(self, strategy: str) -> StepCosts:
-        """The `StepCosts` of a distributed step of `strategy`: its own, else Horovod's, else none."""
-        return StepCosts(*self.step_costs.get(strategy, self.step_costs.get(HOROVOD, StepCosts())))
+    def costs(self, strategy: str, transport: str = GLOO) -> StepCosts:
+        """The `StepCosts` of a distributed step of `strategy` over `transport`.
+
+        Its own over `transport`, else its own over Gloo, else Horovod's,
+        else none. `transport` matters to Horovod's strategies only.
+        """
+        own = self.step_costs.get(costs_key(strategy, transport)) if strategy in RANK_STRATEGIES else None
+        return StepCosts(*(own or self.step_costs.get(strategy, self.step_costs.get(HOROVOD, StepCosts()))))
 
     @property
     def rows(self) -> float:
@@ -274,6 +300,8 @@ class Cluster:
       latency_s: one-way latency of a message between hosts.
       ranks_per_host: training processes per host, each on cores_per_host /
         ranks_per_host cores with as many threads (0: one per core).
+      transport: how Horovod's ranks talk, `GLOO` or `MPI` (with yielding
+        waits, as SageMaker's and Kubernetes' MPI jobs start them).
     """
 
     hosts: int
@@ -281,6 +309,7 @@ class Cluster:
     link_gbps: float
     latency_s: float = DEFAULT_LATENCY_S
     ranks_per_host: int = 0
+    transport: str = GLOO
 
     def __post_init__(self):
         if self.hosts < 1 or self.cores_per_host < 1:
@@ -293,6 +322,8 @@ class Cluster:
         if self.ranks_per_host < 0 or self.cores_per_host % self.ranks:
             raise ValueError("ranks_per_host must divide cores_per_host %d (each rank gets cores_per_host / "
                              "ranks_per_host cores), got %r" % (self.cores_per_host, self.ranks_per_host))
+        if self.transport not in TRANSPORTS:
+            raise ValueError("transport must be one of %s, got %r" % (", ".join(TRANSPORTS), self.transport))
 
     @property
     def ranks(self) -> int:
@@ -412,7 +443,7 @@ def predict(strategy: str, profile: StepProfile, cluster: Cluster) -> Prediction
     compute = profile.compute_at(threads)
     cpu = 0.0
     if strategy != SINGLE:
-        costs = profile.costs(strategy)
+        costs = profile.costs(strategy, cluster.transport)
         spread = CoreCosts(*profile.core_costs).exchange_share(threads)
         cpu = (costs.overhead_s + costs.cpu_s_per_byte * handled) * spread + costs.compute_factor * compute
     link = link_bytes / cluster.link_bytes_per_s
@@ -439,9 +470,10 @@ def choose(profile: StepProfile, cluster: Cluster) -> Tuple[str, str]:
                   "%s) costs more than %d processes gain" % (1000 * runner_up.step_s, runner_up.bottleneck(),
                                                              runner_up.processes))
     else:
-        reason = ("%s: %s examples/sec predicted, efficiency %.2f, %.2f MB per step on each host link; "
+        reason = ("%s%s: %s examples/sec predicted, efficiency %.2f, %.2f MB per step on each host link; "
                   "%s is next (%s examples/sec, limited by %s)" % (
-                      best.strategy, format(best.examples_per_sec, ",.0f"), best.efficiency, best.link_bytes / 1e6,
+                      best.strategy, " over MPI" if cluster.transport == MPI and best.strategy in RANK_STRATEGIES
+                      else "", format(best.examples_per_sec, ",.0f"), best.efficiency, best.link_bytes / 1e6,
                       runner_up.strategy, format(runner_up.examples_per_sec, ",.0f"), runner_up.bottleneck()))
     return best.strategy, reason
 

@@ -115,8 +115,8 @@ class HostLayout:
 
 
 def for_host(strategy: str, vcpus: int, hosts: int = 1, cores: Optional[int] = None,
-             link_gbps: float = DEFAULT_LINK_GBPS, profile: cost_model.StepProfile = calibrated.REFERENCE_STEP
-             ) -> HostLayout:
+             link_gbps: float = DEFAULT_LINK_GBPS, profile: cost_model.StepProfile = calibrated.REFERENCE_STEP,
+             transport: str = cost_model.GLOO) -> HostLayout:
     """The processes per host of `strategy` on hosts of `vcpus` vCPUs (`cores` physical cores), and why.
 
     Args:
@@ -127,6 +127,7 @@ def for_host(strategy: str, vcpus: int, hosts: int = 1, cores: Optional[int] = N
       link_gbps: each host's link.
       profile: the step (default: `calibrated.REFERENCE_STEP`, the default
         model at batch 1,024 on the development machine's core).
+      transport: how the Horovod ranks talk (`cost_model.GLOO`, `MPI`).
 
     Raises:
       ValueError: an unknown strategy, or cores that do not divide the vCPUs.
@@ -137,7 +138,7 @@ def for_host(strategy: str, vcpus: int, hosts: int = 1, cores: Optional[int] = N
     if vcpus < 1 or cores < 1 or vcpus % cores:
         raise ValueError("a host of %r vCPUs on %r cores: give vCPUs >= 1 that are a multiple of the cores"
                          % (vcpus, cores))
-    cluster = cost_model.Cluster(hosts=hosts, cores_per_host=cores, link_gbps=link_gbps)
+    cluster = cost_model.Cluster(hosts=hosts, cores_per_host=cores, link_gbps=link_gbps, transport=transport)
     ranked = [p for p in predict_layouts(profile, cluster) if p.strategy == strategy]
     if not ranked:
         # A distributed strategy on one host of one core: a single rank.

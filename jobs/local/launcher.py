@@ -36,6 +36,7 @@ from jobs import source as source_lib
 from jobs import spec as spec_lib
 from jobs.local import processes
 from strategies import cluster as cluster_lib
+from strategies import cost_model
 from strategies import strategy_names as names
 
 STRATEGY_PS = names.PS
@@ -337,6 +338,13 @@ def horovod_controller_args(controller: str) -> List[str]:
     if controller == "mpi":
         return ["--mpi", MPI_YIELD_ARGS]
     return ["--" + controller]
+
+
+def horovod_transport(controller: str) -> str:
+    """How the ranks `horovod_controller_args(controller)` starts talk: `cost_model.MPI` or `GLOO`."""
+    if controller == "auto":
+        return cost_model.MPI if shutil.which(MPIRUN) else cost_model.GLOO
+    return cost_model.MPI if controller == "mpi" else cost_model.GLOO
 
 
 def horovod_task(config: LaunchConfig, train_args: Sequence[str], environ: Mapping[str, str],

@@ -128,6 +128,63 @@ def _entry(strategy, hosts, cores, ranks, step_ms, rate=10_000.0, reference="", 
             "runs": [{"step_ms": step_ms, "examples_per_sec": rate, "round": 0}]}
 
 
+MPI_KEY = cost_model.costs_key(cost_model.HYBRID, cost_model.MPI)
+# Costs over MPI with yielding waits the tests' MPI runs are made from: hybrid's cost per byte over Gloo.
+MPI_COSTS = cost_model.StepCosts(overhead_s=0.002, cpu_s_per_byte=5e-9, compute_factor=0.05)
+
+
+class TransportTest(ResultsTestCase):
+    """Runs over MPI with yielding waits: their own costs (`fit_mpi`), told apart from Gloo's."""
+
+    def _mpi_results(self, batch, launcher="ssh_mpi_yield", name="hybrid+mpi_yield"):
+        compute = COMPUTE_MS[batch]
+        profile = dataclasses.replace(advise.profile_at(PROFILE, batch, DISTINCT_IDS), compute_s=compute / 1000.0,
+                                      step_costs={MPI_KEY: MPI_COSTS})
+        cluster = dataclasses.replace(CLUSTER, transport=cost_model.MPI)
+        step = 1000 * cost_model.predict(cost_model.HYBRID, profile, cluster).step_s
+        variant = _variant("hybrid", [], _runs(step, step - 1.0))
+        if launcher is not None:
+            variant["launcher"] = launcher
+        else:
+            variant["note"] = "as +mpi, with -mca mpi_yield_when_idle 1 (waits yield the core)"
+        return self._write({"single": _variant("single", [], _runs(compute, compute)), name: variant}, batch)
+
+    def test_fit_mpi_recovers_the_costs_that_made_the_steps(self):
+        profile = dataclasses.replace(PROFILE, step_costs=COSTS)
+        fitted = advise.fit_mpi([self._mpi_results(1024), self._mpi_results(LARGE_BATCH)], profile, DISTINCT_IDS)
+        self.assertAllClose(MPI_COSTS, fitted.costs(cost_model.HYBRID, cost_model.MPI), rtol=1e-6, atol=1e-12)
+        # The costs over Gloo stay as they were.
+        self.assertEqual(COSTS[cost_model.HYBRID], fitted.costs(cost_model.HYBRID))
+
+    def test_results_without_a_launcher_are_read_from_the_note(self):
+        profile = dataclasses.replace(PROFILE, step_costs=COSTS)
+        fitted = advise.fit_mpi([self._mpi_results(1024, launcher=None), self._mpi_results(LARGE_BATCH, None)],
+                                profile, DISTINCT_IDS)
+        self.assertAllClose(MPI_COSTS, fitted.costs(cost_model.HYBRID, cost_model.MPI), rtol=1e-6, atol=1e-12)
+
+    def test_mpi_runs_are_not_fitted_as_gloo_and_spinning_waits_are_left_out(self):
+        measured = advise.measured_variants(self._mpi_results(1024), PROFILE, DISTINCT_IDS)
+        self.assertEqual(cost_model.MPI, measured["hybrid+mpi_yield"].cluster.transport)
+        spinning = self._mpi_results(1024, launcher="ssh_mpi", name="hybrid+mpi")
+        self.assertEqual({}, advise.measured_variants(spinning, PROFILE, DISTINCT_IDS))
+        with self.assertRaisesRegex(ValueError, "1 run\\(s\\) of hybrid\\+mpi_yield, and the fit needs two"):
+            advise.fit_mpi([self._mpi_results(1024)], PROFILE, DISTINCT_IDS)
+
+    def test_the_launcher_names_are_the_benchmarks(self):
+        from benchmarks.scale_out import variants
+
+        self.assertCountEqual((variants.LAUNCH_DIRECT, variants.LAUNCH_GLOO), advise.GLOO_LAUNCHERS)
+        self.assertCountEqual((variants.LAUNCH_MPI_YIELD, variants.LAUNCH_SSH_MPI_YIELD), advise.MPI_YIELD_LAUNCHERS)
+        self.assertIn(advise.MPI_YIELD_NOTE, variants.MPI_YIELD_ARGS)
+
+    def test_the_calibrated_costs_over_mpi_are_the_fit_to_their_runs(self):
+        runs = [os.path.join(paths.REPO_ROOT, path) for path in advise.MPI_FITTED_TO]
+        # Distinct ids of synthetic_300k at 8,192 (`count_distinct_ids`), which the runs trained on.
+        fitted = advise.fit_mpi(runs, advise.calibrated.REFERENCE_STEP, {LARGE_BATCH: 19_670.3})
+        self.assertAllClose(advise.CALIBRATED_COSTS[MPI_KEY], fitted.costs(cost_model.HYBRID, cost_model.MPI),
+                            rtol=1e-3, atol=1e-6)
+
+
 class MulticoreTest(tf.test.TestCase):
     """Runs of `benchmarks.multicore`: layouts of several cores per rank, and what further cores give."""
 

@@ -5,7 +5,7 @@ import os
 import tensorflow as tf
 
 from deepfm import launch
-from strategies import host_layout
+from strategies import cost_model, host_layout
 from strategies import strategy_names as names
 from tests import command_line
 
@@ -13,11 +13,17 @@ from tests import command_line
 class RanksFromCoresTest(tf.test.TestCase):
 
     def test_the_layout_rules_ranks_and_their_threads(self):
-        ranks, train_args, reason = launch.ranks_from_cores(names.HYBRID, ["--train_data", "d"], vcpus=16, cores=16)
-        expected = host_layout.for_host(names.HYBRID, 16)
-        self.assertEqual(expected.ranks_per_host, ranks)
-        self.assertEqual(["--train_data", "d"] + expected.thread_flags(), train_args)
-        self.assertEqual(expected.reason, reason)
+        for controller, transport in (("gloo", cost_model.GLOO), ("mpi", cost_model.MPI)):
+            ranks, train_args, reason = launch.ranks_from_cores(names.HYBRID, ["--train_data", "d"], vcpus=16,
+                                                                cores=16, controller=controller)
+            expected = host_layout.for_host(names.HYBRID, 16, transport=transport)
+            self.assertEqual(expected.ranks_per_host, ranks)
+            self.assertEqual(["--train_data", "d"] + expected.thread_flags(), train_args)
+            self.assertEqual(expected.reason, reason)
+        # The costs over MPI with yielding waits are lower: the same layout predicts more examples/sec.
+        gloo = host_layout.for_host(names.HYBRID, 16, transport=cost_model.GLOO).prediction
+        mpi = host_layout.for_host(names.HYBRID, 16, transport=cost_model.MPI).prediction
+        self.assertGreater(mpi.efficiency, gloo.efficiency)
 
     def test_threads_the_user_set_are_kept(self):
         _, train_args, _ = launch.ranks_from_cores(names.HOROVOD, ["--intra_op_threads=3"], vcpus=16, cores=16)

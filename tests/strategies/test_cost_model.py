@@ -1,5 +1,7 @@
 """Tests of the cost model's arithmetic (`strategies.cost_model`)."""
 
+import dataclasses
+
 import tensorflow as tf
 from absl.testing import parameterized
 
@@ -164,6 +166,45 @@ class PredictTest(tf.test.TestCase):
         self.assertAlmostEqual(0.005 + 2 * 1056 * 1e-9 + 0.5 * COMPUTE_S, prediction.cpu_comm_s)
         self.assertEqual(horovod, _profile(horovod).costs(cost_model.PS))
         self.assertEqual(cost_model.StepCosts(), _profile(step_costs={}).costs(cost_model.PS))
+
+
+class TransportTest(tf.test.TestCase):
+    """Horovod's ranks over Gloo or MPI: a strategy's own costs per transport, where fitted."""
+
+    GLOO_COSTS = cost_model.StepCosts(overhead_s=0.02)
+    MPI_COSTS = cost_model.StepCosts(overhead_s=0.004, compute_factor=0.1)
+
+    def _profile(self):
+        return _profile(step_costs={cost_model.HOROVOD: cost_model.StepCosts(overhead_s=0.01),
+                                    cost_model.HYBRID: self.GLOO_COSTS,
+                                    cost_model.costs_key(cost_model.HYBRID, cost_model.MPI): self.MPI_COSTS})
+
+    def test_costs_by_transport_fall_back_to_the_strategys_over_gloo(self):
+        profile = self._profile()
+        self.assertEqual("hybrid@mpi", cost_model.costs_key(cost_model.HYBRID, cost_model.MPI))
+        self.assertEqual("hybrid", cost_model.costs_key(cost_model.HYBRID, cost_model.GLOO))
+        self.assertEqual(self.MPI_COSTS, profile.costs(cost_model.HYBRID, cost_model.MPI))
+        self.assertEqual(self.GLOO_COSTS, profile.costs(cost_model.HYBRID))
+        # Horovod has no costs over MPI of its own: its Gloo costs.
+        self.assertEqual(cost_model.StepCosts(overhead_s=0.01), profile.costs(cost_model.HOROVOD, cost_model.MPI))
+
+    def test_predictions_take_the_clusters_transport(self):
+        profile = self._profile()
+        gloo = cost_model.predict(cost_model.HYBRID, profile, _cluster())
+        mpi = cost_model.predict(cost_model.HYBRID, profile, dataclasses.replace(_cluster(), transport=cost_model.MPI))
+        self.assertAlmostEqual(0.02, gloo.cpu_comm_s)
+        self.assertAlmostEqual(0.004 + 0.1 * COMPUTE_S, mpi.cpu_comm_s)
+        self.assertGreater(mpi.examples_per_sec, gloo.examples_per_sec)
+        strategy, reason = cost_model.choose(profile, dataclasses.replace(_cluster(), transport=cost_model.MPI))
+        self.assertEqual(cost_model.HYBRID, strategy)
+        self.assertIn("hybrid over MPI:", reason)
+
+    def test_bad_transports_and_keys_are_named(self):
+        with self.assertRaisesRegex(ValueError, "transport must be one of gloo, mpi, got 'nccl'"):
+            cost_model.Cluster(hosts=2, cores_per_host=1, link_gbps=1.0, transport="nccl")
+        # Parameter servers talk gRPC whatever the transport: no costs over MPI.
+        with self.assertRaisesRegex(ValueError, "no costs for strategy 'ps@mpi'; strategies with costs: .*hybrid@mpi"):
+            _profile(step_costs={"ps@mpi": cost_model.StepCosts()})
 
 
 class CoresAndRanksTest(tf.test.TestCase):

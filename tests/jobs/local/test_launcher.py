@@ -24,7 +24,7 @@ from deepfm.runtime import trainer
 from jobs import elastic
 from jobs.local import launcher as launch
 from strategies import cluster as cluster_lib
-from strategies import strategy_names
+from strategies import cost_model, strategy_names
 from tests import command_line
 from tests.jobs.local import launch_testing
 
@@ -105,12 +105,17 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         self.addCleanup(os.environ.__setitem__, "PATH", path)
         os.environ["PATH"] = bin_dir
         self.assertEqual(launch.horovod_controller_args("auto"), ["--gloo"])
+        self.assertEqual(cost_model.GLOO, launch.horovod_transport("auto"))
         mpirun = os.path.join(bin_dir, launch.MPIRUN)
         with open(mpirun, "w") as f:
             f.write("#!/bin/sh\n")
         os.chmod(mpirun, 0o755)
         # With mpirun installed, horovodrun picks MPI if it was built with it.
         self.assertEqual(launch.horovod_controller_args("auto"), [launch.MPI_YIELD_ARGS])
+        # The cost model's transport follows the controller.
+        self.assertEqual(cost_model.MPI, launch.horovod_transport("auto"))
+        self.assertEqual(cost_model.MPI, launch.horovod_transport("mpi"))
+        self.assertEqual(cost_model.GLOO, launch.horovod_transport("gloo"))
 
     @parameterized.parameters("--strategy", "--strategy=single", "-strategy=ps")
     def test_reserved_train_flags(self, flag):
