@@ -11,7 +11,7 @@ This module imports no TensorFlow.
 from strategies import cost_model
 
 # What a distributed step costs beyond compute and the link (`cost_model.StepCosts`), fitted by
-# `cost_model.calibrate` (`deepfm.advise --fit_to`) to these runs of benchmarks.scale_out at two batches
+# `cost_fit.calibrate` (`deepfm.advise --fit_to`) to these runs of benchmarks.scale_out at two batches
 # (2 hosts of one core of the 2-core development machine).
 FITTED_TO = ("benchmarks/results/scale_out_costs_1024.json", "benchmarks/results/scale_out_costs_8192.json")
 STEP_COSTS = {
