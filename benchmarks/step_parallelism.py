@@ -1,11 +1,13 @@
 """How far one process's step can use more cores: its measured speed-up against what its op graph allows.
 
-    python -m benchmarks.step_parallelism [--cores 1,2] [--runs 3] [--steps 400] [--batch_size 1024]
-                                          [--data_dir data/synthetic_300k] [--results_dir DIR] [--name NAME]
+    python -m benchmarks.step_parallelism [--cores 1,2] [--threads 1/2,2/1] [--runs 3] [--steps 400]
+                                          [--batch_size 1024] [--data_dir data/synthetic_300k]
+                                          [--results_dir DIR] [--name NAME]
 
 For each core count n of `--cores`, `single` trains pinned to n vCPUs
-(`taskset`, `--intra_op_threads n --inter_op_threads n`), in `--runs`
-interleaved rounds, each a fresh `python -m deepfm.train` started with a
+(`taskset`, `--intra_op_threads n --inter_op_threads n`), and on each n
+but the first again with each intra/inter thread count of `--threads`, in
+`--runs` interleaved rounds, each a fresh `python -m deepfm.train` started with a
 minimal environment (PATH, HOME, PYTHONPATH) as a user starts it. Each run
 traces `TRACE_STEPS` steps early (`--trace_steps`: `deepfm.runtime.step_trace`,
 with each step's critical path, `deepfm.runtime.critical_path`) and reports
@@ -26,13 +28,14 @@ the traced ones. The report, per core count, medians (min-max) over rounds:
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import common
 from benchmarks import topology as topology_lib
@@ -56,25 +59,50 @@ RUN_TIMEOUT_S = 900
 MEASURES = ("span_ms", "work_ms", "critical_path_ms", "parallelism")
 
 
-def run_once(cores: int, data_dir: str, steps: int, batch_size: int, workdir: str) -> Dict:
-    """One `deepfm.train` run on the first `cores` vCPUs this process may use; its rate and traced medians."""
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """One run's vCPUs and TensorFlow threads."""
+
+    vcpus: int
+    intra: int
+    inter: int
+
+    @property
+    def label(self) -> str:
+        return "%d vCPU(s), threads %d/%d" % (self.vcpus, self.intra, self.inter)
+
+
+def plan(cores: Sequence[int], threads: Sequence[Tuple[int, int]]) -> List[Layout]:
+    """Each core count with as many threads, then each core count but the first with each `(intra, inter)`."""
+    layouts = [Layout(n, n, n) for n in cores]
+    for n in cores[1:]:
+        for intra, inter in threads:
+            if Layout(n, intra, inter) not in layouts:
+                layouts.append(Layout(n, intra, inter))
+    return layouts
+
+
+def run_once(layout: Layout, data_dir: str, steps: int, batch_size: int, workdir: str) -> Dict:
+    """One `deepfm.train` run on the first `layout.vcpus` vCPUs this process may use; its rate and traced medians."""
+    cores = layout.vcpus
     vcpus = sorted(os.sched_getaffinity(0))[:cores]
-    model_dir = os.path.join(workdir, "model-%d" % cores)
+    model_dir = os.path.join(workdir, "model")
     shutil.rmtree(model_dir, ignore_errors=True)
-    progress = os.path.join(workdir, "progress-%d.jsonl" % cores)
+    progress = os.path.join(workdir, "progress.jsonl")
     if os.path.exists(progress):
         os.remove(progress)
     command = ["taskset", "-c", ",".join(str(v) for v in vcpus), sys.executable, "-m", "deepfm.train",
                "--train_data", data_dir, "--val_data=", "--model_dir", model_dir, "--batch_size", str(batch_size),
-               "--max_steps", str(steps), "--intra_op_threads", str(cores), "--inter_op_threads", str(cores),
+               "--max_steps", str(steps), "--intra_op_threads", str(layout.intra),
+               "--inter_op_threads", str(layout.inter),
                "--trace_steps", str(TRACE_STEPS), "--save_checkpoints_steps", str(10 * steps),
                "--log_every_n_steps", str(LOG_EVERY_STEPS), "--progress_file", progress]
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", workdir),
            "PYTHONPATH": ROOT}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     if done.returncode:
-        raise RuntimeError("deepfm.train on %d vCPU(s) failed (exit %d):\n%s"
-                           % (cores, done.returncode, done.stderr[-3000:]))
+        raise RuntimeError("deepfm.train on %s failed (exit %d):\n%s"
+                           % (layout.label, done.returncode, done.stderr[-3000:]))
     records = [r for r in hooks.read_progress_file(progress) if r.global_step > RATE_FROM_STEP]
     if not records:
         raise RuntimeError("no progress after step %d in %s: raise --steps (%d)" % (RATE_FROM_STEP, progress, steps))
@@ -85,7 +113,8 @@ def run_once(cores: int, data_dir: str, steps: int, batch_size: int, workdir: st
     path = median[step_trace.CRITICAL_PATH]
     traced = {"span_ms": median["span_ms"], "work_ms": path["work_ms"],
               "critical_path_ms": path["critical_path_ms"], "parallelism": path["parallelism"]}
-    return {"cores": cores, "vcpus": vcpus, "examples_per_sec": rate, "traced": traced,
+    return {"cores": cores, "intra": layout.intra, "inter": layout.inter, "vcpus": vcpus, "examples_per_sec": rate,
+            "traced": traced,
             "critical_ops": summary["steps"][0][step_trace.CRITICAL_PATH]["critical_ops"]}
 
 
@@ -93,35 +122,39 @@ def _cell(values: Sequence[float], spec: str = ".1f") -> str:
     return common.Stats(list(values)).fmt(spec)
 
 
-def report_body(cores: Sequence[int], rounds: List[Dict[int, Dict]], batch_size: int, steps: int,
+def report_body(layouts: Sequence[Layout], rounds: List[Dict[str, Dict]], batch_size: int, steps: int,
                 topology: topology_lib.Topology) -> str:
     """The report's table and the one-core bound against the measured speed-ups."""
-    base = cores[0]
+    base_layout = layouts[0]
+    base, base_key = base_layout.vcpus, base_layout.label
     rows = []
-    for n in cores:
-        runs = [r[n] for r in rounds]
+    for layout in layouts:
+        key, n = layout.label, layout.vcpus
+        runs = [r[key] for r in rounds]
         rates = [r["examples_per_sec"] for r in runs]
-        speedups = [r[n]["examples_per_sec"] / r[base]["examples_per_sec"] for r in rounds]
-        inflation = [r[n]["traced"]["work_ms"] / r[base]["traced"]["work_ms"] for r in rounds]
-        bounds = [critical_path.CriticalPath(r[base]["traced"]["work_ms"], r[base]["traced"]["critical_path_ms"], ())
-                  .speedup_bound(n // base) for r in rounds]
-        rows.append(["%d" % n, _cell(rates, ",.0f"), _cell(speedups, ".2f"), _cell(bounds, ".2f"),
+        speedups = [r[key]["examples_per_sec"] / r[base_key]["examples_per_sec"] for r in rounds]
+        inflation = [r[key]["traced"]["work_ms"] / r[base_key]["traced"]["work_ms"] for r in rounds]
+        bounds = [critical_path.CriticalPath(r[base_key]["traced"]["work_ms"],
+                                             r[base_key]["traced"]["critical_path_ms"], ()).speedup_bound(n // base)
+                  for r in rounds]
+        rows.append(["%d" % n, "%d/%d" % (layout.intra, layout.inter), _cell(rates, ",.0f"), _cell(speedups, ".2f"),
+                     _cell(bounds, ".2f"),
                      _cell([r["traced"]["span_ms"] for r in runs]), _cell([r["traced"]["work_ms"] for r in runs]),
                      _cell([r["traced"]["critical_path_ms"] for r in runs]),
                      _cell([r["traced"]["parallelism"] for r in runs], ".2f"), _cell(inflation, ".2f")])
     table = common.markdown_table(
-        ["vCPUs", "examples/sec", "x %d vCPU" % base, "bound from %d vCPU's graph" % base, "traced span ms",
-         "work ms", "critical path ms", "parallelism", "work x %d vCPU's" % base], rows)
-    longest = rounds[0][base]["critical_ops"]
+        ["vCPUs", "threads intra/inter", "examples/sec", "x %d vCPU" % base, "bound from %d vCPU's graph" % base,
+         "traced span ms", "work ms", "critical path ms", "parallelism", "work x %d vCPU's" % base], rows)
+    longest = rounds[0][base_key]["critical_ops"]
     ops = ", ".join("`%s` (%s) %.2f ms" % (op["name"], op["op"], op["ms"]) for op in longest)
     return "\n".join([
-        "`single` (DeepFM at the defaults: embedding 32, layers 128-64-32, lazy_adam), batch %s, pinned to n vCPUs "
-        "with `taskset` and n TensorFlow threads (intra and inter op); %d round(s), interleaved, each a fresh "
-        "`deepfm.train` of %d steps; examples/sec over the progress intervals after step %d; %d traced steps "
-        "(after %d) per run, their medians. Work: the ops' summed time; critical path: the longest chain of "
-        "dependent ops of the step's partition graphs; parallelism: work / critical path; bound: what n vCPUs "
-        "could give were every op as fast as on %d and the threads always busy (work / max(critical path, "
-        "work / n) of the %d-vCPU traces). Median (min-max) over rounds." % (
+        "`single` (DeepFM at the defaults: embedding 32, layers 128-64-32, lazy_adam), batch %s, pinned to n "
+        "vCPUs with `taskset` and n TensorFlow threads (intra and inter op) unless the row says other threads; %d"
+        " round(s), interleaved, each a fresh `deepfm.train` of %d steps; examples/sec over the progress "
+        "intervals after step %d; %d traced steps (after %d) per run, their medians. Work: the ops' summed time; "
+        "critical path: the longest chain of dependent ops of the step's partition graphs; parallelism: work / "
+        "critical path; bound: what n vCPUs could give were every op as fast as on %d and the threads always busy"
+        " (work / max(critical path, work / n) of the %d-vCPU traces). Median (min-max) over rounds." % (
             "{:,}".format(batch_size), len(rounds), steps, RATE_FROM_STEP, TRACE_STEPS,
             step_trace.DEFAULT_WARMUP_STEPS, base, base),
         "", table, "",
@@ -148,6 +181,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cores", default=",".join(str(c) for c in DEFAULT_CORES),
                         help="vCPU counts, the first the base (default 1,2)")
+    parser.add_argument("--threads", default="",
+                        help="intra/inter thread counts, comma-separated, run again on each vCPU count but the first")
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH)
@@ -166,6 +201,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         parser.error("--cores %s: each must be in [1, %d], the vCPUs this process may use" % (args.cores, available))
     if any(n % args.cores[0] for n in args.cores):
         parser.error("--cores %s: each must be a multiple of the first (the base)" % (args.cores,))
+    try:
+        args.threads = tuple(tuple(int(t) for t in pair.split("/")) for pair in args.threads.split(",") if pair)
+    except ValueError:
+        parser.error("--threads takes intra/inter pairs separated by commas (e.g. 1/2,2/1), got %r" % args.threads)
+    if any(len(pair) != 2 or min(pair) < 1 for pair in args.threads):
+        parser.error("--threads %r: each must be intra/inter, both >= 1" % (args.threads,))
     if args.runs < 1:
         parser.error("--runs must be >= 1, got %d" % args.runs)
     if args.steps <= RATE_FROM_STEP:
@@ -177,20 +218,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     common.ensure_data(args.data_dir, args.rows, common.FEATURE_SIZE)
     topology = topology_lib.read()
-    rounds: List[Dict[int, Dict]] = []
+    layouts = plan(args.cores, args.threads)
+    rounds: List[Dict[str, Dict]] = []
     with tempfile.TemporaryDirectory() as workdir:
         for number in range(args.runs):
             result = {}
-            for n in args.cores:
-                result[n] = run_once(n, args.data_dir, args.steps, args.batch_size, workdir)
-                print("round %d: %d vCPU(s) %8.0f examples/sec, traced span %.1f ms, work %.1f ms, critical path "
-                      "%.1f ms" % (number, n, result[n]["examples_per_sec"], result[n]["traced"]["span_ms"],
-                                   result[n]["traced"]["work_ms"], result[n]["traced"]["critical_path_ms"]),
-                      file=sys.stderr)
+            for layout in layouts:
+                run = result[layout.label] = run_once(layout, args.data_dir, args.steps, args.batch_size, workdir)
+                print("round %d: %s %8.0f examples/sec, traced span %.1f ms, work %.1f ms, critical path %.1f ms"
+                      % (number, layout.label, run["examples_per_sec"], run["traced"]["span_ms"],
+                         run["traced"]["work_ms"], run["traced"]["critical_path_ms"]), file=sys.stderr)
             rounds.append(result)
     info = common.machine_info()
     info["command"] = "`python -m benchmarks.step_parallelism %s`" % " ".join(_recorded(argv))
-    body = report_body(args.cores, rounds, args.batch_size, args.steps, topology)
+    body = report_body(layouts, rounds, args.batch_size, args.steps, topology)
     raw = {"args": {k: v for k, v in vars(args).items() if k != "results_dir"}, "rounds": rounds,
            "topology": topology.as_dict()}
     common.write_report(args.name, TITLE, body, info, json.loads(json.dumps(raw)), results_dir=args.results_dir)

@@ -35,7 +35,9 @@ SPARSE_AS_DENSE_FLAG = "--sparse_as_dense"
 FIT_VARIANTS = {cost_model.HOROVOD: ("horovod", "horovod+dedup"), cost_model.PS: ("ps", "ps+dedup"),
                 cost_model.HYBRID: ("hybrid", "hybrid+fp16")}
 # The variants the costs over MPI with yielding waits are fitted to (`--fit_mpi_to`), by the key of their costs.
-FIT_MPI_VARIANTS = {cost_model.costs_key(cost_model.HYBRID, cost_model.MPI): ("hybrid+mpi_yield",)}
+FIT_MPI_VARIANTS = {cost_model.costs_key(cost_model.HYBRID, cost_model.MPI): ("hybrid+mpi_yield",),
+                    cost_model.costs_key(cost_model.HOROVOD, cost_model.MPI): ("horovod+mpi_yield",
+                                                                               "horovod+dedup+mpi_yield")}
 MPI_FITTED_TO = calibrated.MPI_FITTED_TO
 # How a benchmark's ranks were started (`benchmarks.scale_out`'s `Variant.launcher`, `benchmarks.multicore`'s
 # entries): each rank in its host without a launcher (Gloo), or by horovodrun or mpirun over MPI with waits that
@@ -239,12 +241,15 @@ def fit_mpi(paths: Sequence[str], profile: cost_model.StepProfile,
     Fitted as `fit` fits a strategy's costs over Gloo, at one core per
     process, with the strategy's cost per byte over Gloo (the rows are
     serialized and applied the same way; the transport changes what a
-    step waits and spins).
+    step waits and spins). A strategy none of whose variants ran in the
+    files keeps the costs `profile` has.
 
     Raises:
-      ValueError: fewer than two configurations of a strategy's variants in all the files.
+      ValueError: one configuration of a strategy's variants in all the
+        files (the fit needs two), or no strategy's variants at all.
     """
     costs = dict(profile.step_costs)
+    fitted = 0
     for key, names in FIT_MPI_VARIANTS.items():
         strategy = key.split(cost_model.TRANSPORT_SEPARATOR)[0]
         runs: List[Measured] = []
@@ -252,12 +257,18 @@ def fit_mpi(paths: Sequence[str], profile: cost_model.StepProfile,
             measured = measured_variants(path, profile, distinct_ids)
             runs += [measured[name] for name in names if name in measured and measured[name].cluster.threads == 1
                      and measured[name].cluster.transport == cost_model.MPI]
+        if not runs:
+            continue
         if len(runs) < 2:
             raise ValueError("%s: %d run(s) of %s, and the fit needs two (two batches)"
                              % (", ".join(paths), len(runs), " or ".join(names)))
         costs[key] = cost_fit.calibrate(
             [m.handled_bytes for m in runs], [m.profile.compute_s for m in runs], [m.beyond_s for m in runs],
             cpu_s_per_byte=profile.costs(strategy).cpu_s_per_byte)
+        fitted += 1
+    if not fitted:
+        raise ValueError("%s: no run of %s over MPI with yielding waits to fit" % (
+            ", ".join(paths), " or ".join(name for names in FIT_MPI_VARIANTS.values() for name in names)))
     return dataclasses.replace(profile, step_costs=costs)
 
 

@@ -231,6 +231,10 @@ VARIANTS = (
             launcher=LAUNCH_SSH_MPI),
     Variant("hybrid+mpi_yield", names.HYBRID, "as +mpi, with -mca mpi_yield_when_idle 1 (waits yield the core)",
             launcher=LAUNCH_SSH_MPI_YIELD),
+    Variant("horovod+mpi_yield", names.HOROVOD, "MPI with waits that yield the core instead of Gloo: mpirun on algo-1 "
+            "over ssh (SageMaker's options, -mca mpi_yield_when_idle 1)", launcher=LAUNCH_SSH_MPI_YIELD),
+    Variant("horovod+dedup+mpi_yield", names.HOROVOD, "--dedup_lookups, as +mpi_yield", ("--dedup_lookups",),
+            baseline="single+dedup", launcher=LAUNCH_SSH_MPI_YIELD),
 )
 
 
@@ -277,4 +281,8 @@ LEVER_COMPARISONS = (
     ("MPI over ssh instead of Gloo, hybrid", "hybrid+mpi", "hybrid"),
     ("MPI waits that yield, hybrid", "hybrid+mpi_yield", "hybrid+mpi"),
     ("MPI with yielding waits instead of Gloo, hybrid", "hybrid+mpi_yield", "hybrid"),
+    ("MPI with yielding waits instead of Gloo, horovod", "horovod+mpi_yield", "horovod"),
+    ("MPI with yielding waits instead of Gloo, horovod --dedup_lookups", "horovod+dedup+mpi_yield", "horovod+dedup"),
+    ("hybrid instead of horovod --dedup_lookups, both over MPI with yielding waits", "hybrid+mpi_yield",
+     "horovod+dedup+mpi_yield"),
 )

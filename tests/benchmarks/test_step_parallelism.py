@@ -27,7 +27,9 @@ class ArgumentsTest(tf.test.TestCase):
         for args, message in ((["--cores", "x"], "--cores takes vCPU counts separated by commas, got 'x'"),
                               (["--cores", str(available + 1)], "each must be in \\[1, %d\\]" % available),
                               (["--steps", "50"], "--steps must be > 100"),
-                              (["--runs", "0"], "--runs must be >= 1, got 0")):
+                              (["--runs", "0"], "--runs must be >= 1, got 0"),
+                              (["--threads", "2"], "--threads \\(\\(2,\\),\\): each must be intra/inter"),
+                              (["--threads", "a/b"], "--threads takes intra/inter pairs")):
             err = io.StringIO()
             with self.assertRaises(SystemExit, msg=args), contextlib.redirect_stderr(err):
                 step_parallelism.parse_args(args)
@@ -40,16 +42,27 @@ class ArgumentsTest(tf.test.TestCase):
 
 class ReportTest(tf.test.TestCase):
 
+    def test_the_plan_adds_thread_counts_on_every_vcpu_count_but_the_first(self):
+        layouts = step_parallelism.plan((1, 2, 4), ((1, 2), (2, 2)))
+        self.assertEqual(["1 vCPU(s), threads 1/1", "2 vCPU(s), threads 2/2", "4 vCPU(s), threads 4/4",
+                          "2 vCPU(s), threads 1/2", "4 vCPU(s), threads 1/2", "4 vCPU(s), threads 2/2"],
+                         [layout.label for layout in layouts])
+
     def test_speedups_bounds_and_inflation_per_round(self):
+        layouts = step_parallelism.plan((1, 2), ((1, 2),))
+        one, two, two_12 = (layout.label for layout in layouts)
         # Round 1: the machine twice as fast; per round the ratios are the same.
-        rounds = [{1: _run(40_000, 24.0, 12.0, 27.0), 2: _run(56_000, 36.0, 15.0, 19.0)},
-                  {1: _run(80_000, 24.0, 12.0, 27.0), 2: _run(112_000, 36.0, 15.0, 19.0)}]
+        rounds = [{one: _run(40_000, 24.0, 12.0, 27.0), two: _run(56_000, 36.0, 15.0, 19.0),
+                   two_12: _run(60_000, 30.0, 15.0, 18.0)},
+                  {one: _run(80_000, 24.0, 12.0, 27.0), two: _run(112_000, 36.0, 15.0, 19.0),
+                   two_12: _run(120_000, 30.0, 15.0, 18.0)}]
         topology = topology_lib.Topology.parse("CPU CORE\n0 0\n1 1\n")
-        body = step_parallelism.report_body((1, 2), rounds, 1024, 400, topology)
+        body = step_parallelism.report_body(layouts, rounds, 1024, 400, topology)
         # 2 vCPUs: x1.40 measured; bound 24 / max(12, 12) = 2.00; work 36 / 24 = 1.50 of one vCPU's.
-        self.assertIn("| 2 | 84,000 (56,000-112,000) | 1.40 (1.40-1.40) | 2.00 (2.00-2.00) | 19.0 (19.0-19.0) | "
+        self.assertIn("| 2 | 2/2 | 84,000 (56,000-112,000) | 1.40 (1.40-1.40) | 2.00 (2.00-2.00) | 19.0 (19.0-19.0) | "
                       "36.0 (36.0-36.0) | 15.0 (15.0-15.0) | 2.40 (2.40-2.40) | 1.50 (1.50-1.50) |", body)
-        self.assertIn("| 1 | 60,000 (40,000-80,000) | 1.00 (1.00-1.00) | 1.00 (1.00-1.00) |", body)
+        self.assertIn("| 1 | 1/1 | 60,000 (40,000-80,000) | 1.00 (1.00-1.00) | 1.00 (1.00-1.00) |", body)
+        self.assertIn("| 2 | 1/2 | 90,000 (60,000-120,000) | 1.50 (1.50-1.50) | 2.00 (2.00-2.00) |", body)
         self.assertIn("`deepfm_model/deep/Relu` (_MklNativeFusedMatMul) 3.50 ms", body)
 
 
@@ -64,20 +77,22 @@ class RealRunTest(tf.test.TestCase):
         cores = "1,2" if len(os.sched_getaffinity(0)) >= 2 else "1"
         done = command_line.run(command_line.python_module(
             "benchmarks.step_parallelism", "--results_dir", results, "--data_dir", data, "--cores", cores,
-            "--runs", "1", "--steps", "120", "--batch_size", "64"), paths.REPO_ROOT, timeout=600)
+            "--threads", "1/2", "--runs", "1", "--steps", "120", "--batch_size", "64"), paths.REPO_ROOT, timeout=600)
         self.assertEqual(0, done.returncode, done.stderr[-3000:])
         with open(os.path.join(results, "step_parallelism.json")) as f:
             written = json.load(f)
         rounds = written["results"]["rounds"]
         self.assertLen(rounds, 1)
-        self.assertCountEqual([c for c in cores.split(",")], list(rounds[0]))
+        expected = ["1 vCPU(s), threads 1/1"] + (["2 vCPU(s), threads 2/2", "2 vCPU(s), threads 1/2"]
+                                                 if cores == "1,2" else [])
+        self.assertCountEqual(expected, list(rounds[0]))
         for run in rounds[0].values():
             self.assertGreater(run["examples_per_sec"], 0)
             self.assertGreater(run["traced"]["critical_path_ms"], 0)
             self.assertLessEqual(run["traced"]["critical_path_ms"], run["traced"]["work_ms"])
         self.assertNotIn(results, written["machine"]["command"])
         with open(os.path.join(results, "step_parallelism.md")) as f:
-            self.assertIn("| 1 | ", f.read())
+            self.assertIn("| 1 | 1/1 | ", f.read())
 
 
 if __name__ == "__main__":

@@ -151,8 +151,12 @@ class TransportTest(ResultsTestCase):
         profile = dataclasses.replace(PROFILE, step_costs=COSTS)
         fitted = fit_lib.fit_mpi([self._mpi_results(1024), self._mpi_results(LARGE_BATCH)], profile, DISTINCT_IDS)
         self.assertAllClose(MPI_COSTS, fitted.costs(cost_model.HYBRID, cost_model.MPI), rtol=1e-6, atol=1e-12)
-        # The costs over Gloo stay as they were.
+        # The costs over Gloo stay as they were; horovod, none of whose variants ran over MPI, has none of its own.
         self.assertEqual(COSTS[cost_model.HYBRID], fitted.costs(cost_model.HYBRID))
+        self.assertNotIn(cost_model.costs_key(cost_model.HOROVOD, cost_model.MPI), fitted.step_costs)
+        with self.assertRaisesRegex(ValueError, "no run of hybrid\\+mpi_yield or horovod\\+mpi_yield or "
+                                    "horovod\\+dedup\\+mpi_yield over MPI"):
+            fit_lib.fit_mpi([self._results(1024)], profile, DISTINCT_IDS)
 
     def test_results_without_a_launcher_are_read_from_the_note(self):
         profile = dataclasses.replace(PROFILE, step_costs=COSTS)
