@@ -246,9 +246,13 @@ def main(argv):
     fitted_to = ", ".join(os.path.basename(path) for path in FLAGS.fit_to or fit_lib.FITTED_TO)
     mpi_fitted_to = ", ".join(os.path.basename(path) for path in FLAGS.fit_mpi_to or fit_lib.MPI_FITTED_TO)
     for name in list(fit_lib.FIT_VARIANTS) + list(fit_lib.FIT_MPI_VARIANTS):
-        costs = profile.step_costs.get(name) or profile.costs(name)
         if name in fit_lib.FIT_MPI_VARIANTS:
             fitted_to = mpi_fitted_to
+            if name not in profile.step_costs:
+                print("%s costs: none fitted (no run of it in %s): its costs over Gloo stand for them"
+                      % (name, fitted_to))
+                continue
+        costs = profile.step_costs.get(name) or profile.costs(name)
         print("%s costs (fitted to %s): %.2f ms fixed per step, %.2f ns CPU per byte moved, %.3f s per s of "
               "compute" % (name, fitted_to, 1000 * costs.overhead_s, 1e9 * costs.cpu_s_per_byte,
                            costs.compute_factor))
