@@ -52,7 +52,8 @@ class OfStepTest(tf.test.TestCase):
         """A real session's traced step: two independent matmul chains joined by an add."""
         graph = tf.Graph()
         with graph.as_default():
-            x = tf.random.uniform([64, 64], seed=1)
+            # Products large enough that every op of both branches takes measurable time.
+            x = tf.random.uniform([384, 384], seed=1)
             left = tf.matmul(tf.matmul(x, x, name="l1"), x, name="l2")
             right = tf.matmul(x, x, name="r1")
             total = tf.add(left, right, name="total")
