@@ -56,7 +56,6 @@ LOG_EVERY_STEPS = 50
 # (`step_trace.DEFAULT_WARMUP_STEPS` + TRACE_STEPS x `step_trace.DEFAULT_EVERY_N_STEPS` = 45).
 RATE_FROM_STEP = 100
 RUN_TIMEOUT_S = 900
-MEASURES = ("span_ms", "work_ms", "critical_path_ms", "parallelism")
 
 
 @dataclasses.dataclass(frozen=True)

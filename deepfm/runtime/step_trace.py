@@ -49,7 +49,7 @@ GRADIENTS_SCOPE = "gradients"
 REMOTE_PREFIX = "remote:"
 TRACE_SUFFIX = ".trace.json"
 SUMMARY_SUFFIX = ".summary.json"
-MICROS_PER_MS = 1000.0
+MICROS_PER_MS = critical_path.MICROS_PER_MS
 # `op_ms_by_scope` keeps the scopes with the most op time; the rest are summed under OTHER_SCOPES.
 TOP_SCOPES = 8
 OTHER_SCOPES = "(other)"
