@@ -41,6 +41,7 @@ from absl import logging
 from input_pipeline import schema
 from strategies import context as context_lib
 from strategies import horovod, registry
+from strategies import large_batch as large_batch_lib
 from strategies import options as options_lib
 from strategies import strategy_names as names
 from strategies import tables as tables_lib
@@ -112,12 +113,27 @@ class ShardedTable(tables_lib.EmbeddingTable):
 
     def lookup_with(self, others: Sequence[tables_lib.EmbeddingTable], ids: tf.Tensor) -> List[tf.Tensor]:
         """One exchange of rows for this table and `others` when they are sharded alike; else one each."""
+        group = self._group(others)
+        if group is None:
+            return super().lookup_with(others, ids)
+        return self._tables.lookup(group, ids)
+
+    def lookup_distinct_with(self, others: Sequence[tables_lib.EmbeddingTable], ids: tf.Tensor,
+                             transform: large_batch_lib.DistinctRowsTransform) -> Optional[List[tf.Tensor]]:
+        """`transform` on the rows of the exchange's places (one per distinct id) when `others` are sharded alike."""
+        group = self._group(others)
+        if group is None:
+            return None
+        return self._tables.lookup(group, ids, transform)
+
+    def _group(self, others: Sequence[tables_lib.EmbeddingTable]) -> Optional[List[table_lib.ShardedEmbedding]]:
+        """This table's and `others`' shards when they can share one exchange of rows; else None."""
         sharded = [self] + [table for table in others if isinstance(table, ShardedTable)]
         if len(sharded) != len(others) + 1 or not all(
                 table._tables is self._tables and table_lib.can_share_exchange(self.sharded, table.sharded)
                 for table in sharded):
-            return super().lookup_with(others, ids)
-        return self._tables.lookup([table.sharded for table in sharded], ids)
+            return None
+        return [table.sharded for table in sharded]
 
     def variables(self) -> List[tf.Variable]:
         """This rank's shard."""
@@ -154,16 +170,21 @@ class _Tables:
         self.sharded.append(table)
         return ShardedTable(table, self)
 
-    def lookup(self, tables: Sequence[table_lib.ShardedEmbedding], ids: tf.Tensor) -> List[tf.Tensor]:
-        """The rows of `ids` in each of `tables` (which share exchange settings): pipelined where it applies."""
+    def lookup(self, tables: Sequence[table_lib.ShardedEmbedding], ids: tf.Tensor,
+               transform: Optional[large_batch_lib.DistinctRowsTransform] = None) -> List[tf.Tensor]:
+        """The rows of `ids` in each of `tables` (which share exchange settings): pipelined where it applies.
+
+        `transform`, where given, is applied to each table's rows of the
+        exchange's places before they are spread to the shape of `ids`.
+        """
         if self.pipeline is not None:
-            rows = self.pipeline.lookup(tables, ids)
+            rows = self.pipeline.lookup(tables, ids, transform)
             if rows is not None:
                 return rows
         key = (ids.ref(),) + tables[0].routing_settings
         if key not in self._routes:
             self._routes[key] = tables[0].route(ids)
-        return table_lib.lookup_together(tables, ids, self._routes[key])
+        return table_lib.lookup_together(tables, ids, self._routes[key], transform)
 
 
 class LookupStatsHook(tf.estimator.SessionRunHook):

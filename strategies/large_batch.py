@@ -35,7 +35,14 @@ the training for the ratio `k = global batch / --large_batch_base`:
 Where the clipping happens: on the rows a replica looked up, in the
 backward pass, before any exchange or averaging of gradients
 (`clip_gradient_by_id`), so it works the same under every strategy
-(sharded, partitioned, deduplicated or plain tables). Each replica clips its
+(sharded, partitioned, deduplicated or plain tables). A table that looks up
+each distinct id once and spreads its row to the occurrences (`hybrid`,
+`--dedup_lookups`) clips there instead (`clip_distinct_gradient`): the
+backward pass has already summed each id's gradient, the row and the count
+are at hand, and the clip costs a few ops over the distinct ids instead of a
+`UniqueWithCounts` and segment sums over every occurrence. The clipped sum
+is the same either way (scaling each occurrence's gradient by the id's
+factor and summing is scaling the sum). Each replica clips its
 own share of the step's gradient with the counts of its own batch; one
 replica (`single`, `ps` without towers) is exactly the paper's rule, and
 with several, each id's update is bounded by the sum of the replicas'
@@ -56,6 +63,10 @@ import math
 from typing import Callable, Iterable, List, Optional, Sequence
 
 import tensorflow as tf
+
+# What a rule does to the rows of distinct ids before a table spreads them: (rows, int32 counts) -> rows
+# (`LargeBatchRule.distinct_rows`).
+DistinctRowsTransform = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 NONE = "none"
 COWCLIP = "cowclip"
@@ -149,6 +160,21 @@ class LargeBatchRule(abc.ABC):
         """
 
     @abc.abstractmethod
+    def distinct_rows(self, rows: tf.Tensor, counts: tf.Tensor) -> tf.Tensor:
+        """`lookup_rows` for a table that looks each distinct id up once: the rows before they are spread.
+
+        The table then gathers the result to the batch's shape, so the
+        gradient reaching it is already summed per id. The model sees the
+        same rows and trains the same as with `lookup_rows` on the spread rows.
+
+        Args:
+          rows: `[distinct] + row_shape`: one row per distinct id (places of
+            no id, e.g. an exchange's padding, may be among them with a count
+            of 0).
+          counts: int32 `[distinct]`: each row's occurrences in the batch.
+        """
+
+    @abc.abstractmethod
     def optimizer(self, optimizer_fn: OptimizerFn, learning_rate: float,
                   embedding_variables: Sequence[tf.Variable]) -> tf.compat.v1.train.Optimizer:
         """The optimizer of the train op, before the strategy wraps it.
@@ -226,6 +252,12 @@ class CowClip(LargeBatchRule):
             return rows
         return with_clipped_gradient(rows, ids, self.clip_ratio, self.clip_floor, self.gradient_share)
 
+    def distinct_rows(self, rows: tf.Tensor, counts: tf.Tensor) -> tf.Tensor:
+        """`rows` of distinct ids whose summed gradient is clipped (`clip_distinct_gradient`); scalars as they are."""
+        if rows.shape.rank == 1:
+            return rows
+        return with_clipped_distinct_gradient(rows, counts, self.clip_ratio, self.clip_floor, self.gradient_share)
+
     def optimizer(self, optimizer_fn: OptimizerFn, learning_rate: float,
                   embedding_variables: Sequence[tf.Variable]) -> tf.compat.v1.train.Optimizer:
         """A `SplitOptimizer`: the tables at `learning_rate`, the rest at `dense_learning_rate`."""
@@ -294,13 +326,51 @@ def clip_gradient_by_id(gradient: tf.Tensor, rows: tf.Tensor, ids: tf.Tensor, ra
     num_distinct = tf.size(distinct)
     summed = tf.math.unsorted_segment_sum(flat_gradient, index, num_distinct)
     first = tf.math.unsorted_segment_min(tf.range(tf.size(flat_ids)), index, num_distinct)
-    row_norms = tf.norm(tf.gather(tf.reshape(rows, [-1, width]), first), axis=1)
+    factor = _clip_factor(summed, tf.gather(tf.reshape(rows, [-1, width]), first), counts, ratio, floor, share)
+    return tf.reshape(flat_gradient * tf.expand_dims(tf.gather(factor, index), 1), tf.shape(gradient))
+
+
+def _clip_factor(summed: tf.Tensor, rows: tf.Tensor, counts: tf.Tensor, ratio: float, floor: float,
+                 share: float) -> tf.Tensor:
+    """Each distinct id's factor `min(1, bound / ||summed||)` (`clip_gradient_by_id`); [distinct].
+
+    Args:
+      summed: [distinct, width]: each id's gradient summed over its occurrences.
+      rows: [distinct, width]: each id's row.
+      counts: int32 [distinct]: its occurrences (0: bound 0 and factor 1, as
+        the gradient of a place of no id is 0).
+    """
+    width = rows.shape[1:].num_elements()
+    row_norms = tf.norm(rows, axis=1)
     bound = (tf.cast(counts, rows.dtype) * tf.maximum(ratio * row_norms, floor * math.sqrt(width))
              / tf.cast(share, rows.dtype))
     norms = tf.norm(summed, axis=1)
     # Where norms > bound, norms > 0; the other branch's quotient is not used.
-    factor = tf.where(norms > bound, bound / norms, tf.ones_like(norms))
-    return tf.reshape(flat_gradient * tf.expand_dims(tf.gather(factor, index), 1), tf.shape(gradient))
+    return tf.where(norms > bound, bound / norms, tf.ones_like(norms))
+
+
+def clip_distinct_gradient(gradient: tf.Tensor, rows: tf.Tensor, counts: tf.Tensor, ratio: float, floor: float,
+                           share: float = 1.0) -> tf.Tensor:
+    """CowClip on the gradient of distinct ids' rows, each already summed over the id's occurrences.
+
+    The same bound and factor as `clip_gradient_by_id`, applied to the sums:
+    what `clip_gradient_by_id` gives, summed per id.
+
+    Args:
+      gradient: `[distinct] + row_shape`: each id's summed gradient.
+      rows: the ids' rows, the same shape.
+      counts: int32 [distinct]: each id's occurrences in the batch.
+      ratio: r.
+      floor: zeta, per coordinate of a row.
+      share: as in `clip_gradient_by_id`.
+
+    Returns:
+      The clipped gradient, the shape of `gradient`.
+    """
+    width = rows.shape[1:].num_elements()
+    flat_gradient = tf.reshape(gradient, [-1, width])
+    factor = _clip_factor(flat_gradient, tf.reshape(rows, [-1, width]), counts, ratio, floor, share)
+    return tf.reshape(flat_gradient * tf.expand_dims(factor, 1), tf.shape(gradient))
 
 
 def with_clipped_gradient(rows: tf.Tensor, ids: tf.Tensor, ratio: float, floor: float,
@@ -314,6 +384,21 @@ def with_clipped_gradient(rows: tf.Tensor, ids: tf.Tensor, ratio: float, floor: 
         return tf.identity(values), gradient
 
     return clipped(rows)
+
+
+def with_clipped_distinct_gradient(rows: tf.Tensor, counts: tf.Tensor, ratio: float, floor: float,
+                                   share: float = 1.0) -> tf.Tensor:
+    """`rows` of distinct ids, unchanged, whose summed gradient passes through `clip_distinct_gradient`."""
+
+    # Every tensor the function uses is an argument: graph-mode `custom_gradient` looks for the variables
+    # behind any other.
+    @tf.custom_gradient
+    def clipped(values, occurrences):
+        def gradient(upstream):
+            return clip_distinct_gradient(upstream, values, occurrences, ratio, floor, share), None
+        return tf.identity(values), gradient
+
+    return clipped(rows, counts)
 
 
 class SplitOptimizer(tf.compat.v1.train.Optimizer):

@@ -51,6 +51,26 @@ class EmbeddingTable(abc.ABC):
         """
         return [table.lookup(ids) for table in (self,) + tuple(others)]
 
+    def lookup_distinct_with(self, others: Sequence["EmbeddingTable"], ids: tf.Tensor,
+                             transform: large_batch_lib.DistinctRowsTransform) -> Optional[List[tf.Tensor]]:
+        """`lookup_with`, with `transform` applied to each table's rows of the distinct ids before they are spread.
+
+        For a table that looks each distinct id up once (a large-batch rule
+        then works on the distinct rows: `LargeBatchRule.distinct_rows`).
+
+        Args:
+          others: as in `lookup_with`.
+          ids: as in `lookup_with`.
+          transform: `(rows, counts) -> rows`: `[distinct] + row_shape` rows
+            and their int32 `[distinct]` occurrences in `ids`.
+
+        Returns:
+          As `lookup_with`; None where these tables do not look distinct ids
+          up (the caller then works on the spread rows): this default.
+        """
+        del others, ids, transform
+        return None
+
 
 class VariableTable(EmbeddingTable):
     """A table in one variable of this process, or partitioned across parameter servers.
@@ -79,14 +99,27 @@ class VariableTable(EmbeddingTable):
         if not self._dedup:
             return _gather(self.variable, ids)
         distinct, index = tf.unique(tf.reshape(ids, [-1]), out_idx=tf.int32)
-        rows = tf.gather(_gather(self.variable, distinct), index)
-        looked_up = tf.reshape(rows, tf.concat([tf.shape(ids), tf.shape(rows)[1:]], axis=0))
-        looked_up.set_shape(ids.shape.concatenate(rows.shape[1:]))
-        return looked_up
+        return _spread(_gather(self.variable, distinct), index, ids)
+
+    def lookup_distinct_with(self, others: Sequence[EmbeddingTable], ids: tf.Tensor,
+                             transform: large_batch_lib.DistinctRowsTransform) -> Optional[List[tf.Tensor]]:
+        """With `dedup`, and `others` deduplicated tables too: one `Unique` for all of them; else None."""
+        tables = (self,) + tuple(others)
+        if not all(isinstance(table, VariableTable) and table._dedup for table in tables):
+            return None
+        distinct, index, counts = tf.unique_with_counts(tf.reshape(ids, [-1]), out_idx=tf.int32)
+        return [_spread(transform(_gather(table.variable, distinct), counts), index, ids)
+                for table in tables if isinstance(table, VariableTable)]
 
 
 class LargeBatchTable(EmbeddingTable):
-    """A table whose looked-up rows pass through a large-batch rule (`LargeBatchRule.lookup_rows`)."""
+    """A table whose looked-up rows pass through a large-batch rule.
+
+    Where the inner tables look each distinct id up once
+    (`lookup_distinct_with`), the rule works on the distinct rows
+    (`LargeBatchRule.distinct_rows`); else on the rows of every occurrence
+    (`LargeBatchRule.lookup_rows`).
+    """
 
     def __init__(self, table: EmbeddingTable, rule: large_batch_lib.LargeBatchRule):
         super().__init__(table.name, table.shape)
@@ -94,15 +127,26 @@ class LargeBatchTable(EmbeddingTable):
         self._rule = rule
 
     def lookup(self, ids: tf.Tensor) -> tf.Tensor:
-        return self._rule.lookup_rows(self.table.lookup(ids), ids)
+        return self.lookup_with([], ids)[0]
 
     def lookup_with(self, others: Sequence[EmbeddingTable], ids: tf.Tensor) -> List[tf.Tensor]:
-        """The inner tables looked up together, then the rule applied to each table's rows."""
+        """The inner tables looked up together, the rule applied to each table's distinct or spread rows."""
         inner = [other.table if isinstance(other, LargeBatchTable) else other for other in others]
+        rows = self.table.lookup_distinct_with(inner, ids, self._rule.distinct_rows)
+        if rows is not None:
+            return rows
         return [self._rule.lookup_rows(rows, ids) for rows in self.table.lookup_with(inner, ids)]
 
     def variables(self) -> List[tf.Variable]:
         return self.table.variables()
+
+
+def _spread(rows: tf.Tensor, index: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
+    """The rows of distinct ids, gathered to the shape of `ids` (`index`: each id's distinct row)."""
+    spread = tf.gather(rows, index)
+    looked_up = tf.reshape(spread, tf.concat([tf.shape(ids), tf.shape(spread)[1:]], axis=0))
+    looked_up.set_shape(ids.shape.concatenate(spread.shape[1:]))
+    return looked_up
 
 
 def _gather(table, ids: tf.Tensor) -> tf.Tensor:

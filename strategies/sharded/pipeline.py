@@ -37,6 +37,7 @@ import tensorflow as tf
 from absl import logging
 
 from strategies import devices
+from strategies.large_batch import DistinctRowsTransform
 from strategies.sharded import exchange
 from strategies.sharded.table import ShardedEmbedding, check_group, rows_by_table, serve_rows
 
@@ -159,8 +160,11 @@ class ExchangePipeline:
             self._routings[key] = (current, nxt)
         return self._routings[key][0].for_ids(ids)
 
-    def lookup(self, tables: Sequence[ShardedEmbedding], ids: tf.Tensor) -> Optional[List[tf.Tensor]]:
+    def lookup(self, tables: Sequence[ShardedEmbedding], ids: tf.Tensor,
+               transform: Optional[DistinctRowsTransform] = None) -> Optional[List[tf.Tensor]]:
         """The rows of `ids` in each of `tables` through the pipeline; None when `ids` are not the staged ids.
+
+        `transform`: as in `lookup_together`.
 
         Raises:
           ValueError: tables that cannot share an exchange, or a lookup after
@@ -179,11 +183,11 @@ class ExchangePipeline:
         if self.staleness == EXACT:
             with tf.name_scope(name + "_lookup"):
                 returned = exchange.exchange_rows(serve_rows(tables, routing), routing, first.hvd, first.wire_dtype)
-                return rows_by_table(tables, returned, routing)
-        return self._stale_lookup(tables, routing, name)
+                return rows_by_table(tables, returned, routing, transform)
+        return self._stale_lookup(tables, routing, name, transform)
 
-    def _stale_lookup(self, tables: Sequence[ShardedEmbedding], routing: exchange.IdRouting, name: str
-                      ) -> List[tf.Tensor]:
+    def _stale_lookup(self, tables: Sequence[ShardedEmbedding], routing: exchange.IdRouting, name: str,
+                      transform: Optional[DistinctRowsTransform]) -> List[tf.Tensor]:
         """Rows exchanged in the previous step; this step exchanges the next batch's, read before its update."""
         first = tables[0]
         key = tuple(table.full_name for table in tables)
@@ -202,7 +206,7 @@ class ExchangePipeline:
             # exchange waits for the next batch's rows to be read, so the update comes after that read.
             returned = exchange.stale_rows(serve_rows(tables, routing), received, routing, first.hvd,
                                            first.wire_dtype, after=[next_served])
-            return rows_by_table(tables, returned, routing)
+            return rows_by_table(tables, returned, routing, transform)
 
     def finish(self, train_op: tf.Operation) -> Tuple[tf.Operation, tf.Operation]:
         """The step's train op, staging the next batch after `train_op`; and the op that stages the first.

@@ -18,6 +18,7 @@ from typing import List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from strategies import devices
+from strategies.large_batch import DistinctRowsTransform
 from strategies.sharded import exchange, ownership
 
 # The shard of table `<scope>/<name>` is the variable `<scope>/<name>/local_shard`;
@@ -233,13 +234,24 @@ def serve_rows(tables: Sequence[ShardedEmbedding], routing: exchange.IdRouting) 
         return served[0] if len(served) == 1 else tf.concat(served, axis=1)
 
 
-def rows_by_table(tables: Sequence[ShardedEmbedding], returned: tf.Tensor, routing: exchange.IdRouting
-                  ) -> List[tf.Tensor]:
-    """The rows returned by an exchange of `tables` (side by side), each table's in the ids' shape."""
+def rows_by_table(tables: Sequence[ShardedEmbedding], returned: tf.Tensor, routing: exchange.IdRouting,
+                  transform: Optional[DistinctRowsTransform] = None) -> List[tf.Tensor]:
+    """The rows returned by an exchange of `tables` (side by side), each table's in the ids' shape.
+
+    `transform`, where given, is applied to each table's rows of the
+    exchange's places (one per distinct id, and the unused places of a
+    padded exchange, whose count is 0) before they are spread.
+    """
     parts = [returned] if len(tables) == 1 else tf.split(returned, widths(tables), axis=1)
+    counts = None
+    if transform is not None:
+        places = tf.shape(returned)[0]
+        counts = tf.math.bincount(routing.batch_positions, minlength=places, maxlength=places, dtype=tf.int32)
     looked_up = []
     for table, part in zip(tables, parts):
         part = tf.reshape(part, [-1] + list(table.row_shape))
+        if transform is not None:
+            part = transform(part, counts)
         rows = tf.reshape(exchange.rows_of_batch(part, routing.batch_positions),
                           tf.concat([routing.ids_shape, list(table.row_shape)], axis=0))
         rows.set_shape(routing.static_ids_shape.concatenate(table.row_shape))
@@ -249,7 +261,8 @@ def rows_by_table(tables: Sequence[ShardedEmbedding], returned: tf.Tensor, routi
 
 
 def lookup_together(tables: Sequence[ShardedEmbedding], ids: tf.Tensor,
-                    routing: Optional[exchange.IdRouting] = None) -> List[tf.Tensor]:
+                    routing: Optional[exchange.IdRouting] = None,
+                    transform: Optional[DistinctRowsTransform] = None) -> List[tf.Tensor]:
     """The rows of `ids` in each of `tables`, in one exchange of rows (a collective).
 
     The tables' rows travel side by side in one all-to-all (and their
@@ -261,6 +274,9 @@ def lookup_together(tables: Sequence[ShardedEmbedding], ids: tf.Tensor,
       ids: int32 or int64, any shape, each in [0, num_rows) of every table.
       routing: the id exchange of these same `ids` from `route` of a table
         with those settings; None: exchange them here.
+      transform: `(rows, counts) -> rows` applied to each table's rows of
+        the exchange's places and their int32 occurrences in `ids`, before
+        they are spread (a large-batch rule's `distinct_rows`); None: none.
 
     Returns:
       For each table, `ids.shape + row_shape`.
@@ -275,4 +291,4 @@ def lookup_together(tables: Sequence[ShardedEmbedding], ids: tf.Tensor,
         routing = first.route(ids)
     with tf.name_scope("_".join(table.name for table in tables) + "_lookup"):
         returned = exchange.exchange_rows(serve_rows(tables, routing), routing, first.hvd, first.wire_dtype)
-        return rows_by_table(tables, returned, routing)
+        return rows_by_table(tables, returned, routing, transform)

@@ -86,7 +86,7 @@ class OneRankTest(tf.test.TestCase):
         strategy = strategy or self.strategy
         # A step budget: the exchange pipeline is on (an input that ends by itself turns it off).
         strategy.prepare(strategies.Plan(model_dir=self.get_temp_dir(), steps_per_worker=steps_per_worker,
-                                         save_checkpoints_steps=10))
+                                         save_checkpoints_steps=10, per_replica_batch=8))
         with tf.Graph().as_default() as graph:
             tf.compat.v1.train.get_or_create_global_step()
             features = {schema.FEAT_IDS: tf.zeros([8, 4], tf.int64), schema.FEAT_VALS: tf.ones([8, 4])}
@@ -138,6 +138,19 @@ class OneRankTest(tf.test.TestCase):
         spec, _ = self._spec(tf.estimator.ModeKeys.TRAIN, strategy=unpipelined)
         self.assertEqual([], primes(spec))
         self.assertFalse([name for name in self.graph_ops if name.startswith(pipeline_lib.SCOPE + "/")])
+
+    def test_cowclip_clips_the_rows_of_the_exchanges_places(self):
+        # The gradient reaching the places is summed per id already: the rule clips it there, without the
+        # `UniqueWithCounts` and segment sums over every occurrence that spread rows need.
+        for pipelined in (True, False):
+            clipping = strategies.get(strategies.make_config(names.HYBRID, large_batch_rule="cowclip",
+                                                             exchange_pipeline=pipelined))
+            clipping.setup()
+            self._spec(tf.estimator.ModeKeys.TRAIN, strategy=clipping)
+            self.assertEqual(pipelined, any(name.startswith(pipeline_lib.SCOPE + "/") for name in self.graph_ops))
+            lookup_ops = [name for name in self.graph_ops if "_lookup/" in name]
+            self.assertTrue([name for name in lookup_ops if name.endswith("/Bincount")], lookup_ops)
+            self.assertFalse([name for name in self.graph_ops if "UniqueWithCounts" in name])
 
     def test_export_builds_plain_tables(self):
         _, variables = self._spec(tf.estimator.ModeKeys.PREDICT)

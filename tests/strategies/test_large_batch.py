@@ -115,6 +115,24 @@ class ClipTest(tf.test.TestCase, parameterized.TestCase):
         self.assertNotIn(1, clipped_set)  # a large row
         self.assertNotEqual(set(IDS.ravel().tolist()), clipped_set)
 
+    @parameterized.named_parameters(("one_replica", 1.0), ("half_of_the_step", 0.5))
+    def test_the_distinct_clip_is_the_sum_of_the_clipped_occurrences(self, share):
+        # One row per distinct id, and a last place that no id uses (an exchange's padding): count 0 and a
+        # zero gradient, which stays zero.
+        distinct, index, counts = np.unique(IDS.ravel(), return_inverse=True, return_counts=True)
+        rows = np.concatenate([table_values()[distinct], np.ones([1, WIDTH], np.float32)])
+        summed = np.zeros([len(distinct) + 1, WIDTH], np.float32)
+        np.add.at(summed, index, upstream_gradient().reshape(-1, WIDTH))
+        clipped = self.evaluate(large_batch.clip_distinct_gradient(
+            tf.constant(summed), tf.constant(rows), tf.constant(np.append(counts, 0).astype(np.int32)),
+            RATIO, FLOOR, share))
+
+        expected = np.zeros_like(summed)
+        np.add.at(expected, index,
+                  numpy_clip(upstream_gradient(), table_values()[IDS], IDS, RATIO, FLOOR, share).reshape(-1, WIDTH))
+        self.assertAllClose(expected, clipped, rtol=1e-5, atol=1e-6)
+        self.assertAllEqual(np.zeros(WIDTH), clipped[-1])
+
     def test_the_bound_grows_with_the_count_of_the_id(self):
         # The same row and the same gradient per occurrence: twice the
         # occurrences, twice the bound, so the summed gradient is clipped to
@@ -129,24 +147,34 @@ class ClipTest(tf.test.TestCase, parameterized.TestCase):
             norms.append(np.linalg.norm(clipped.sum(axis=0)))
         self.assertAllClose([RATIO * np.linalg.norm(row), 2 * RATIO * np.linalg.norm(row)], norms)
 
-    @parameterized.named_parameters(("plain", False), ("deduplicated", True))
-    def test_table_gradient_is_the_clipped_sum_per_id(self, dedup):
+    @parameterized.named_parameters(("plain", False, False), ("deduplicated", True, False),
+                                    ("deduplicated_beside_weights", True, True))
+    def test_table_gradient_is_the_clipped_sum_per_id(self, dedup, with_weights):
         with tf.Graph().as_default():
             rule = cowclip(gradient_share=0.5)
             context = base.ModelContext(embedding_factory=base.variable_tables(dedup=dedup), large_batch=rule)
             table = context.embedding("table", NUM_IDS, [WIDTH], initializer=tf.constant_initializer(table_values()))
-            rows = table.lookup(tf.constant(IDS))
+            if with_weights:
+                weights = context.embedding("weights", NUM_IDS)
+                rows, scalars = context.lookup([table, weights], tf.constant(IDS))
+                self.assertEqual(list(IDS.shape), scalars.shape.as_list())
+            else:
+                rows = table.lookup(tf.constant(IDS))
             (variable,) = table.variables()
             (gradient,) = tf.gradients(tf.reduce_sum(rows * upstream_gradient()), [variable])
+            op_types = {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
             with self.session() as session:
                 session.run(tf.compat.v1.global_variables_initializer())
                 dense = session.run(tf.convert_to_tensor(gradient))
+
+        # A deduplicated table clips its distinct rows: no second `Unique` and segment sums over the occurrences.
+        self.assertEqual(not dedup, "UnsortedSegmentMin" in op_types)
 
         clipped = numpy_clip(upstream_gradient(), table_values()[IDS], IDS, RATIO, FLOOR, 0.5)
         expected = np.zeros([NUM_IDS, WIDTH])
         np.add.at(expected, IDS.ravel(), clipped.reshape(-1, WIDTH))
         self.assertAllClose(expected, dense, rtol=1e-5, atol=1e-7)
-        self.assertEqual([table], context.tables)
+        self.assertIs(table, context.tables[0])
 
     def test_tables_of_scalars_are_not_clipped(self):
         with tf.Graph().as_default():

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
+from strategies import large_batch
 from strategies.sharded import table as table_lib
 from tests.strategies.sharded import rank_program, ranks_testing
 
@@ -82,6 +83,52 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
                             else 2.0 * counts[:, None] * tables[0].astype(np.float16).astype(np.float32),
                             rows_gradient, rtol=1e-3)
         self.assertAllClose(3.0 * counts, scalars_gradient)
+
+    @parameterized.named_parameters(("plain", {}), ("padded", {"id_capacity": 12}))
+    def test_a_transform_sees_each_place_once_with_its_count(self, options):
+        ids = np.array([[1, 2, 2], [9, 1, 1]])
+        seen = []
+
+        def transform(rows, counts):
+            seen.append((rows, counts))
+            return 2.0 * rows
+
+        with tf.Graph().as_default():
+            rows_table, scalars_table = self._table(**options), self._table(name="scalars", width=None, **options)
+            together = table_lib.lookup_together([rows_table, scalars_table], tf.constant(ids), transform=transform)
+            plain = [rows_table.lookup(tf.constant(ids)), scalars_table.lookup(tf.constant(ids))]
+            self.assertLen(seen, 2)
+            with self.session() as session:
+                ranks_testing.initialize(session)
+                got, want, (rows, counts), (scalars, _) = session.run([together, plain] + seen)
+        for got_rows, want_rows in zip(got, want):
+            self.assertAllEqual(2.0 * want_rows, got_rows)
+        self.assertEqual([3, 12 * self.size][bool(options)], len(counts))
+        self.assertEqual(ids.size, counts.sum())
+        self.assertCountEqual([3, 2, 1], counts[counts > 0])
+        self.assertEqual((len(counts), 3), rows.shape)
+        self.assertEqual((len(counts),), scalars.shape)
+
+    @parameterized.named_parameters(("plain", {}), ("padded", {"id_capacity": 12}))
+    def test_cowclip_on_the_places_equals_cowclip_on_every_occurrence(self, options):
+        ids_values = [[1, 2, 2, 9], [9, 1, 1, 1], [0, 2, 9, 9]]
+        upstream = np.random.RandomState(3).randn(3, 4, 3).astype(np.float32) * 5.0
+        rule = large_batch.CowClip(global_batch=64, base_batch=16, warmup_steps=0, clip_ratio=0.3,
+                                   gradient_share=0.5)
+        with tf.Graph().as_default():
+            ids = tf.constant(ids_values)
+            table = self._table(initializer=tf.compat.v1.random_normal_initializer(seed=4), **options)
+            on_places = table_lib.lookup_together([table], ids, transform=rule.distinct_rows)[0]
+            on_occurrences = rule.lookup_rows(table.lookup(ids), ids)
+            gradients = [tf.convert_to_tensor(tf.gradients(tf.reduce_sum(rows * upstream), table.variable)[0])
+                         for rows in (on_places, on_occurrences)]
+            unclipped = tf.convert_to_tensor(tf.gradients(tf.reduce_sum(table.lookup(ids) * upstream),
+                                                          table.variable)[0])
+            with self.session() as session:
+                ranks_testing.initialize(session)
+                (got, want), plain = session.run([gradients, unclipped])
+        self.assertAllClose(want, got, rtol=1e-5, atol=1e-6)
+        self.assertNotAllClose(plain, got)  # the rule clips some of these ids
 
     def test_tables_of_other_settings_cannot_share_an_exchange(self):
         with tf.Graph().as_default():
