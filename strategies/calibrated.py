@@ -21,15 +21,14 @@ STEP_COSTS = {
 }
 # The Horovod strategies' costs over MPI with yielding waits (`cost_model.MPI`: SageMaker's and Kubernetes' MPI
 # jobs), fitted by `deepfm.advise --fit_mpi_to` to these runs' `hybrid+mpi_yield`, `horovod+mpi_yield` and
-# `horovod+dedup+mpi_yield` (2 hosts of one core, batches 1,024 and 8,192 on a quiet machine), with each strategy's
-# cost per byte over Gloo. `horovod_dense` has none of its own over MPI.
-MPI_FITTED_TO = ("benchmarks/results/scale_out_1024_mpi.json", "benchmarks/results/scale_out_8192_mpi_quiet.json",
-                 "benchmarks/results/scale_out_1024_horovod_mpi.json",
-                 "benchmarks/results/scale_out_8192_horovod_mpi.json")
+# `horovod+dedup+mpi_yield` (2 hosts of one core, batches 1,024 and 8,192 on a quiet machine; at 8,192 with CowClip
+# on the distinct rows), with each strategy's cost per byte over Gloo. `horovod_dense` has none of its own over MPI.
+MPI_FITTED_TO = ("benchmarks/results/scale_out_1024_mpi.json", "benchmarks/results/scale_out_1024_horovod_mpi.json",
+                 "benchmarks/results/scale_out_8192_distinct_clip.json")
 STEP_COSTS[cost_model.costs_key(cost_model.HYBRID, cost_model.MPI)] = cost_model.StepCosts(
-    overhead_s=0.0, cpu_s_per_byte=0.904e-9, compute_factor=0.2033)
+    overhead_s=0.755e-3, cpu_s_per_byte=0.904e-9, compute_factor=0.0865)
 STEP_COSTS[cost_model.costs_key(cost_model.HOROVOD, cost_model.MPI)] = cost_model.StepCosts(
-    overhead_s=0.0, cpu_s_per_byte=0.904e-9, compute_factor=0.1090)
+    overhead_s=0.0, cpu_s_per_byte=0.904e-9, compute_factor=0.1571)
 # What a process's further cores give (`cost_model.CoreCosts`), fitted by `deepfm.advise --fit_cores_to` to
 # CORES_FITTED_TO (issue 33's figures on 16 vCPUs): the serial share to single on 4 vCPUs (2.36x one), the spread
 # to horovod at 2 hosts of 4 vCPUs against 2 hosts of 1 (batch 1,024); the other rows of the file are held out.

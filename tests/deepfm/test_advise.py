@@ -31,8 +31,8 @@ class CommandLineTest(fit_tests.ResultsTestCase):
         self.assertIn("pick: ", proc.stdout)
         # Horovod's ranks over MPI by default, and the costs over MPI named with the runs they were fitted to.
         self.assertIn("Horovod over mpi", proc.stdout)
-        self.assertIn("hybrid@mpi costs (fitted to scale_out_1024_mpi.json, scale_out_8192_mpi_quiet.json, "
-                      "scale_out_1024_horovod_mpi.json, scale_out_8192_horovod_mpi.json)", proc.stdout)
+        self.assertIn("hybrid@mpi costs (fitted to scale_out_1024_mpi.json, scale_out_1024_horovod_mpi.json, "
+                      "scale_out_8192_distinct_clip.json)", proc.stdout)
 
     def test_a_batch_larger_than_the_data_is_named(self):
         cwd = self.get_temp_dir()
