@@ -105,11 +105,11 @@ class VariableTable(EmbeddingTable):
                              transform: large_batch_lib.DistinctRowsTransform) -> Optional[List[tf.Tensor]]:
         """With `dedup`, and `others` deduplicated tables too: one `Unique` for all of them; else None."""
         tables = (self,) + tuple(others)
-        if not all(isinstance(table, VariableTable) and table._dedup for table in tables):
+        variables = [table.variable for table in tables if isinstance(table, VariableTable) and table._dedup]
+        if len(variables) != len(tables):
             return None
         distinct, index, counts = tf.unique_with_counts(tf.reshape(ids, [-1]), out_idx=tf.int32)
-        return [_spread(transform(_gather(table.variable, distinct), counts), index, ids)
-                for table in tables if isinstance(table, VariableTable)]
+        return [_spread(transform(_gather(variable, distinct), counts), index, ids) for variable in variables]
 
 
 class LargeBatchTable(EmbeddingTable):
