@@ -20,8 +20,10 @@ PersistentVolumeClaim and the image's Dockerfile to `--output_dir`
 `local` runs one rendered manifest (a TFJob, an MPIJob or a JobSet) on
 emulated hosts, one per pod (root needed; see `jobs.kubernetes.local`):
 `--volume_dir` stands for the claim, mounted by every pod at the manifest's
-path, and the run's logs go to `--output_dir`. It exits with the job's exit
-code.
+path, and the run's logs go to `--output_dir`. Each pod has its container's
+`resources.limits.memory` (or `--host_memory`) as a memory cgroup's limit,
+as the kubelet enforces it; a pod killed for memory is reported so, with its
+peak and limit. It exits with the job's exit code.
 """
 
 import sys
@@ -70,6 +72,9 @@ def define_flags() -> None:
     flags.DEFINE_string("volume_dir", None, "local: the directory standing for the job's claim.")
     flags.DEFINE_float("timeout_s", 0.0, "local: stop every pod and fail after this many seconds (0: none).")
     flags.DEFINE_float("stop_grace_s", 30.0, "local: a stopped pod's grace period in seconds.")
+    flags.DEFINE_string("host_memory", "", "local: every pod's memory (a memory cgroup; root needed), e.g. 6g, "
+                        "6GiB, 6500m or bytes, instead of its container's resources.limits.memory; \"\": the "
+                        "manifest's. A pod killed for memory is reported with its peak and limit.")
     flags.DEFINE_multi_string("fault", [], "local: ACTION:POD@STEP: once a checkpoint of that global step is "
                               "saved, kill the pod (kill) or lose its node for good (lose); repeatable.")
 
@@ -115,6 +120,7 @@ def run_local(extra_args) -> int:
     from jobs.kubernetes.local import faults  # pylint: disable=import-outside-toplevel
     from jobs.kubernetes.local import run as kubernetes_local  # pylint: disable=import-outside-toplevel
     from jobs.local import hosts as hosts_lib  # pylint: disable=import-outside-toplevel
+    from jobs.local import memory as memory_lib  # pylint: disable=import-outside-toplevel
     from jobs.local import processes  # pylint: disable=import-outside-toplevel
     if extra_args:
         raise app.UsageError("local takes no arguments after --: the manifest holds the job's (got %s)"
@@ -126,9 +132,9 @@ def run_local(extra_args) -> int:
         config = kubernetes_local.LocalConfig(
             manifest=FLAGS.manifest, volume_dir=FLAGS.volume_dir, output_dir=FLAGS.output_dir,
             timeout_s=FLAGS.timeout_s, stop_grace_s=FLAGS.stop_grace_s,
-            faults=tuple(faults.Fault.parse(text) for text in FLAGS.fault))
+            faults=tuple(faults.Fault.parse(text) for text in FLAGS.fault), host_memory=FLAGS.host_memory)
         local_run = kubernetes_local.run(config)
-    except (ValueError, FileExistsError, hosts_lib.HostSetupError) as e:
+    except (ValueError, FileExistsError, hosts_lib.HostSetupError, memory_lib.MemoryLimitError) as e:
         print("deepfm.kubernetes local: %s" % e, file=sys.stderr)
         return EXIT_USAGE
     except (kubernetes_local.JobFailedError, TimeoutError) as e:

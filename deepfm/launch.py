@@ -46,6 +46,13 @@ format, one `host:slots` line per host), and the job starts with that many
 training workers (ps: `--num_workers`; Horovod: `--np`), within M..N; a
 worker that is gone for good leaves the job running on the others from the
 latest checkpoint, and one that is back joins at the next restart.
+
+`--host_memory 6g` gives the host the job runs on (this machine, as
+`localhost`: every task of the job) that much memory, as an instance has:
+its tasks share one memory cgroup with that limit (root and a writable
+cgroup memory controller needed; refused at start otherwise). A task the
+kernel kills for memory is reported so: the task, its host's peak and
+limit, and what to change, instead of a bare exit code.
 """
 
 import os
@@ -59,6 +66,7 @@ from absl import app, flags
 from cli import entry
 from jobs import elastic
 from jobs.local import launcher as local
+from jobs.local import memory as memory_lib
 from jobs.local import processes
 from strategies import host_layout
 from strategies import strategy_names as names
@@ -97,6 +105,9 @@ def define_flags() -> None:
                         "gets --strategy and the flags after --.")
     flags.DEFINE_float("stop_grace_s", local.DEFAULT_STOP_GRACE_S,
                        "Seconds a stopped task may take to save a checkpoint and exit before it is killed.")
+    flags.DEFINE_string("host_memory", "", "Memory of the host the tasks run on, all of them together (a memory "
+                        "cgroup; root needed): e.g. 6g, 6GiB, 6500m, or bytes; \"\" for no limit. A task killed "
+                        "for memory is reported with its host's peak and limit.")
 
 
 def parse_flags(flag_values=FLAGS, num_processes: Optional[int] = None) -> local.LaunchConfig:
@@ -114,7 +125,7 @@ def parse_flags(flag_values=FLAGS, num_processes: Optional[int] = None) -> local
                                   timeout_s=f.timeout_s, max_restarts=f.max_restarts,
                                   stop_grace_s=f.stop_grace_s, min_replicas=f.min_replicas,
                                   max_replicas=f.max_replicas, discovery_script=f.host_discovery_script,
-                                  program=f.program)
+                                  program=f.program, host_memory=f.host_memory)
     except ValueError as e:
         remove_if_empty(made)
         raise app.UsageError(str(e)) from e
@@ -172,7 +183,7 @@ def main(argv):
     config = parse_flags(num_processes=ranks)
     try:
         restarts = local.launch(config, train_args)
-    except ValueError as e:
+    except (ValueError, memory_lib.MemoryLimitError) as e:
         # Refused before any task started: a log directory made for it is left empty.
         if not FLAGS.log_dir:
             remove_if_empty(config.log_dir)

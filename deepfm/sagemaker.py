@@ -18,7 +18,9 @@ them.
 
 `local` runs SageMaker's own training toolkit on `algo-1..N`, each a network
 namespace pinned to `--cpus_per_host` cores (root needed; see
-`jobs.sagemaker.local`); its outputs, checkpoints and one log per host go to
+`jobs.sagemaker.local`), each with `--host_memory` of memory if given (a
+memory cgroup; a host killed for memory is reported with its peak and
+limit); its outputs, checkpoints and one log per host go to
 `--output_dir`, and it exits with the job's exit code. `submit` builds the
 job with the SageMaker Python SDK and submits it, with its checkpoints at
 `<output_path>/<job_name>/checkpoints` unless `--checkpoint_s3_uri` or
@@ -39,6 +41,7 @@ from deepfm import job_flags
 from jobs import auto_distribution
 from jobs import spec as spec_lib
 from jobs.local import hosts as hosts_lib
+from jobs.local import memory as memory_lib
 from jobs.local import processes
 from jobs.sagemaker import submit as sagemaker_submit
 from strategies import cost_model, host_layout
@@ -61,6 +64,9 @@ def define_flags() -> None:
     flags.DEFINE_float("link_gbps", 0.0, "local: each host's egress bandwidth in Gbit/s (0: unlimited).")
     flags.DEFINE_bool("restart", False, "local: run again in --output_dir, resuming from its checkpoints.")
     flags.DEFINE_float("timeout_s", 0.0, "local: stop every host and fail after this many seconds (0: none).")
+    flags.DEFINE_string("host_memory", "", "local: each host's memory (a memory cgroup; root needed), e.g. 6g, "
+                        "6GiB, 6500m or bytes; \"\" for no limit. A host killed for memory is reported with its "
+                        "peak and limit.")
     # submit
     flags.DEFINE_string("instance_type", "ml.c5.xlarge", "submit: instance type.")
     flags.DEFINE_string("role", None, "submit: IAM role ARN of the job.")
@@ -112,9 +118,10 @@ def run_local(spec: spec_lib.JobSpec) -> int:
     try:
         config = sagemaker_local.LocalConfig(spec=spec, output_dir=FLAGS.output_dir,
                                              cpus_per_host=FLAGS.cpus_per_host, link_gbps=FLAGS.link_gbps,
-                                             restart=FLAGS.restart, timeout_s=FLAGS.timeout_s)
+                                             restart=FLAGS.restart, timeout_s=FLAGS.timeout_s,
+                                             host_memory=FLAGS.host_memory)
         sagemaker_local.run(config)
-    except (ValueError, FileExistsError, hosts_lib.HostSetupError) as e:
+    except (ValueError, FileExistsError, hosts_lib.HostSetupError, memory_lib.MemoryLimitError) as e:
         print("deepfm.sagemaker local: %s" % e, file=sys.stderr)
         return EXIT_USAGE
     except (sagemaker_local.JobFailedError, TimeoutError) as e:

@@ -30,6 +30,7 @@ from benchmarks.scale_out.config import (
     BenchmarkConfig,
 )
 from jobs.local import hosts as hosts_lib
+from jobs.local import memory as memory_lib
 from strategies import strategy_names as names
 
 DESCRIPTION = "Scale-out on emulated hosts: ps, horovod and hybrid at 2 hosts against single on the cores of one rank."
@@ -53,6 +54,9 @@ def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hosts_mode", choices=HOSTS_MODES, default=HOSTS_EMULATED,
                         help="emulated: network namespaces (root); local: blocks of this machine's cores, ranks over "
                         "the loopback interface; auto: emulated where they can be made, else local")
+    parser.add_argument("--host_memory", default="",
+                        help="memory of each host (a memory cgroup; root needed), e.g. 6g, 6GiB, 6500m or bytes; "
+                        "\"\" for no limit. A host killed for memory is reported with its peak and limit")
 
 
 def check_train_flags(train_flags: Sequence[str]) -> None:
@@ -134,7 +138,8 @@ def make_config(args: argparse.Namespace) -> BenchmarkConfig:
         warmup_steps=args.warmup_steps, link_gbps=args.link_gbps, variants=variants,
         results_dir=args.results_dir, name=args.name, timeout_s=args.timeout_s, shared_note=args.shared_note,
         trace_steps=args.trace_steps, batch=args.batch_size, train_flags=tuple(args.train_flag),
-        cores_per_host=args.cores_per_host, ranks_per_host=args.ranks_per_host, hosts_mode=args.hosts_mode)
+        cores_per_host=args.cores_per_host, ranks_per_host=args.ranks_per_host, hosts_mode=args.hosts_mode,
+        host_memory=args.host_memory)
     check_hosts_mode(config)
     return config
 
@@ -145,11 +150,16 @@ def exit_on_sigterm() -> None:
 
 
 def start_checks(config: BenchmarkConfig, topology: topology_lib.Topology) -> Optional[str]:
-    """What stops the runs before they start (no root for emulated hosts, a layout that does not fit), or None."""
+    """What stops the runs before they start (no root, no memory cgroups for a host limit, a bad layout), or None."""
     if config.hosts_mode == HOSTS_EMULATED:
         reason = hosts_lib.check_privileges()
         if reason:
             return reason
+    if config.host_memory:
+        try:
+            memory_lib.find_controller()
+        except memory_lib.MemoryLimitError as e:
+            return str(e)
     try:
         check_machine(config, topology.order(topology_lib.allowed_cpus()))
     except ValueError as e:
@@ -159,7 +169,7 @@ def start_checks(config: BenchmarkConfig, topology: topology_lib.Topology) -> Op
 
 def run_measurement(config: BenchmarkConfig, topology: topology_lib.Topology):
     """Measures `config` on hosts of its mode; returns `(config with the mode used, results, failures, traced)`."""
-    with run_hosts.open_hosts(config.hosts_mode, config.num_hosts, config.link_gbps) as hosts:
+    with run_hosts.open_hosts(config.hosts_mode, config.num_hosts, config.link_gbps, config.host_memory) as hosts:
         config = dataclasses.replace(config, hosts_mode=hosts.mode,
                                      shared_note=" ".join(n for n in (config.shared_note, hosts.note) if n))
         results, failures, traced = runner.measure(config, hosts, topology.order(topology_lib.allowed_cpus()))

@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 
 from benchmarks.scale_out import variants as variants_lib
 from benchmarks.scale_out.variants import Variant
+from jobs.local import memory as memory_lib
 
 NAME = "scale_out"
 DEFAULT_DATA_DIR = os.path.join("data", "synthetic_300k")
@@ -56,6 +57,8 @@ class BenchmarkConfig:
       ranks_per_host: training processes per host (likewise); each on
         cores_per_host / ranks_per_host cores, as is `single`.
       hosts_mode: `HOSTS_EMULATED`, `HOSTS_LOCAL` or `HOSTS_AUTO`.
+      host_memory: each host's memory limit (`jobs.local.memory.parse_size`:
+        `6g`), a memory cgroup per host; "" for none.
     """
 
     data_dir: str
@@ -78,8 +81,11 @@ class BenchmarkConfig:
     cores_per_host: int = 1
     ranks_per_host: int = 1
     hosts_mode: str = HOSTS_EMULATED
+    host_memory: str = ""
 
     def __post_init__(self):
+        if self.host_memory:
+            memory_lib.parse_size(self.host_memory)
         if self.cores_per_host < 1 or self.ranks_per_host < 1:
             raise ValueError("--cores_per_host and --ranks_per_host must be >= 1, got %r and %r"
                              % (self.cores_per_host, self.ranks_per_host))

@@ -18,6 +18,12 @@
 `open_hosts` makes either; `HOSTS_AUTO` makes emulated hosts where it can
 (namespaces made, and a command run in one: `probe`) and says why not
 where it falls back to local ones.
+
+Either takes `host_memory` (`--host_memory 6g`): every host's processes
+run in a memory cgroup of that limit (`jobs.local.memory`), a fresh one for
+each run, joined by the host's first process before it execs; a run that
+fails says which host was killed for memory, its peak and its limit
+(`memory_report`).
 """
 
 import contextlib
@@ -27,12 +33,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from benchmarks.scale_out import layout
 from benchmarks.scale_out.config import HOSTS_AUTO, HOSTS_EMULATED, HOSTS_LOCAL
 from benchmarks.scale_out.variants import host_names
 from jobs.local import hosts as hosts_lib
+from jobs.local import memory as memory_lib
 from jobs.sagemaker import local as sagemaker_local
 
 LOOPBACK = "lo"
@@ -41,14 +48,65 @@ PROBE_TIMEOUT_S = 60
 SSH_KEY_COMMENT = "bench-scale-out"
 
 
+class HostsMemory:
+    """The memory cgroups of the hosts' runs: one per host and run, removed when the host starts again or closes.
+
+    Args:
+      names: the hosts' names.
+      limit: each host's limit (`jobs.local.memory.parse_size`); "" for none
+        (the cgroups are then made only where they can be, for the peak).
+
+    Raises:
+      memory_lib.MemoryLimitError: a limit where memory cgroups cannot be made.
+    """
+
+    def __init__(self, names: Sequence[str], limit: str = ""):
+        self._names = list(names)
+        self._memories = memory_lib.HostMemories(limit)
+        self._current: Dict[int, memory_lib.HostMemory] = {}
+        self._starts = 0
+
+    def preexec(self, index: int) -> Optional[Callable[[], None]]:
+        """A fresh cgroup for host `index`'s next run (the previous run's removed): its first process joins it."""
+        previous = self._current.pop(index, None)
+        if previous is not None:
+            previous.remove()
+        self._starts += 1
+        memory = self._memories.host("%s.%d" % (self._names[index], self._starts))
+        if memory is None:
+            return None
+        memory.host = self._names[index]
+        self._current[index] = memory
+        return memory.join
+
+    @property
+    def cgroups(self) -> List[memory_lib.HostMemory]:
+        """The cgroups of the hosts' last runs, by host index."""
+        return [self._current[index] for index in sorted(self._current)]
+
+    def report(self) -> str:
+        """`; host algo-2 ... killed for memory ...` for each host of the last runs that was, else ""."""
+        events = [event for event in (memory.take_event() for memory in self._current.values()) if event]
+        return "".join("; killed for memory: %s" % event.describe() for event in events)
+
+    def close(self) -> None:
+        self._current = {}
+        self._memories.close()
+
+
 class EmulatedHosts:
     """Hosts in network namespaces (`jobs.local.hosts`); see the module docstring."""
 
     mode = HOSTS_EMULATED
     interface = hosts_lib.DEFAULT_INTERFACE
 
-    def __init__(self, count: int, link_gbps: float):
-        self._network = hosts_lib.HostNetwork(host_names(count), link=hosts_lib.LinkModel(gbps=link_gbps))
+    def __init__(self, count: int, link_gbps: float, host_memory: str = ""):
+        self.memory = HostsMemory(host_names(count), host_memory)
+        try:
+            self._network = hosts_lib.HostNetwork(host_names(count), link=hosts_lib.LinkModel(gbps=link_gbps))
+        except BaseException:
+            self.memory.close()
+            raise
         self.names = tuple(host.name for host in self._network.hosts)
         self.note = ""
         self._ssh_dir: Optional[str] = None
@@ -81,7 +139,12 @@ class EmulatedHosts:
         init = hosts_lib.InitSpec(hostname=host.name, argv=tuple(argv), env=env, cpus=tuple(cpus), cwd=cwd)
         init_path = init.write(os.path.join(work, "init-%s.json" % host.name))
         with open(log_path, "w") as log:
-            return subprocess.Popen(self._network.command(host, init_path), stdout=log, stderr=subprocess.STDOUT)
+            return subprocess.Popen(self._network.command(host, init_path), stdout=log, stderr=subprocess.STDOUT,
+                                    preexec_fn=self.memory.preexec(index))
+
+    def memory_report(self) -> str:
+        """The hosts of the last runs killed for memory (`HostsMemory.report`)."""
+        return self.memory.report()
 
     @staticmethod
     def kill(proc: subprocess.Popen) -> None:
@@ -92,6 +155,7 @@ class EmulatedHosts:
 
     def close(self) -> None:
         self._network.close()
+        self.memory.close()
         if self._ssh_dir is not None:
             shutil.rmtree(self._ssh_dir, ignore_errors=True)
 
@@ -102,9 +166,10 @@ class LocalHosts:
     mode = HOSTS_LOCAL
     interface = LOOPBACK
 
-    def __init__(self, count: int, note: str = ""):
+    def __init__(self, count: int, note: str = "", host_memory: str = ""):
         self.names = host_names(count)
         self.note = note
+        self.memory = HostsMemory(self.names, host_memory)
 
     def address(self, name: str) -> str:
         del name
@@ -114,15 +179,18 @@ class LocalHosts:
         # One loopback interface for every host: counted once.
         return LOOPBACK if index == 0 else None
 
-    @staticmethod
-    def start(index: int, argv: Sequence[str], env: dict, cpus: Sequence[int], cwd: str, work: str,
+    def start(self, index: int, argv: Sequence[str], env: dict, cpus: Sequence[int], cwd: str, work: str,
               log_path: str) -> subprocess.Popen:
-        """Starts `argv` in a session of its own, pinned to `cpus` (`taskset`)."""
-        del index, work
+        """Starts `argv` in a session of its own, pinned to `cpus` (`taskset`), in host `index`'s memory cgroup."""
+        del work
         pin = [layout.TASKSET, "--cpu-list", layout.cpu_list(cpus)] if cpus else []
         with open(log_path, "w") as log:
             return subprocess.Popen(pin + list(argv), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=self.memory.preexec(index))
+
+    def memory_report(self) -> str:
+        """The hosts of the last runs killed for memory (`HostsMemory.report`)."""
+        return self.memory.report()
 
     @staticmethod
     def kill(proc: subprocess.Popen) -> None:
@@ -139,7 +207,7 @@ class LocalHosts:
                          "emulated hosts (--hosts_mode emulated)")
 
     def close(self) -> None:
-        pass
+        self.memory.close()
 
 
 def local_reason() -> Optional[str]:
@@ -173,10 +241,17 @@ def probe(hosts: EmulatedHosts, timeout_s: float = PROBE_TIMEOUT_S, argv: Option
 
 
 @contextlib.contextmanager
-def open_hosts(mode: str, count: int, link_gbps: float) -> Iterator[object]:
+def open_hosts(mode: str, count: int, link_gbps: float, host_memory: str = "") -> Iterator[object]:
     """`count` hosts of `mode` (`HOSTS_AUTO`: emulated where they can be made, else local, saying why).
 
+    Args:
+      mode: `HOSTS_EMULATED`, `HOSTS_LOCAL` or `HOSTS_AUTO`.
+      count: the hosts.
+      link_gbps: each emulated host's egress limit (0: none).
+      host_memory: each host's memory limit (`jobs.local.memory.parse_size`); "" for none.
+
     Raises:
+      memory_lib.MemoryLimitError: `host_memory` where memory cgroups cannot be made.
       hosts_lib.HostSetupError: emulated hosts asked for and they cannot be made here.
       OSError: local hosts without `taskset`.
     """
@@ -184,13 +259,13 @@ def open_hosts(mode: str, count: int, link_gbps: float) -> Iterator[object]:
         reason = local_reason()
         if reason:
             raise OSError(reason)
-        hosts = LocalHosts(count)
+        hosts = LocalHosts(count, host_memory=host_memory)
     else:
         try:
             reason = hosts_lib.check_privileges()
             if reason:
                 raise hosts_lib.HostSetupError(reason)
-            hosts = EmulatedHosts(count, link_gbps)
+            hosts = EmulatedHosts(count, link_gbps, host_memory)
             if mode == HOSTS_AUTO:
                 try:
                     probe(hosts)
@@ -202,7 +277,7 @@ def open_hosts(mode: str, count: int, link_gbps: float) -> Iterator[object]:
                 raise
             print("emulated hosts cannot be made here (%s): hosts are blocks of this machine's cores, ranks "
                   "over the loopback interface" % e, file=sys.stderr, flush=True)
-            hosts = LocalHosts(count, note="emulated hosts could not be made: %s" % e)
+            hosts = LocalHosts(count, note="emulated hosts could not be made: %s" % e, host_memory=host_memory)
     try:
         yield hosts
     finally:

@@ -277,7 +277,8 @@ def run_variant(variant: Variant, config: BenchmarkConfig, hosts, traced: bool =
             for index in stopped:
                 _wait_for_file(os.path.join(work, HOST_OUTPUT % host_list[index]), STRAGGLER_GRACE_S)
             if any(codes):
-                raise RuntimeError("%s: host exit codes %s\n%s" % (variant.name, codes, _log_tails(work)))
+                raise RuntimeError("%s: host exit codes %s%s\n%s" % (variant.name, codes, hosts.memory_report(),
+                                                                     _log_tails(work)))
             result = measure_run(variant, config, work, machine.samples)
             result.stopped_hosts = [host_list[index] for index in stopped]
             return result
@@ -421,7 +422,7 @@ def measure(config: BenchmarkConfig, hosts=None, order: Optional[Sequence[int]] 
       breakdowns by variant and process: empty without `config.trace_steps`).
     """
     if hosts is None:
-        with run_hosts.open_hosts(config.hosts_mode, config.num_hosts, config.link_gbps) as made:
+        with run_hosts.open_hosts(config.hosts_mode, config.num_hosts, config.link_gbps, config.host_memory) as made:
             return measure(config, made, order)
     order = core_order() if order is None else list(order)
     rounds = run_rounds([Job(v.name, config, v) for v in config.variants], hosts, config.runs, order)

@@ -3,7 +3,8 @@
 `launcher`: a parameter-server cluster or Horovod ranks (the library behind
 `python -m deepfm.launch`); `processes`: every task of a job started,
 watched and stopped together; `hosts`: emulated hosts in network namespaces,
-each started by `host_init` as its init. Nothing here imports TensorFlow.
+each started by `host_init` as its init; `memory`: a memory cgroup per
+host, its limit, peak and OOM kills. Nothing here imports TensorFlow.
 
 `jobs.local` was the launcher's module in earlier releases: its names
 (`jobs.local.LaunchConfig`, `jobs.local.launch`, ...) still resolve here,
@@ -16,7 +17,7 @@ import warnings
 
 LAUNCHER = "jobs.local.launcher"
 # This package's modules: the import system loads them when they are not attributes yet.
-SUBMODULES = ("launcher", "processes", "hosts", "host_init")
+SUBMODULES = ("launcher", "processes", "hosts", "host_init", "memory")
 # The warning names the caller: this function -> its caller (importlib's frames are skipped).
 CALLER_STACKLEVEL = 2
 

@@ -34,6 +34,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from jobs import elastic
 from jobs import source as source_lib
 from jobs import spec as spec_lib
+from jobs.local import memory as memory_lib
 from jobs.local import processes
 from strategies import cluster as cluster_lib
 from strategies import cost_model
@@ -106,6 +107,11 @@ class LaunchConfig:
         `python -m deepfm.train` (a user's own training script, e.g.
         `examples/custom_model.py`): it gets `--strategy <strategy>` and the
         training flags; "" runs `deepfm.train`.
+      host_memory: the memory limit of the host every task runs on
+        (`config.host`: all of them, one machine), as
+        `jobs.local.memory.parse_size` reads it (`6g`); "" for none. The
+        tasks of an attempt share one memory cgroup with this limit; a task
+        killed for memory is reported so (`processes.TaskFailedError`).
     """
 
     strategy: str
@@ -122,8 +128,11 @@ class LaunchConfig:
     max_replicas: int = 0
     discovery_script: str = ""
     program: str = ""
+    host_memory: str = ""
 
     def __post_init__(self):
+        if self.host_memory:
+            memory_lib.parse_size(self.host_memory)
         if self.program and not os.path.isfile(self.program):
             raise ValueError("--program %r is not a file: give the path of the training script every task runs"
                              % self.program)
@@ -391,8 +400,12 @@ def launch(config: LaunchConfig, train_args: Sequence[str], environ: Optional[Ma
       processes.Terminated: SIGTERM or SIGHUP; every task was stopped.
       elastic.BelowMinimumError: an elastic job has fewer workers up than
         `min_replicas` at a (re)start.
+      memory_lib.MemoryLimitError: `host_memory` where memory cgroups
+        cannot be made (checked before any task starts).
     """
     check_train_args(train_args, config.program)
+    if config.host_memory:
+        memory_lib.find_controller()
     train_args = with_metrics_file(config, train_args)
     environ = os.environ if environ is None else environ
     deadline = time.monotonic() + config.timeout_s if config.timeout_s else None
@@ -411,9 +424,9 @@ def launch(config: LaunchConfig, train_args: Sequence[str], environ: Optional[Ma
                 if attempt >= config.max_restarts:
                     raise
                 attempt += 1
-                print("restart %d of %d: task %s failed with %s; every task was stopped; restarting the job "
+                print("restart %d of %d: task %s %s; every task was stopped; restarting the job "
                       "from the latest checkpoint (logs in %s)" % (
-                          attempt, config.max_restarts, e.task, processes.describe_returncode(e.returncode),
+                          attempt, config.max_restarts, e.task, e.cause,
                           attempt_log_dir(config.log_dir, attempt)), flush=True)
 
 
@@ -438,7 +451,10 @@ def _run_attempt(config: LaunchConfig, train_args: Sequence[str], environ: Mappi
     The tasks' temporary files (`TMPDIR`: a Horovod rank's private model
     directory, Open MPI's session directory, ...) go to a directory of the
     attempt under their environment's `TMPDIR`, removed once every task is
-    gone: a task killed by SIGKILL cannot remove its own.
+    gone: a task killed by SIGKILL cannot remove its own. Every task runs
+    as `config.host` and joins its memory cgroup (`jobs.local.memory`: with
+    `host_memory` as its limit; without one, for its peak and OOM kills
+    where cgroups can be made), removed with the attempt.
     """
     tmp_dir = tempfile.mkdtemp(prefix=ATTEMPT_TMP_PREFIX, dir=environ.get(TMPDIR_VARIABLE) or None)
     try:
@@ -448,9 +464,11 @@ def _run_attempt(config: LaunchConfig, train_args: Sequence[str], environ: Mappi
             specs = ps_tasks(config, train_args, ports, environ, python)
         else:
             specs = [horovod_task(config, train_args, environ, python)]
-        with processes.ProcessGroup(config.log_dir, stop_grace_seconds=config.stop_grace_s) as group:
+        memories = memory_lib.HostMemories(config.host_memory)
+        with processes.ProcessGroup(config.log_dir, stop_grace_seconds=config.stop_grace_s,
+                                    memories=memories) as group:
             for spec in specs:
-                group.start(spec.name, spec.argv, env=spec.env, service=spec.service)
+                group.start(spec.name, spec.argv, env=spec.env, service=spec.service, host=config.host)
             print("started %s; logs in %s" % (", ".join(spec.name for spec in specs), config.log_dir), flush=True)
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             group.wait(timeout=timeout)

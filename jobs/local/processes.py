@@ -19,7 +19,14 @@ watches them:
   only once those are gone: a chief stopping on SIGTERM saves a checkpoint
   of variables that live on the parameter servers;
 * on Linux a task is also killed by the kernel if the supervising process
-  itself dies without cleaning up (SIGKILL).
+  itself dies without cleaning up (SIGKILL);
+* with `memories` (`jobs.local.memory.HostMemories`), a task started on a
+  host joins that host's memory cgroup before its command runs; when a task
+  fails and a host's cgroup counted an OOM kill (the task's own host first,
+  else another host of the job: under mpirun a rank killed on one host fails
+  the launcher on another), `TaskFailedError` says that host was killed for
+  memory, with its peak and limit, instead of a bare exit code. The cgroups
+  are removed once every task is stopped.
 """
 
 import contextlib
@@ -34,9 +41,11 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
+
+from jobs.local import memory as memory_lib
 
 DEFAULT_POLL_SECONDS = 0.2
 # Ports for a job's servers are drawn from here up to the kernel's ephemeral range (`free_ports`).
@@ -69,15 +78,31 @@ class TaskFailedError(RuntimeError):
       returncode: its exit code (negative: killed by that signal).
       log_path: its log file.
       log_tail: the last lines of its log.
+      memory: the host killed for memory that explains the failure (the
+        task's own host, or under mpirun another host of the job), or None.
     """
 
-    def __init__(self, task: str, returncode: int, log_path: str, log_tail: str, reason: str = ""):
+    def __init__(self, task: str, returncode: int, log_path: str, log_tail: str, reason: str = "",
+                 memory: Optional[memory_lib.MemoryEvent] = None, task_host: str = ""):
         self.task = task
         self.returncode = returncode
         self.log_path = log_path
         self.log_tail = log_tail
-        what = reason or "failed with %s" % describe_returncode(returncode)
+        self.memory = memory
+        self._task_host = task_host
+        what = reason or self.cause
         super().__init__("task %s %s; last lines of %s:\n%s" % (task, what, log_path, _indent(log_tail)))
+
+    @property
+    def cause(self) -> str:
+        """`failed with exit code 3`, or `was killed for memory (exit code -9 ...): host ...'s processes ...`."""
+        described = describe_returncode(self.returncode)
+        if self.memory is None:
+            return "failed with %s" % described
+        if self.memory.host == self._task_host:
+            return "was killed for memory (%s): %s" % (described, self.memory.describe())
+        return "failed with %s after a process of host %s was killed for memory: %s" % (
+            described, self.memory.host, self.memory.describe())
 
 
 class Terminated(Exception):
@@ -104,6 +129,8 @@ class Task:
       process: the running process; it leads its own process group.
       service: whether it is expected to exit by itself once every
         non-service task has finished.
+      memory: the memory cgroup of its host, which it joined at start
+        (None: none).
     """
 
     name: str
@@ -112,6 +139,7 @@ class Task:
     pid_path: str
     process: subprocess.Popen
     service: bool = False
+    memory: Optional[memory_lib.HostMemory] = None
 
     @property
     def pid(self) -> int:
@@ -237,13 +265,17 @@ class ProcessGroup:
         process a task started (False: only to the tasks' process groups,
         for tasks that pass the signal on themselves, such as an emulated
         host's init; the others still get SIGKILL after the grace period).
+      memories: the memory cgroups of the job's hosts: a task started with
+        a `host` joins that host's; removed when the group is left (None:
+        no cgroups).
     """
 
     def __init__(self, log_dir: str, poll_seconds: float = DEFAULT_POLL_SECONDS,
                  stop_grace_seconds: float = DEFAULT_STOP_GRACE_SECONDS,
                  service_grace_seconds: float = DEFAULT_SERVICE_GRACE_SECONDS,
-                 terminate_descendants: bool = True):
+                 terminate_descendants: bool = True, memories: Optional[memory_lib.HostMemories] = None):
         self.log_dir = log_dir
+        self.memories = memories
         self._terminate_descendants = terminate_descendants
         self._poll_seconds = poll_seconds
         self._stop_grace_seconds = stop_grace_seconds
@@ -262,10 +294,15 @@ class ProcessGroup:
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        self.stop()
+        try:
+            self.stop()
+        finally:
+            if self.memories is not None:
+                self.memories.close()
 
     def start(self, name: str, argv: Sequence[str], env: Optional[Mapping[str, str]] = None,
-              service: bool = False) -> Task:
+              service: bool = False, host: str = "", memory_limit: Optional[int] = None,
+              memory_limit_text: str = "") -> Task:
         """Starts a task in its own process group.
 
         Args:
@@ -274,6 +311,11 @@ class ProcessGroup:
           argv: the command line.
           env: its whole environment (default: this process's).
           service: whether it exits by itself once the other tasks are done.
+          host: the host it runs as: with `memories`, it joins that host's
+            memory cgroup before its command runs ("": none).
+          memory_limit: that host's limit in bytes, instead of the job's
+            (used when the host's cgroup is made).
+          memory_limit_text: how that limit was given, for messages.
 
         Returns:
           The started task.
@@ -281,20 +323,31 @@ class ProcessGroup:
         Raises:
           ValueError: the name is taken.
           OSError: the command cannot be started.
+          memory_lib.MemoryLimitError: the host's memory cgroup cannot be
+            made or joined.
         """
         if name in self._tasks:
             raise ValueError("task %r is already started" % name)
         log_path = os.path.join(self.log_dir, name + ".log")
         pid_path = os.path.join(self.log_dir, name + ".pid")
+        memory = None
+        if host and self.memories is not None:
+            memory = self.memories.host(host, memory_limit, memory_limit_text)
         with open(log_path, "wb") as log:
-            process = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=None if env is None else dict(env), start_new_session=True,
-                                       preexec_fn=_die_with_parent())
+            try:
+                process = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, env=None if env is None else dict(env),
+                                           start_new_session=True, preexec_fn=_preexec(memory))
+            except subprocess.SubprocessError as e:
+                if memory is None:
+                    raise
+                raise memory_lib.MemoryLimitError("task %s could not join the memory cgroup %s of host %s (%s)"
+                                                  % (name, memory.path, host, e)) from e
         with open(pid_path + ".tmp", "w") as f:
             f.write("%d\n" % process.pid)
         os.replace(pid_path + ".tmp", pid_path)
         task = Task(name=name, argv=list(argv), log_path=log_path, pid_path=pid_path, process=process,
-                    service=service)
+                    service=service, memory=memory)
         self._tasks[name] = task
         return task
 
@@ -322,7 +375,9 @@ class ProcessGroup:
                     running.append(task)
                 elif code != 0:
                     self.stop()
-                    raise TaskFailedError(task.name, code, task.log_path, log_tail(task.log_path))
+                    raise TaskFailedError(task.name, code, task.log_path, log_tail(task.log_path),
+                                          memory=self.memory_event(task),
+                                          task_host=task.memory.host if task.memory is not None else "")
             if not running:
                 return
             now = time.monotonic()
@@ -340,6 +395,18 @@ class ProcessGroup:
                 raise TimeoutError("tasks %s still running after %.0f s; stopped them all (logs in %s)"
                                    % (", ".join(task.name for task in running), timeout, self.log_dir))
             time.sleep(self._poll_seconds)
+
+    def memory_event(self, task: Task) -> Optional[memory_lib.MemoryEvent]:
+        """The host killed for memory that explains `task`'s failure: its own host's cgroup first, else another's.
+
+        Each OOM kill is reported once: a host whose kills were reported
+        before (a restarted pod's earlier run) does not explain a new failure.
+        """
+        if self.memories is None:
+            return None
+        own = task.memory.take_event() if task.memory is not None else None
+        others = self.memories.take_events()
+        return own or (others[0] if others else None)
 
     def stop(self) -> None:
         """Stops every task and every process they started; waits until all are gone.
@@ -383,6 +450,23 @@ class ProcessGroup:
                 continue
             for child in children:
                 self._descendants.setdefault(task.name, {}).setdefault(child.pid, child)
+
+
+def _preexec(memory: Optional[memory_lib.HostMemory]) -> Optional[Callable[[], None]]:
+    """The `preexec_fn` of a task: join its host's memory cgroup (if any), then `_die_with_parent`.
+
+    Joining in the child, before exec, leaves no moment in which the task
+    or a process it starts runs outside the cgroup.
+    """
+    die_with_parent = _die_with_parent()
+    if memory is None:
+        return die_with_parent
+
+    def preexec():
+        memory.join()
+        if die_with_parent is not None:
+            die_with_parent()
+    return preexec
 
 
 def _die_with_parent():

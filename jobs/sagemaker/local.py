@@ -26,9 +26,17 @@ without Docker or an AWS account:
   key checking), so that nothing of the machine's own ssh set-up is used
   or changed.
 
+With `host_memory` (`--host_memory 6g`), each host has that much memory,
+as an instance has: a memory cgroup of its own (`jobs.local.memory`; root
+needed, refused at start otherwise; default: no limit, since a local run
+has no instance type).
+
 The job's exit code is 0 when every host's toolkit exits with 0; otherwise
 every host is stopped and `JobFailedError` names the first host that
-failed and the end of its log (`<output_dir>/logs/<host>.log`). Whatever
+failed and the end of its log (`<output_dir>/logs/<host>.log`); when a
+host's cgroup counted an OOM kill (that host's, or under mpirun another
+host's, whose rank's death failed `algo-1`), it says which host was killed
+for memory, its peak and its limit. Whatever
 the end, the metric definitions a submitted job carries
 (`jobs.sagemaker.metrics`) are applied to each host's log, as SageMaker
 applies them, and the series found are written to
@@ -52,6 +60,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, 
 from jobs import source as source_lib
 from jobs import spec as spec_lib
 from jobs.local import hosts as hosts_lib
+from jobs.local import memory as memory_lib
 from jobs.local import processes
 from jobs.sagemaker import container as container_lib
 from jobs.sagemaker import metrics as sagemaker_metrics
@@ -96,6 +105,8 @@ Host *
 ETC_SSH = "/etc/ssh"
 EXIT_FAILURE = 1
 DEFAULT_STOP_GRACE_S = 30.0
+MEMORY_HINT = ("raise --host_memory, or use more instances or a distribution that shards the embedding tables "
+               "(python -m deepfm.advise --data DIR --hosts N --cores_per_host C predicts each)")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -106,12 +117,15 @@ class JobFailedError(RuntimeError):
       host: the host that failed first.
       returncode: its entry command's exit code (the toolkit's, for training).
       log_path: its log.
+      memory: the host killed for memory that explains the failure, or None.
     """
 
-    def __init__(self, host: str, returncode: int, log_path: str, detail: str):
+    def __init__(self, host: str, returncode: int, log_path: str, detail: str,
+                 memory: Optional[memory_lib.MemoryEvent] = None):
         self.host = host
         self.returncode = returncode
         self.log_path = log_path
+        self.memory = memory
         super().__init__("host %s failed (%s)" % (host, detail))
 
 
@@ -133,6 +147,8 @@ class LocalConfig:
       stop_grace_s: when the job is stopped (SIGTERM, Ctrl-C, a failed
         host), how long every host's processes have after SIGTERM before
         SIGKILL (SageMaker gives 120 s).
+      host_memory: each host's memory limit (`jobs.local.memory.parse_size`:
+        `6g`); "" for none.
     """
 
     spec: spec_lib.JobSpec
@@ -143,10 +159,13 @@ class LocalConfig:
     timeout_s: float = 0.0
     pipe_epochs: Optional[int] = None
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
+    host_memory: str = ""
 
     def __post_init__(self):
         if self.timeout_s < 0:
             raise ValueError("--timeout_s must be >= 0, got %r" % self.timeout_s)
+        if self.host_memory:
+            memory_lib.parse_size(self.host_memory)
         for channel in self.spec.channels:
             if not os.path.exists(channel.uri):
                 raise ValueError("--channel %s=%s: no such file or directory" % (channel.name, channel.uri))
@@ -402,13 +421,18 @@ def run(config: LocalConfig, python: str = sys.executable) -> None:
       JobFailedError: a host failed (every host was stopped).
       TimeoutError: the job ran past `timeout_s` (every host was stopped).
       processes.Terminated: SIGTERM or SIGHUP (every host was stopped).
+      memory_lib.MemoryLimitError: `host_memory` where memory cgroups cannot
+        be made (before anything is prepared).
     """
+    if config.host_memory:
+        memory_lib.find_controller()
     job = LocalJob(config, python)
     cpus = hosts_lib.assign_cpus(config.spec.instance_count, config.cpus_per_host)
     job.prepare()
     try:
         run_on_hosts(job, config.spec.hosts, cpus, link_gbps=config.link_gbps, timeout_s=config.timeout_s,
                      stop_grace_s=config.stop_grace_s, python=python, machine_dirs=(SSHD_PRIVSEP_DIR, BASE_DIR),
+                     host_memory=config.host_memory,
                      start_services=job.feeders if config.spec.channels_in(spec_lib.PIPE_MODE) else None)
     finally:
         write_metric_series(job.output_dir, config.spec.hosts)
@@ -433,7 +457,7 @@ def write_metric_series(output_dir: str, host_names: Sequence[str]) -> str:
 
 def run_on_hosts(job, host_names: Sequence[str], cpus: Sequence[tuple], *, link_gbps: float, timeout_s: float,
                  stop_grace_s: float, python: str, machine_dirs: Sequence[str] = (BASE_DIR,),
-                 start_services: Optional[Callable[[], list]] = None) -> None:
+                 start_services: Optional[Callable[[], list]] = None, host_memory: str = "") -> None:
     """Runs a prepared job's entry command on every host to the end; shared by training and processing jobs.
 
     `job` provides `use_namespaces`, `log_dir`, `private_dir`,
@@ -455,34 +479,36 @@ def run_on_hosts(job, host_names: Sequence[str], cpus: Sequence[tuple], *, link_
         points (created when namespaces are used).
       start_services: started once the hosts' network is up and before the
         hosts; returns objects with `stop()`, called at the end.
+      host_memory: each host's memory limit ("": none); see `emulated_hosts`.
 
     Raises:
       As `run`.
     """
     with emulated_hosts(job.log_dir, host_names, cpus, use_namespaces=job.use_namespaces, link_gbps=link_gbps,
                         stop_grace_s=stop_grace_s, machine_dirs=machine_dirs,
-                        start_services=start_services) as (group, network):
+                        start_services=start_services, host_memory=host_memory) as (group, network):
         for index, name in enumerate(host_names):
             if network is not None:
                 host = network.host(name)
                 job.write_etc(network, host)
                 spec_path = job.init_spec(host).write(os.path.join(job.private_dir, name, "init.json"))
-                group.start(name, network.command(host, spec_path, python))
+                group.start(name, network.command(host, spec_path, python), host=name)
             else:
                 pin = [TASKSET, "-c", ",".join(map(str, cpus[index]))] if cpus[index] else []
-                group.start(name, pin + job.entry_command(), env=job.environment(name))
+                group.start(name, pin + job.entry_command(), env=job.environment(name), host=name)
         print("started %s; logs in %s" % (", ".join(host_names), job.log_dir), flush=True)
         try:
             group.wait(timeout=timeout_s or None)
         except processes.TaskFailedError as e:
-            raise JobFailedError(e.task, e.returncode, e.log_path, str(e)) from e
+            raise JobFailedError(e.task, e.returncode, e.log_path, str(e), memory=e.memory) from e
 
 
 @contextlib.contextmanager
 def emulated_hosts(log_dir: str, host_names: Sequence[str], cpus: Optional[Sequence[tuple]] = None, *,
                    use_namespaces: bool = True, link_gbps: float = 0.0, stop_grace_s: float = DEFAULT_STOP_GRACE_S,
                    machine_dirs: Sequence[str] = (BASE_DIR,), aliases: Optional[Mapping[str, Sequence[str]]] = None,
-                   start_services: Optional[Callable[[], list]] = None
+                   start_services: Optional[Callable[[], list]] = None, host_memory: str = "",
+                   memory_hint: str = MEMORY_HINT
                    ) -> Iterator[Tuple[processes.ProcessGroup, Optional[hosts_lib.HostNetwork]]]:
     """The emulated hosts of a job and the group supervising what runs in them, removed on the way out.
 
@@ -505,12 +531,22 @@ def emulated_hosts(log_dir: str, host_names: Sequence[str], cpus: Optional[Seque
       aliases: host name -> other names every host resolves it by.
       start_services: started once the hosts' network is up; returns
         objects with `stop()`, called at the end.
+      host_memory: each host's memory limit (`jobs.local.memory.parse_size`);
+        "" for none. A task started with `host=<its host>` joins that host's
+        memory cgroup (made without a limit where cgroups can be made, for
+        the host's peak and OOM kills); the cgroups are removed at the end.
+      memory_hint: what a report of a host killed for memory says to change.
+
+    Raises:
+      memory_lib.MemoryLimitError: `host_memory` where memory cgroups cannot
+        be made.
     """
     services = []
     network = None
     try:
         with processes.signals_raise(), processes.ProcessGroup(
-                log_dir, stop_grace_seconds=stop_grace_s, terminate_descendants=not use_namespaces) as group:
+                log_dir, stop_grace_seconds=stop_grace_s, terminate_descendants=not use_namespaces,
+                memories=memory_lib.HostMemories(host_memory, hint=memory_hint)) as group:
             if use_namespaces:
                 for directory in machine_dirs:
                     os.makedirs(directory, exist_ok=True)

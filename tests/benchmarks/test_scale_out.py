@@ -465,6 +465,38 @@ class OpenHostsTest(tf.test.TestCase):
             self.assertEqual("127.0.0.1", made.address("algo-2"))
 
 
+class HostMemoryTest(tf.test.TestCase):
+    """`--host_memory`: each host's run in a memory cgroup of that limit; a host killed for memory is reported."""
+
+    def test_a_bad_host_memory_is_refused_with_the_value(self):
+        with self.assertRaisesRegex(ValueError, r"--host_memory 'plenty' is not a size"):
+            _config(host_memory="plenty")
+
+    def test_a_host_over_its_limit_is_killed_and_named_and_its_cgroup_removed(self):
+        from benchmarks.scale_out import hosts as run_hosts
+        from jobs.local import memory
+        try:
+            memory.find_controller()
+        except memory.MemoryLimitError as e:
+            self.skipTest("memory cgroups cannot be made here: %s" % e)
+        mode = bench.HOSTS_LOCAL if hosts_lib.check_privileges() else bench.HOSTS_EMULATED
+        work = self.get_temp_dir()
+        allocate = "b = bytearray(300 * 1024 * 1024)\nfor i in range(0, len(b), 4096): b[i] = 1"
+        with run_hosts.open_hosts(mode, 2, 0.0, host_memory="150m") as made:
+            fits = made.start(0, [sys.executable, "-c", "b = bytearray(20 * 1024 * 1024)"],
+                              {"PATH": os.environ.get("PATH", "")}, (), "/", work, os.path.join(work, "a.log"))
+            over = made.start(1, [sys.executable, "-c", allocate], {"PATH": os.environ.get("PATH", "")}, (), "/",
+                              work, os.path.join(work, "b.log"))
+            self.assertEqual(0, fits.wait(60))
+            self.assertNotEqual(0, over.wait(60))
+            self.assertRegex(made.memory_report(), r"^; killed for memory: host algo-2's processes peaked at 1\d\d MiB "
+                                                   r"against its limit of 150 MiB \(150m\); raise --host_memory")
+            self.assertEqual("", made.memory_report())
+            paths = [cgroup.path for cgroup in made.memory.cgroups]
+            self.assertLen(paths, 2)
+        self.assertEqual([], [path for path in paths if os.path.exists(path)])
+
+
 @pytest.mark.slow
 class RealRunTest(tf.test.TestCase):
     """`single`, `horovod`, `hybrid` and `hybrid` over MPI started by ssh on two real emulated hosts, a few steps."""

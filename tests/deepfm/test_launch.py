@@ -1,10 +1,15 @@
-"""Tests of `deepfm.launch`: `--np 0`'s ranks and threads from a host's cores; a refused job leaves nothing."""
+"""Tests of `deepfm.launch`: `--np 0`'s ranks and threads from a host's cores; a refused job leaves nothing; a
+task killed for its host's memory limit is reported as such."""
 
 import os
+import subprocess
 
+import pytest
 import tensorflow as tf
 
+from dataprep import synthetic
 from deepfm import launch
+from jobs.local import memory
 from strategies import cost_model, host_layout
 from strategies import strategy_names as names
 from tests import command_line
@@ -59,6 +64,47 @@ class RefusedJobTest(tf.test.TestCase):
         command_line.run(command_line.python_module("deepfm.launch", "--strategy", "ps", "--num_ps", "0",
                                                     "--log_dir", given), work, env={"TMPDIR": tmp}, timeout=120)
         self.assertTrue(os.path.isdir(given))
+
+    def test_a_bad_host_memory_is_refused_with_the_value(self):
+        work = self.create_tempdir().full_path
+        flags = ["--strategy", "ps", "--host_memory", "lots", "--", "--train_data", "data", "--model_dir", "m"]
+        result = command_line.run(command_line.python_module("deepfm.launch", *flags), work, timeout=120)
+        self.assertEqual(1, result.returncode, command_line.describe(flags, result))
+        self.assertIn("deepfm.launch: error: --host_memory 'lots' is not a size: give bytes", result.stderr)
+        self.assertIn("6g, 6GiB, 6500m", result.stderr)
+
+
+# A host limit below what one TensorFlow process needs: the job's first task to import it is killed.
+TINY_HOST_MEMORY = "200m"
+MEMORY_JOB_TIMEOUT_S = 240
+
+
+@pytest.mark.slow
+class HostMemoryTest(tf.test.TestCase):
+    """`python -m deepfm.launch --host_memory`: a real job on a host too small for it."""
+
+    def test_a_task_killed_for_memory_is_reported_with_its_peak_and_the_limit(self):
+        try:
+            controller = memory.find_controller()
+        except memory.MemoryLimitError as e:
+            self.skipTest("memory cgroups cannot be made here: %s" % e)
+        work = self.create_tempdir().full_path
+        synthetic.generate(1000, os.path.join(work, "data"), feature_size=1000, seed=3)
+        argv = command_line.python_module(
+            "deepfm.launch", "--strategy", "ps", "--num_ps", "1", "--num_workers", "1",
+            "--host_memory", TINY_HOST_MEMORY, "--log_dir", "logs", "--",
+            "--train_data", "data", "--model_dir", "runs/m", "--max_steps", "5", "--batch_size", "32",
+            "--embedding_size", "4", "--deep_layers", "8")
+        process = command_line.start(argv, work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.addCleanup(command_line.kill_group, process)
+        output, _ = process.communicate(timeout=MEMORY_JOB_TIMEOUT_S)
+        self.assertEqual(launch.local.EXIT_FAILURE, process.returncode, output)
+        self.assertRegex(output, r"launch failed: task (ps_0|chief_0) was killed for memory \(exit code -9 \(killed "
+                                 r"by SIGKILL\)\): host localhost's processes peaked at \d+ MiB against its limit of "
+                                 r"200 MiB \(200m\); raise --host_memory, or use more hosts")
+        # The job's cgroup (named after the launcher's pid) is gone.
+        owned = "%s-%d-" % (memory.CGROUP_PREFIX, process.pid)
+        self.assertEqual([], [name for name in os.listdir(controller.parent) if name.startswith(owned)])
 
 
 if __name__ == "__main__":

@@ -32,7 +32,13 @@ kind) and the kubelet would, on emulated hosts
   have a node, down to the minimum, and a returned node is used again at the
   next restart;
 * the job succeeds when the operator says so (TFJob: the chief; MPIJob: the
-  launcher; JobSet: its success policy); the other pods are then stopped.
+  launcher; JobSet: its success policy); the other pods are then stopped;
+* each container run gets a memory cgroup of its own (`jobs.local.memory`)
+  limited to its container's `resources.limits.memory`, which the kubelet
+  would enforce (`--host_memory` instead, for every pod); a pod killed for
+  memory exits with 137 as an OOMKilled container does, and its exit (or,
+  under mpirun, the launcher's) is reported with the pod killed for memory,
+  its peak and its limit.
 
 Every host, namespace and process is removed at the end, whatever the way.
 Root is needed (namespaces). This module never imports TensorFlow.
@@ -58,6 +64,7 @@ from jobs.kubernetes.local.operator import FAILED, RESTART_IN_PLACE, RESTART_JOB
 from jobs.kubernetes.local.pod import Pod
 from jobs.kubernetes.local.tfjob import TFJobOperator
 from jobs.local import hosts as hosts_lib
+from jobs.local import memory as memory_lib
 from jobs.local import processes
 from jobs.sagemaker import local as sagemaker_local
 
@@ -71,6 +78,10 @@ EXIT_FAILED = 1
 FIELD_REF = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
 CHECKPOINT_STATE = "checkpoint"
 CHECKPOINT_STEP = re.compile(r'^model_checkpoint_path: ".*-(\d+)"$', re.M)
+MEMORY_HINT = ("raise the container's resources.limits.memory (deepfm.kubernetes render --memory) or --host_memory, "
+               "or use more pods or a distribution that shards the embedding tables (python -m deepfm.advise "
+               "--data DIR --hosts N --cores_per_host C predicts each)")
+LIMITS_MEMORY = "resources.limits.memory"
 OPERATORS = {manifests.TFJOB: TFJobOperator, manifests.MPIJOB: MPIJobOperator, manifests.JOBSET: JobSetOperator}
 
 
@@ -103,6 +114,9 @@ class LocalConfig:
       timeout_s: stop every pod and fail after this many seconds; 0: none.
       stop_grace_s: a stopped pod's grace period (Kubernetes gives 30 s).
       faults: failures to inject.
+      host_memory: every pod's memory limit (`jobs.local.memory.parse_size`:
+        `6g`) instead of its container's `resources.limits.memory`; "": the
+        manifest's (no limit where it sets none).
     """
 
     manifest: str
@@ -111,8 +125,11 @@ class LocalConfig:
     timeout_s: float = 0.0
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
     faults: Tuple[Fault, ...] = ()
+    host_memory: str = ""
 
     def __post_init__(self):
+        if self.host_memory:
+            memory_lib.parse_size(self.host_memory)
         if not os.path.isfile(self.manifest):
             raise ValueError("--manifest %s: no such file" % self.manifest)
         if not os.path.isdir(self.volume_dir):
@@ -155,6 +172,9 @@ class LocalRun:
         self.events: List[str] = []
         self.faults = FaultSchedule(config.faults)
         self._runs: Dict[str, int] = {}
+        limits = [pod_memory_limit(pod) for pod in self.operator.pods(self.operator.max_workers, 0)]
+        if config.host_memory or any(limit for limit, _ in limits):
+            memory_lib.find_controller()
 
     def log(self, message: str) -> None:
         """Prints and keeps an event of the run (what `kubectl get events` would show)."""
@@ -216,8 +236,9 @@ class LocalRun:
         aliases = {pod.name: pod.aliases for pod in pods}
         mounts = sorted({mount["mountPath"] for pod in pods for mount in pod.container.get("volumeMounts", [])})
         with sagemaker_local.emulated_hosts(log_dir, [pod.name for pod in pods], stop_grace_s=self.config.stop_grace_s,
-                                            machine_dirs=[SSHD_PRIVSEP_DIR] + mounts,
-                                            aliases=aliases) as (group, network):
+                                            machine_dirs=[SSHD_PRIVSEP_DIR] + mounts, aliases=aliases,
+                                            host_memory=self.config.host_memory,
+                                            memory_hint=MEMORY_HINT) as (group, network):
             assert network is not None, "emulated hosts are namespaces"
             running: Dict[str, processes.Task] = {}
             for pod in pods:
@@ -236,7 +257,8 @@ class LocalRun:
                     code = code if code >= 0 else RETRYABLE_BASE - code
                     pod = by_name[name]
                     verdict = self.operator.judge(pod, code)
-                    self.log("pod %s exited with code %d: %s" % (name, code, verdict))
+                    memory = oom_note(group.memory_event(task), task) if code else ""
+                    self.log("pod %s exited with code %d%s: %s" % (name, code, memory, verdict))
                     # Whatever follows (a pod recreated, every pod restarted, the end) is decided below, before
                     # the next fault can land.
                     self.faults.settled(name)
@@ -249,8 +271,8 @@ class LocalRun:
                         continue
                     if verdict == FAILED:
                         group.stop()
-                        raise JobFailedError(name, code, task.log_path, "failed with exit code %d, a permanent "
-                                             "failure" % code)
+                        raise JobFailedError(name, code, task.log_path, "failed with exit code %d%s, a permanent "
+                                             "failure" % (code, memory))
                     if verdict == RESTART_IN_PLACE and name not in self.faults.nodes_down:
                         running[name] = self._start(group, network, pod, fresh=False)
                         continue
@@ -258,8 +280,9 @@ class LocalRun:
                         self.restarts += 1
                         if self.restarts > self.operator.backoff_limit:
                             group.stop()
-                            raise JobFailedError(name, code, task.log_path, "failed with exit code %d after %d "
-                                                 "restart(s), the backoff limit" % (code, self.operator.backoff_limit))
+                            raise JobFailedError(name, code, task.log_path, "failed with exit code %d%s after %d "
+                                                 "restart(s), the backoff limit"
+                                                 % (code, memory, self.operator.backoff_limit))
                     size = self.workers_now()
                     if size != workers:
                         self.resizes += 1
@@ -330,7 +353,10 @@ class LocalRun:
                                   binds=tuple(self._binds(pod, private)), cwd="/")
         path = spec.write(os.path.join(private, "init-%d.json" % run))
         name = pod.name if not run else "%s.%d" % (pod.name, run)
-        return group.start(name, network.command(host, path, self.python))
+        limit, text = (None, "") if self.config.host_memory else pod_memory_limit(pod)
+        # A cgroup per container run, as the kubelet makes one per container: its peak and OOM kills are its own.
+        return group.start(name, network.command(host, path, self.python), host=name, memory_limit=limit,
+                           memory_limit_text=text)
 
     def _argv(self, pod: Pod) -> List[str]:
         argv = list(pod.container.get("command", [])) + list(pod.container.get("args", []))
@@ -406,6 +432,28 @@ class LocalRun:
         return directory
 
 
+def pod_memory_limit(pod: Pod) -> Tuple[Optional[int], str]:
+    """The pod's container's `resources.limits.memory` in bytes and as written, or (None, "") without one.
+
+    Raises:
+      ValueError: not a Kubernetes quantity; the message names the pod.
+    """
+    text = ((pod.container.get("resources") or {}).get("limits") or {}).get("memory")
+    if not text:
+        return None, ""
+    quantity = memory_lib.parse_kubernetes_quantity(str(text), "pod %s: %s" % (pod.name, LIMITS_MEMORY))
+    return quantity, "%s %s" % (LIMITS_MEMORY, text)
+
+
+def oom_note(event: Optional[memory_lib.MemoryEvent], task: processes.Task) -> str:
+    """` (OOMKilled: pod ...'s processes peaked at ...)` for a run killed for memory, else ""."""
+    if event is None:
+        return ""
+    if task.memory is not None and event.host == task.memory.host:
+        return " (OOMKilled: %s)" % event.describe()
+    return " (after a process of pod %s was killed for memory: %s)" % (event.host, event.describe())
+
+
 def run(config: LocalConfig, python: str = sys.executable) -> LocalRun:
     """Runs the manifest to its end; returns the run (its events, restarts and the training pods it ended with).
 
@@ -416,6 +464,8 @@ def run(config: LocalConfig, python: str = sys.executable) -> LocalRun:
       JobFailedError: the job failed as its operator would decide (every pod was stopped).
       TimeoutError: it ran past `timeout_s` (every pod was stopped).
       processes.Terminated: SIGTERM or SIGHUP (every pod was stopped).
+      memory_lib.MemoryLimitError: a memory limit (the manifest's or
+        `host_memory`) where memory cgroups cannot be made.
     """
     local_run = LocalRun(config, python)
     local_run.run()

@@ -283,3 +283,18 @@ class TestJobSet:
         assert_at_ps_budget(metrics["global_step"], 2)
         assert metrics["auc"] > MIN_AUC, metrics
         assert len(exports) == 1
+
+
+@pytest.mark.slow
+class TestMemory:
+
+    def test_a_pod_over_its_containers_memory_limit_is_reported_oomkilled(self, tmp_path, volume):
+        # 200Mi: less than one TensorFlow process needs; the kubelet's limit is the container's.
+        manifests = render(tmp_path, "oom", "--instance_count", "1", "--distribution", "parameter_server",
+                           "--memory", "200Mi", "--backoff_limit", "0")
+        out, err = run_local(tmp_path, os.path.join(manifests, "tfjob.yaml"), volume, expect=137)
+        assert re.search(r"pod oom-\S+ exited with code 137 \(OOMKilled: host oom-\S+'s processes peaked at \d+ MiB "
+                         r"against its limit of 200 MiB \(resources.limits.memory 200Mi\); raise the container's "
+                         r"resources.limits.memory", out), out
+        assert re.search(r"the job failed: pod oom-\S+ failed with exit code 137 \(OOMKilled: .*\) after 0 "
+                         r"restart\(s\), the backoff limit", err), err

@@ -23,7 +23,7 @@ from absl.testing import parameterized
 from dataprep import synthetic
 from input_pipeline import schema
 from jobs import spec as spec_lib
-from jobs.local import hosts
+from jobs.local import hosts, memory
 from jobs.sagemaker import local as sagemaker_local
 from jobs.sagemaker import metrics as sagemaker_metrics
 from strategies import strategy_names
@@ -280,6 +280,25 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIn("host algo-2 failed", err)
         self.assertIn(os.path.join(output_dir, "logs", "algo-2.log"), err)
         self.assert_no_leftovers(process.pid)
+
+    def test_hosts_with_too_little_memory_fail_the_job_saying_so(self):
+        # 250m: less than a rank with TensorFlow needs, beside the toolkit and sshd; over MPI the job may end on
+        # either host's failure, and the report names the host whose cgroup saw the kill.
+        try:
+            controller = memory.find_controller()
+        except memory.MemoryLimitError as e:
+            self.skipTest("memory cgroups cannot be made here: %s" % e)
+        output_dir = self.create_tempdir().full_path
+        process = self.start(output_dir, "--instance_count", "2", "--distribution", "mpi", "--host_memory", "250m",
+                             "--channel", "train=%s" % self.channels["b"])
+        out, err = process.communicate(timeout=JOB_TIMEOUT_S)
+        self.assertNotEqual(0, process.returncode, out[-2000:])
+        self.assertRegex(err, r"job \S+ failed: host algo-\d failed \(task algo-\d (was killed for memory|failed with "
+                              r"exit code \d+ after a process of host algo-\d was killed for memory)\b.*host algo-\d's "
+                              r"processes peaked at \d+ MiB against its limit of 250 MiB \(250m\); raise --host_memory")
+        self.assert_no_leftovers(process.pid)
+        owned = "%s-%d-" % (memory.CGROUP_PREFIX, process.pid)
+        self.assertEqual([], [name for name in os.listdir(controller.parent) if name.startswith(owned)])
 
     def test_spot_stop_checkpoints_and_a_restarted_job_resumes_from_that_step(self):
         output_dir = self.create_tempdir().full_path
