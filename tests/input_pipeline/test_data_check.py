@@ -1,13 +1,15 @@
 """Tests of input_pipeline.data_check: every row of the input read once, each problem named in one line."""
 
 import os
+import re
 import shutil
+import time
 
 import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-from input_pipeline import data_check, formats, pipeline, schema
+from input_pipeline import check_record, data_check, formats, pipeline, schema
 from tests.input_pipeline import example_files
 
 FIELDS = example_files.SMALL_FIELD_SIZE
@@ -166,6 +168,129 @@ class DataCheckTest(tf.test.TestCase, parameterized.TestCase):
         message = str(raised.exception)
         self.assertNotIn("\n", message)
         return message
+
+
+class CheckedOnceTest(tf.test.TestCase):
+    """A dataset read whole once: its record spares the files unchanged since (`input_pipeline.check_record`)."""
+
+    def setUp(self):
+        super().setUp()
+        self.root = self.create_tempdir().full_path
+        example_files.write_dataset_root(self.root, {"train": [rows(seed=i) for i in range(3)]})
+        self.paths = [os.path.join(self.root, "train", schema.shard_stem(i) + ".tfrecord") for i in range(3)]
+        # Written an hour ago: files modified just before their check are not recorded.
+        self.old_ns = time.time_ns() - 3600 * 10**9
+        for path in self.paths:
+            os.utime(path, ns=(self.old_ns, self.old_ns))
+
+    def check(self, feature_size=FEATURE_SIZE, data_format=formats.TFRECORD, **options):
+        """`check_files` with a record read afresh and saved; returns the summary and the files read and spared."""
+        record = check_record.CheckRecord()
+        with self.assertLogs(level="INFO") as logs:
+            summary = data_check.check_files(self.paths, pipeline.PipelineConfig(
+                data_format=data_format, field_size=FIELDS, **options), feature_size, record=record)
+            record.save()
+        self.logged = logs.output
+        return summary, self.read_and_spared(logs)
+
+    def refused(self, feature_size=FEATURE_SIZE):
+        """The message of a check that refuses the files, and the files it read and spared."""
+        record = check_record.CheckRecord()
+        with self.assertLogs(level="INFO") as logs, self.assertRaises(data_check.DataCheckError) as raised:
+            data_check.check_files(self.paths, config(formats.TFRECORD), feature_size, record=record)
+        record.save(model_dir=False)
+        return str(raised.exception), self.read_and_spared(logs)
+
+    @staticmethod
+    def read_and_spared(logs):
+        ends = [re.search(r"(\d+) read, (\d+) already checked", line) for line in logs.output]
+        return [tuple(int(n) for n in end.groups()) for end in ends if end][-1]
+
+    def damage_keeping_size_and_mtime(self, path):
+        """A byte of a record flipped; the file's size and mtime as they were."""
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        os.utime(path, ns=(self.old_ns, self.old_ns))
+
+    def test_an_unchanged_dataset_is_read_once(self):
+        first, read = self.check()
+        self.assertEqual((3, 0), read)
+        self.assertEqual(3 * ROWS, first.rows)
+        self.assertTrue(os.path.isfile(os.path.join(self.root, check_record.RECORD_FILE)))
+        # Damage the record cannot see (same size, same mtime): the second check reads no row, and says so.
+        self.damage_keeping_size_and_mtime(self.paths[1])
+        second, read = self.check()
+        self.assertEqual((0, 3), read)
+        self.assertEqual(first, second)
+        # The mtime changed: that file alone is read again, and the damage found.
+        os.utime(self.paths[1], ns=(self.old_ns, self.old_ns + 1))
+        message, read = self.refused()
+        self.assertRegex(message, r"^training data: TFRecord file %s could not be read to its end" % self.paths[1])
+        self.assertEqual((1, 2), read)
+
+    def test_a_changed_size_is_read_again(self):
+        self.check()
+        with open(self.paths[2], "r+b") as f:
+            f.truncate(os.path.getsize(self.paths[2]) - 7)
+        os.utime(self.paths[2], ns=(self.old_ns, self.old_ns))
+        message, read = self.refused()
+        self.assertIn(self.paths[2], message)
+        self.assertEqual((1, 2), read)
+
+    def test_a_changed_file_is_read_again_and_recorded(self):
+        self.check()
+        example_files.write_tfrecord(self.paths[0], rows(seed=7))
+        os.utime(self.paths[0], ns=(self.old_ns + 5, self.old_ns + 5))
+        self.assertEqual((1, 2), self.check()[1])
+        self.assertEqual((0, 3), self.check()[1])
+
+    def test_files_read_with_other_options_are_read_again(self):
+        self.check()
+        self.assertEqual((3, 0), self.check(max_corrupted_records=1)[1])
+        self.assertEqual((0, 3), self.check(max_corrupted_records=1)[1])
+        # A file has one entry: the options it was read with last.
+        self.assertEqual((3, 0), self.check()[1])
+
+    def test_a_corrupt_record_is_ignored(self):
+        self.check()
+        with open(os.path.join(self.root, check_record.RECORD_FILE), "w") as f:
+            f.write('{"version": 1, "files": {"train/part-00000.tfr')
+        summary, read = self.check()
+        self.assertEqual((3, 0), read)
+        self.assertEqual(3 * ROWS, summary.rows)
+        self.assertTrue(any(line.startswith("WARNING") and "ignoring the data check's record" in line
+                            for line in self.logged), self.logged)
+        self.assertEqual((0, 3), self.check()[1])
+
+    def test_another_feature_size_is_judged_again(self):
+        summary, _ = self.check()
+        # Larger: judged from the record, no row read.
+        larger, read = self.check(feature_size=FEATURE_SIZE * 2)
+        self.assertEqual((summary, (0, 3)), (larger, read))
+        # Smaller than an id the files hold: the file is read again to name the row.
+        message, read = self.refused(feature_size=summary.max_id)
+        self.assertRegex(message, r"^training file .*, record \d+: feature id %d of field \d is out of range "
+                         r"\[0, feature_size=%d\)" % (summary.max_id, summary.max_id))
+        self.assertEqual((0, 3), read)
+
+    def test_a_changed_metadata_is_judged_again_without_reading(self):
+        self.check()
+        metadata = schema.DatasetMetadata.read(self.root)
+        metadata.splits["train"].shards["train/" + schema.shard_stem(1)] = ROWS + 1
+        metadata.write(self.root)
+        message, read = self.refused()
+        self.assertIn("training file %s holds %d rows, %s says %d" % (
+            self.paths[1], ROWS, os.path.join(self.root, schema.METADATA_FILE), ROWS + 1), message)
+        self.assertEqual((0, 3), read)
+
+    def test_files_are_read_in_parallel_with_the_same_findings(self):
+        one = data_check.check_files(self.paths, config(formats.TFRECORD), FEATURE_SIZE, workers=1)
+        several = data_check.check_files(self.paths, config(formats.TFRECORD), FEATURE_SIZE, workers=3)
+        self.assertEqual(one, several)
+        self.assertEqual(one, data_check.summarize(self.paths, config(formats.TFRECORD)))
 
 
 if __name__ == "__main__":
