@@ -31,6 +31,17 @@ docs/api.md walks through it.
 """
 
 import importlib
+import os
+
+# TensorFlow's oneDNN build keeps large tensors in an allocator of its own that
+# does not give freed memory back and does not reuse it for tensors of another
+# size: a 20M-id model then peaks at over twice its variables. The system
+# allocator returns what is freed. Read once, when TensorFlow is first
+# imported, so it is set here, before any module of the package imports it;
+# `TF_ONEDNN_USE_SYSTEM_ALLOCATOR=0` in the environment keeps oneDNN's.
+# docs/scaling.md, "Tables larger than a host", has the measurements.
+SYSTEM_ALLOCATOR_ENV = "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"
+os.environ.setdefault(SYSTEM_ALLOCATOR_ENV, "1")
 
 # Public name -> (module, attribute); None: the module itself.
 _EXPORTS = {

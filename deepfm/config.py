@@ -148,6 +148,11 @@ class TrainConfig:
         model directory is touched, and refuse damaged files, rows of another
         layout, values that are not finite, ids out of range and row counts
         other than the metadata's (`input_pipeline.data_check`); File mode.
+      check_memory: before the first step, estimate what each process
+        holds in memory (`strategies.memory_estimate`) and refuse one its
+        host cannot hold (`deepfm.runtime.preflight.check_memory`); the chief
+        also says at the start when its host cannot hold the weights for
+        the export, and then leaves the export to `python -m deepfm.export`.
     """
 
     model_dir: str = dataclasses.field(metadata=config_flags.metadata(
@@ -184,6 +189,10 @@ class TrainConfig:
         True, "Read every training and validation file once before the model directory is touched; refuse "
         "damaged files, bad rows, values that are not finite, ids out of range and row counts other than the "
         "metadata's.")
+    check_memory: bool = config_flags.field(
+        True, "Before the first step, estimate each process's memory (variables, optimizer slots, exchange "
+        "buffers, runtime) and refuse a process its host (its memory cgroup's limit, else the available memory) "
+        "cannot hold, naming the strategy and process count that fit.")
 
     def __post_init__(self):
         for name in ("batch_size", "num_epochs", "log_every_n_steps", "save_checkpoints_steps"):

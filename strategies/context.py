@@ -56,11 +56,17 @@ class ModelContext:
         collector, mixed precision).
       embedding_factory: creates the tables of `embedding`: one variable,
         partitions on the parameter servers, or rows sharded across ranks.
-      metric_sink: where the tower method records the metric function of
-        `eval_metric_ops`, to compute it once over the whole batch; None
-        elsewhere.
+      metric_sink: where a strategy records the metric function of
+        `eval_metric_ops`: the tower method, to compute it once over the
+        whole batch; a padded evaluation across ranks, to know that the
+        metrics leave the padding rows out. None elsewhere.
       large_batch: the rule rescaling training for the global batch
         (`--large_batch_rule`); None changes nothing.
+      eval_rows: bool [B], the rows of an EVAL batch that count: False for
+        the padding rows a strategy added so that the processes evaluating
+        together run the same number of batches
+        (`strategies.sharded_evaluation`); `eval_metric_ops` leaves them
+        out. None: every row counts.
       tables: the tables `embedding` created, in order.
     """
 
@@ -69,6 +75,7 @@ class ModelContext:
     embedding_factory: tables_lib.EmbeddingFactory = dataclasses.field(default_factory=tables_lib.variable_tables)
     metric_sink: Optional[Callable[[MetricFn], None]] = None
     large_batch: Optional[large_batch_lib.LargeBatchRule] = None
+    eval_rows: Optional[tf.Tensor] = None
     tables: List[tables_lib.EmbeddingTable] = dataclasses.field(default_factory=list)
 
     @classmethod
@@ -163,14 +170,21 @@ class ModelContext:
                         ) -> Dict[str, Tuple[tf.Tensor, tf.Operation]]:
         """The EVAL metrics: `metric_fn(labels, predictions)`, recorded for the strategy when it needs to.
 
+        With `eval_rows`, `metric_fn` gets only the rows that count: the
+        labels and every prediction masked along their first (batch)
+        dimension.
+
         Args:
           metric_fn: computes Estimator `eval_metric_ops` from labels and
             predictions as this model_fn takes and returns them.
           labels: the model_fn's labels.
-          predictions: the model_fn's predictions dict.
+          predictions: the model_fn's predictions dict, of [B, ...] tensors.
         """
         if self.metric_sink is not None:
             self.metric_sink(metric_fn)
+        if self.eval_rows is not None:
+            labels = tf.boolean_mask(labels, self.eval_rows)
+            predictions = {key: tf.boolean_mask(value, self.eval_rows) for key, value in predictions.items()}
         return metric_fn(labels, predictions)
 
     def with_params(self, params: Optional[Mapping]) -> Dict:

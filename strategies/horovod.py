@@ -37,15 +37,22 @@ No rank ever waits in a collective for a rank busy with something else
   `deepfm.runtime.preflight`), one agreement on rank 0's resume step in
   `prepare` (a maximum over the ranks, the others giving 0), each made once
   by every rank; with evaluation during training, one agreement per round on
-  whether to stop early. Evaluation and export run after the last step and
-  contain no collective.
+  whether to stop early; and one sum of the metric state at the end of each
+  evaluation, run by every rank. The export runs after the last step and
+  contains no collective.
 * A stop on SIGTERM or SIGINT (`deepfm.runtime.interrupt`) is agreed in the step
   itself: an allreduce of a stop flag (`agree_max`) is fetched with every
   training step, so all ranks stop after the same step.
-* Evaluation runs on every rank (`evaluates`), each on the whole validation
-  set: the same work everywhere, and since the variables are equal every
-  rank computes the same metrics. Sharding the validation set would need an
-  allreduce of the metric state, i.e. one more chance to stall.
+* Evaluation runs on every rank (`evaluates`), each on its shard of the
+  validation rows (`evaluation_input_fn`: rank r of n reads shard r, the
+  shards holding every row once), so each rank reads 1/n of the rows.
+  After its last batch every rank sums the state of the metrics over
+  the ranks (AUC's confusion counts, log loss's sum and count: one
+  allreduce, `strategies.sharded_evaluation`), and computes the metrics of
+  all the rows from it: every rank reports the same metrics, those one
+  process evaluating every row would report. The ranks' batch counts may
+  differ by the shards' sizes; `hybrid` pads them equal (`pads_evaluation`).
+  A Pipe-mode validation channel is evaluated by rank 0 alone.
 * A model directory whose checkpoint already reached the step budget (a
   job stopped during its final evaluation or export) gets a training session
   of no step on every rank, then the evaluation and the export
@@ -62,14 +69,14 @@ import os
 import shutil
 import tempfile
 import warnings
-from typing import ClassVar, List, Optional, Tuple
+from typing import Callable, ClassVar, List, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
 
-from input_pipeline import sharding
+from input_pipeline import pipeline, sharding
 from strategies import context as context_lib
-from strategies import devices, large_batch, lifecycle, registry, strategy
+from strategies import devices, large_batch, lifecycle, registry, sharded_evaluation, strategy
 from strategies import strategy_names as names
 from strategies import topology as topology_lib
 from strategies.config import StrategyConfig
@@ -279,6 +286,9 @@ class HorovodStrategy(strategy.Strategy):
     Options: ClassVar[type] = HorovodOptions
     # `hybrid` ranks (a subclass) have options of their own: the fields of every rank are typed here.
     options: RankOptions
+    # Every rank evaluates the same number of batches, the shorter shards padded with rows of weight 0: needed
+    # where evaluating a batch is a collective (`hybrid`'s lookups). Here only the final sum is one.
+    pads_evaluation: ClassVar[bool] = False
 
     def __init__(self, config: StrategyConfig):
         super().__init__(config)
@@ -353,6 +363,43 @@ class HorovodStrategy(strategy.Strategy):
         return tf.distribute.InputContext(
             num_input_pipelines=num_shards, input_pipeline_id=index,
             num_replicas_in_sync=self.topology.replicas_in_sync)
+
+    def evaluation_input_fn(self, builder: pipeline.DatasetBuilder) -> Callable[..., tf.data.Dataset]:
+        """Shard `rank` of `size` of the validation rows, each row marked (`sharded_evaluation.ROW_KEY`).
+
+        The shards hold every row exactly once (whole files dealt out, or
+        every `size`-th record, as `DatasetBuilder` shards), provided every
+        rank reads the same validation files. The model_fn wrapper sums the
+        ranks' metric state once the last batch is evaluated. With
+        `pads_evaluation` every rank reads the largest shard's batch count,
+        the shorter shards padded with rows of weight 0.
+
+        Raises:
+          ValueError: a Pipe-mode channel (rank 0 alone evaluates one), or,
+            with `pads_evaluation`, files of unknown row counts.
+        """
+        if builder.channel is not None:
+            raise ValueError("Horovod ranks evaluate File-mode validation files together; the Pipe-mode channel "
+                             "%r is evaluated by rank 0 alone, without a strategy" % builder.channel)
+        topology = self.topology
+        shard = tf.distribute.InputContext(num_input_pipelines=topology.workers, input_pipeline_id=topology.rank,
+                                           num_replicas_in_sync=topology.replicas_in_sync)
+        rows = builder.shard_plan(shard).rows_per_shard
+        batches = None
+        if self.pads_evaluation:
+            if rows is None:
+                raise ValueError("strategy %s evaluates the same number of batches on every rank and needs the "
+                                 "validation files' row counts (%s): give them in the dataset's metadata.json"
+                                 % (self.name, ", ".join(builder.files)))
+            batches = sharded_evaluation.most_batches(rows, builder.batch_size)
+        logging.info("rank %d evaluates shard %d of %d of the validation rows (%s rows)%s", topology.rank,
+                     topology.rank, topology.workers, "unknown" if rows is None else rows[topology.rank],
+                     "" if batches is None else ", in %d batch(es) like every rank" % batches)
+
+        def input_fn(params=None, input_context=None):
+            del params, input_context  # This rank's shard is fixed above.
+            return sharded_evaluation.marked_batches(builder(shard), batches)
+        return input_fn
 
     def pipe_channel(self) -> str:
         """The channel of this rank's local rank.
@@ -437,16 +484,21 @@ class HorovodStrategy(strategy.Strategy):
         return with_more_marker(dataset)
 
     def wrap_model_fn(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
-        """Adds, for inputs from `finite_input`, the agreement to stop when any rank runs out."""
+        """Runs `model_fn` as `replicate` says, with this strategy's context, and adds what the input asks for.
+
+        For training inputs from `finite_input`: the agreement to stop when
+        any rank runs out. For evaluation inputs from `evaluation_input_fn`:
+        the sum of the metric state over the ranks (`_evaluated_together`).
+        """
         hvd = self.hvd
-        with_context = super().wrap_model_fn(model_fn)
+        replicated = self.replicate(model_fn)
 
         def wrapped(features, labels, mode, params):
-            more = None
-            if isinstance(features, dict) and MORE_KEY in features:
-                features = dict(features)
-                more = features.pop(MORE_KEY)
-            spec = with_context(features, labels, mode, params)
+            features, more = _taken(features, MORE_KEY)
+            features, row_weights = _taken(features, sharded_evaluation.ROW_KEY)
+            if row_weights is not None and mode == tf.estimator.ModeKeys.EVAL:
+                return self._evaluated_together(replicated, features, labels, mode, params, row_weights)
+            spec = replicated(features, labels, mode, self.model_context(mode).with_params(params))
             if more is None or mode != tf.estimator.ModeKeys.TRAIN:
                 return spec
             with tf.device(devices.HOST_DEVICE):
@@ -455,6 +507,38 @@ class HorovodStrategy(strategy.Strategy):
             hook = StopWhenAnyRankEndsHook(every_rank_has_more)
             return spec._replace(training_hooks=list(spec.training_hooks) + [hook])
         return wrapped
+
+    def _evaluated_together(self, replicated: context_lib.ModelFn, features, labels, mode: str, params,
+                            row_weights: tf.Tensor) -> tf.estimator.EstimatorSpec:
+        """The EVAL spec of a batch of this rank's shard, with the hook that sums the metric state over the ranks.
+
+        With `pads_evaluation`, the model's context leaves the padding rows
+        (weight 0) out of `eval_metric_ops`.
+
+        Raises:
+          ValueError: with `pads_evaluation`, a model_fn whose EVAL metrics
+            did not go through `ModelContext.eval_metric_ops` (they would
+            count the padding rows).
+        """
+        context = self.model_context(mode)
+        metric_fns: List[context_lib.MetricFn] = []
+        if self.pads_evaluation:
+            context = dataclasses.replace(context, eval_rows=row_weights > 0, metric_sink=metric_fns.append)
+        spec = replicated(features, labels, mode, context.with_params(params))
+        if self.pads_evaluation and spec.eval_metric_ops and not metric_fns:
+            raise ValueError(
+                "strategy %s evaluates the same number of batches on every rank, padding the shorter shards with "
+                "rows of weight 0; the EVAL metrics %s did not go through ModelContext.eval_metric_ops, which "
+                "leaves those rows out: return context.eval_metric_ops(metric_fn, labels, predictions) "
+                "(as deepfm.models.ctr does)" % (self.name, ", ".join(sorted(spec.eval_metric_ops))))
+        hook = sharded_evaluation.SumMetricStateHook(self._allreduce_sum, row_weights, spec.eval_metric_ops,
+                                                     self.topology.task)
+        return spec._replace(evaluation_hooks=list(spec.evaluation_hooks) + [hook])
+
+    def _allreduce_sum(self, tensor: tf.Tensor, name: str) -> tf.Tensor:
+        """The sum of every rank's `tensor`: an allreduce named `name`, on the host."""
+        with tf.device(devices.HOST_DEVICE):
+            return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=name)
 
     def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
         """Broadcasts rank 0's variables when the session starts."""
@@ -483,6 +567,14 @@ class HorovodStrategy(strategy.Strategy):
     def _sparse_as_dense(self) -> bool:
         """`--sparse_as_dense` (an option of `horovod` alone)."""
         return isinstance(self.options, HorovodOptions) and self.options.sparse_as_dense
+
+
+def _taken(features, key: str):
+    """`(features without key, its value)` for a features dict holding `key`; else `(features, None)`."""
+    if not isinstance(features, dict) or key not in features:
+        return features, None
+    features = dict(features)
+    return features, features.pop(key)
 
 
 # Module constants removed with the strategy lifecycle, and what replaced them.

@@ -13,20 +13,26 @@ rank sends per step and the rows it applies do not grow with the number of
 ranks, and a table is held 1/ranks per host.
 
 Everything else is `horovod`'s (the same steps on every rank, a stop agreed
-in the step, every rank evaluating the whole validation set; the module
-docstring of `strategies.horovod` has the rules), plus:
+in the step, every rank evaluating its shard of the validation rows and the
+metric state summed over the ranks; the module docstring of
+`strategies.horovod` has the rules), plus:
 
-* Checkpoints hold every row, and every optimizer slot row, exactly once,
-  as the full table under its single-process name: rank 0 gathers every
-  rank's rows while it saves, so every rank saves at the same steps
-  (`strategies.sharded.checkpoint.ShardedCheckpointSaverHook`; the other ranks write
-  their own shards to their private directories). The layout does not
-  depend on the number of ranks: a job restarted with another number of
-  ranks re-shards on restore (rank 0 sends each rank its rows), and the
-  checkpoint resumes under any other strategy too.
+* Checkpoints: every rank saves its own rows of every table and slot
+  beside rank 0's checkpoint, and restores its own rows at the start, so no
+  process ever holds a whole table
+  (`strategies.sharded.checkpoint.ShardedCheckpointSaverHook`); every rank
+  saves at the same steps. A job restarted with another number of ranks
+  re-shards on restore, each rank reading the old shards in bounded blocks;
+  one rank (one process) restores it too. The export gathers the tables'
+  weights, without their slots, into a plain checkpoint first
+  (`checkpoint.export_weights`), so a hybrid checkpoint resumes under
+  `hybrid` only, at any number of ranks, and exports for serving anywhere.
 * The broadcast at the start covers the replicated variables only.
-* Evaluation (every rank, the same batches) looks the rows up all-to-all;
-  the export (PREDICT) builds plain tables, so the SavedModel serves on one
+* Evaluation looks the rows up all-to-all, so every rank evaluates the same
+  number of batches: the largest shard's, the shorter shards padded with
+  rows of weight 0 that the metrics leave out (`pads_evaluation`; the
+  model_fn computes its metrics with `ModelContext.eval_metric_ops`). The
+  export (PREDICT) builds plain tables, so the SavedModel serves on one
   process without Horovod.
 * At the end of training each rank logs the distinct ids it looked up and
   the rows it served per step (`LookupStatsHook`).
@@ -40,11 +46,12 @@ from absl import logging
 
 from input_pipeline import schema
 from strategies import context as context_lib
-from strategies import horovod, registry
+from strategies import horovod, memory_estimate, registry
 from strategies import large_batch as large_batch_lib
 from strategies import options as options_lib
 from strategies import strategy_names as names
 from strategies import tables as tables_lib
+from strategies import topology as topology_lib
 from strategies.sharded import checkpoint as checkpoint_lib
 from strategies.sharded import exchange
 from strategies.sharded import pipeline as pipeline_lib
@@ -232,6 +239,19 @@ class HybridStrategy(horovod.HorovodStrategy):
 
     Options = HybridOptions
     options: HybridOptions
+    # Every evaluation batch is a collective (the lookups' all-to-alls).
+    pads_evaluation = True
+    memory_scale = "at %d rank(s)"
+
+    def memory_estimates(self, state: memory_estimate.ModelState, ids_per_step: int,
+                         scale: Optional[int] = None) -> Dict[str, memory_estimate.ProcessMemory]:
+        """A rank holds 1/ranks of each table's rows and their slots, every dense variable and its slots, and the
+        buffers of the step's exchange of rows. `scale`: ranks (default: this job's)."""
+        ranks = scale if scale is not None else self.topology.workers
+        table_bytes, table_slot_bytes = state.tables_held(ranks)
+        return {topology_lib.ROLE_WORKER: memory_estimate.ProcessMemory(
+            variables=table_bytes + state.dense_bytes, slots=table_slot_bytes + state.dense_slot_bytes,
+            buffers=state.exchange_bytes(ids_per_step))}
 
     def optimizer_wrappers(self):
         """`hvd.DistributedOptimizer`; the shards' gradients stay local (`register_local_var`)."""
@@ -284,17 +304,20 @@ class HybridStrategy(horovod.HorovodStrategy):
                     "strategy hybrid shards the tables a model_fn creates with ModelContext.embedding; %s created "
                     "none (use --strategy horovod)" % getattr(model_fn, "__name__", model_fn))
             checkpoint = checkpoint_lib.ShardedCheckpoint(tables.sharded, self.hvd)
-            scaffold = tf.compat.v1.train.Scaffold(saver=checkpoint.saver(max_to_keep=self.plan.keep_checkpoint_max))
+            scaffold = checkpoint.scaffold(max_to_keep=self.plan.keep_checkpoint_max)
             if mode != tf.estimator.ModeKeys.TRAIN:
-                return spec._replace(scaffold=scaffold)
+                # Each rank restores the replicated variables from its own checkpoint, its rows from the shards.
+                return spec._replace(scaffold=scaffold, evaluation_hooks=list(spec.evaluation_hooks) + [
+                    checkpoint.restore_hook(self.plan.model_dir, broadcast_replicated=False)])
             hooks = []
             if pipeline is not None:
                 train_op, prime_op = pipeline.finish(spec.train_op)
                 spec = spec._replace(train_op=train_op)
                 hooks.append(pipeline.prime_hook(prime_op))
             # Every rank saves at rank 0's checkpoint steps (the save is a collective).
-            saver = checkpoint_lib.ShardedCheckpointSaverHook(self.checkpoint_dir, checkpoint,
-                                                              self.plan.save_checkpoints_steps, scaffold)
+            saver = checkpoint_lib.ShardedCheckpointSaverHook(
+                self.checkpoint_dir, checkpoint, self.plan.save_checkpoints_steps, scaffold,
+                model_dir=self.plan.model_dir, keep=self.plan.keep_checkpoint_max)
             hooks.append(LookupStatsHook([table.lookup_stats for table in _distinct_exchanges(tables.sharded)],
                                          sum(table.shard_rows for table in tables.sharded), self.topology.rank))
             return spec._replace(scaffold=scaffold,

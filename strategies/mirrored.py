@@ -19,14 +19,15 @@ out `/cpu:0`, which does the reduction (see `strategies.devices`); on GPUs,
 """
 
 import dataclasses
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
 from strategies import devices as devices_lib
+from strategies import memory_estimate, registry
 from strategies import options as options_lib
-from strategies import registry
 from strategies import strategy_names as names
+from strategies import topology as topology_lib
 
 REDUCTION_TO_ONE_DEVICE = "reduction_to_one_device"
 HIERARCHICAL_COPY = "hierarchical_copy"
@@ -100,6 +101,15 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
         """
         super().validate()
         check_cross_device_ops(self.options.cross_device_ops, self.device_list)
+
+    def memory_estimates(self, state: memory_estimate.ModelState, ids_per_step: int,
+                         scale: Optional[int] = None) -> Dict[str, memory_estimate.ProcessMemory]:
+        """A copy of every variable and slot per replica on CPU replicas, all in host memory; on GPUs the copies
+        are in the GPUs' memory, which this estimate of host memory leaves out."""
+        del ids_per_step, scale
+        copies = len(self.device_list) if self.device_list.device_type == devices_lib.CPU else 0
+        return {topology_lib.ROLE_WORKER: memory_estimate.ProcessMemory(
+            variables=copies * state.variable_bytes, slots=copies * state.slot_bytes)}
 
     def batches_per_step(self) -> int:
         """Dataset batches one global step consumes: one per replica."""

@@ -33,7 +33,7 @@ workers train, the `ps` tasks hold the variables.
 import dataclasses
 import socket
 import time
-from typing import Callable, List, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -41,7 +41,7 @@ from absl import logging
 from input_pipeline import sharding
 from strategies import cluster as cluster_lib
 from strategies import context as context_lib
-from strategies import lifecycle, registry, strategy, tower
+from strategies import lifecycle, memory_estimate, registry, strategy, tower
 from strategies import options as options_lib
 from strategies import strategy_names as names
 from strategies import tables as tables_lib
@@ -126,6 +126,7 @@ class ParameterServerStrategy(strategy.Strategy):
     Options = PSOptions
     options: PSOptions
     evaluates_in_training_session = True
+    memory_scale = "with %d parameter server(s)"
 
     def __init__(self, config: StrategyConfig):
         super().__init__(config)
@@ -352,6 +353,22 @@ class ParameterServerStrategy(strategy.Strategy):
                                          CHIEF_EXIT_TIMEOUT_SECONDS)
         logging.info("%s: the chief's process %s (waited %.1f s); this host's ps may stop",
                      cluster.task_name, "is still up" if still_up else "exited", time.monotonic() - start)
+
+    def memory_estimates(self, state: memory_estimate.ModelState, ids_per_step: int,
+                         scale: Optional[int] = None) -> Dict[str, memory_estimate.ProcessMemory]:
+        """A parameter server holds its partition of each table and its share of the dense variables, with their
+        slots; a training task none of the tables and a copy of the dense variables, and the rows it pulls and the
+        gradients it pushes each step. `scale`: parameter servers (default: `TF_CONFIG`'s)."""
+        servers = scale if scale is not None else self.cluster.num_ps
+        table_bytes, table_slot_bytes = state.tables_held(servers)
+        dense_share = state.dense_share(servers)
+        return {
+            topology_lib.ROLE_PS: memory_estimate.ProcessMemory(
+                variables=table_bytes + round(dense_share * state.dense_bytes),
+                slots=table_slot_bytes + round(dense_share * state.dense_slot_bytes)),
+            topology_lib.ROLE_WORKER: memory_estimate.ProcessMemory(
+                variables=state.dense_bytes, buffers=state.exchange_bytes(ids_per_step)),
+        }
 
     def describe(self) -> str:
         cluster = self.cluster

@@ -28,13 +28,14 @@ in the members below; the defaults describe one process on one device.
 import abc
 import dataclasses
 import os
-from typing import ClassVar, List, Optional, Tuple
+from typing import Callable, ClassVar, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
 
+from input_pipeline import pipeline
 from strategies import context as context_lib
-from strategies import deprecated, lifecycle
+from strategies import deprecated, lifecycle, memory_estimate, saving
 from strategies import large_batch as large_batch_lib
 from strategies import options as options_lib
 from strategies import tables as tables_lib
@@ -80,6 +81,9 @@ class Strategy(deprecated.StrategyMembers, abc.ABC):
     name: ClassVar[str] = ""
     Options: ClassVar[type] = options_lib.NoOptions
     evaluates_in_training_session: ClassVar[bool] = False
+    # The count of processes `memory_estimates` spreads the model over, as a phrase of it (`"at %d rank(s)"`);
+    # empty where a process holds as much whatever the job's size.
+    memory_scale: ClassVar[str] = ""
 
     def __init__(self, config: StrategyConfig):
         options = config.options if config.options is not None else self.Options()
@@ -245,6 +249,15 @@ class Strategy(deprecated.StrategyMembers, abc.ABC):
         """
         return dataset
 
+    def evaluation_input_fn(self, builder: pipeline.DatasetBuilder) -> Callable[..., tf.data.Dataset]:
+        """The Estimator `input_fn` of this process's evaluation of the validation rows `builder` reads.
+
+        By default every row, on this one process. Processes that evaluate
+        together (Horovod ranks) read a shard each and sum their metric
+        state (`strategies.sharded_evaluation`).
+        """
+        return builder.input_fn()
+
     def global_max_steps(self, steps_per_worker: int) -> int:
         """The global step at which training stops, given each worker's steps (a pure rule).
 
@@ -361,7 +374,10 @@ class Strategy(deprecated.StrategyMembers, abc.ABC):
 
         def with_context(features, labels, mode, params):
             context = self.model_context(mode)
-            return replicated(features, labels, mode, context.with_params(params))
+            spec = replicated(features, labels, mode, context.with_params(params))
+            if mode == tf.estimator.ModeKeys.TRAIN and isinstance(spec, tf.estimator.EstimatorSpec):
+                spec = saving.with_no_copy_saver(spec, self.plan.keep_checkpoint_max)
+            return spec
         return with_context
 
     def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
@@ -391,6 +407,23 @@ class Strategy(deprecated.StrategyMembers, abc.ABC):
             agreed = self.agree_max(tf.constant(value, tf.int32))
             with tf.compat.v1.Session(config=self.session_config()) as session:
                 return int(session.run(agreed))
+
+    # --- memory ------------------------------------------------------------------------------------
+    def memory_estimates(self, state: memory_estimate.ModelState, ids_per_step: int,
+                         scale: Optional[int] = None) -> Dict[str, memory_estimate.ProcessMemory]:
+        """The memory each kind of process of this strategy's job holds, by role (`topology.ROLES`).
+
+        By default one process holding the whole model. A strategy that
+        spreads the model over processes overrides it, with `memory_scale`.
+
+        Args:
+          state: the model's training state (`memory_estimate.model_state`).
+          ids_per_step: the ids one process looks up per step.
+          scale: the count of processes `memory_scale` names to estimate at;
+            None: this job's (which may need `setup()`).
+        """
+        del ids_per_step, scale
+        return {topology_lib.ROLE_WORKER: memory_estimate.whole_model(state)}
 
     # --- the end -----------------------------------------------------------------------------------
     def finish_training(self) -> None:

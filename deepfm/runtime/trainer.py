@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple, Type, Union
@@ -49,12 +50,16 @@ from strategies import context as context_lib
 from strategies import lifecycle
 from strategies import strategy as strategy_lib
 from strategies import topology as topology_lib
+from strategies.sharded import checkpoint as sharded_checkpoint
+from strategies.sharded import row_stream
 
 # Kept here for their former users; they live in `deepfm.runtime.evaluation`.
 EVAL_BATCH_SIZE = evaluation.EVAL_BATCH_SIZE
 REPORTED_METRICS = evaluation.REPORTED_METRICS
 # The directory TensorFlow writes a SavedModel into before moving it to `<export_dir>/<timestamp>`.
 PARTIAL_EXPORT = re.compile(r"^temp-\d+$")
+# Beside a checkpoint of sharded tables, where an export gathers their weights (removed after).
+WEIGHTS_DIR_PREFIX = "export-weights-"
 # Under the model directory, where `--trace_steps` traces go by default.
 TRACE_DIR = "traces"
 
@@ -200,11 +205,13 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
       ValueError: bad configuration, found before training starts.
     """
     topology = strategy.setup()
+    model_fn = model_fn or models.get(model.model)
+    console = console or console_lib.Console(enabled=False)
+    # Every process, a parameter server before it serves, first checks its memory (`preflight.check_memory`).
+    exports = preflight.check_memory(train, model, strategy, model_fn, console) if train.check_memory else True
     if topology.role != topology_lib.ROLE_WORKER:
         strategy.serve()
         return None
-    model_fn = model_fn or models.get(model.model)
-    console = console or console_lib.Console(enabled=False)
     feed, path = _start(train, model, input_config, strategy, model_fn, console, dataset)
     max_steps = strategy.max_steps
     budget = ("training to global step %d" % max_steps if max_steps is not None else
@@ -240,9 +247,12 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         global_step=int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)))
     if interrupted:
         interrupt.stop_training(result, train.metrics_file if topology.is_chief else None, stop)
-    _evaluate_after_training(result, outcome, estimator, train, input_config, topology, feed.dataset)
+    _evaluate_after_training(result, outcome, estimator, train, input_config, strategy, feed.dataset)
     if topology.is_chief:
-        if train.export_dir:
+        if train.export_dir and not exports:
+            logging.warning("not exported in-process: this host cannot hold the model's weights (the memory check "
+                            "at the start said so); export on a host that can with %s", preflight.export_command(train))
+        elif train.export_dir:
             result.export_path = export(estimator, train.export_dir, model.field_size,
                                         outcome.checkpoint_path if outcome is not None else None)
         if train.metrics_file:
@@ -325,9 +335,10 @@ def _stop_agreement(strategy: strategy_lib.Strategy):
 
 
 def _evaluate_after_training(result: TrainResult, outcome, estimator: tf.estimator.Estimator, train: TrainConfig,
-                             input_config: pipeline.PipelineConfig, topology: topology_lib.Topology,
+                             input_config: pipeline.PipelineConfig, strategy: strategy_lib.Strategy,
                              dataset: Optional[dataset_lib.Dataset]) -> None:
-    """Fills `result`'s metrics: from the rounds, or by evaluating the last checkpoint."""
+    """Fills `result`'s metrics: from the rounds, or by evaluating the last checkpoint as `strategy` reads it."""
+    topology = strategy.topology
     if outcome is not None:
         if outcome.best is not None:
             result.auc, result.logloss, result.best_step = outcome.best.auc, outcome.best.logloss, outcome.best.step
@@ -340,7 +351,8 @@ def _evaluate_after_training(result: TrainResult, outcome, estimator: tf.estimat
                 estimator, train.val_channel, evaluation.channel_eval_config(input_config))
     elif topology.evaluates and train.val_files:
         result.auc, result.logloss, result.global_step = evaluation.evaluate(
-            estimator, train.val_files, evaluation.file_eval_config(input_config), dataset=dataset)
+            estimator, train.val_files, evaluation.file_eval_config(input_config), dataset=dataset,
+            strategy=strategy)
     result.best_step = result.global_step
 
 
@@ -384,8 +396,24 @@ def export(estimator: tf.estimator.Estimator, export_dir: str, field_size: int,
       The timestamped SavedModel directory.
     """
     remove_partial_exports(export_dir)
-    path = estimator.export_saved_model(export_dir, ctr.serving_input_receiver_fn(field_size),
-                                        checkpoint_path=checkpoint_path)
+    checkpoint_path = checkpoint_path or estimator.latest_checkpoint()
+    receiver_fn = ctr.serving_input_receiver_fn(field_size)
+    if checkpoint_path is None or row_stream.saved_ranks(checkpoint_path) is None:
+        path = estimator.export_saved_model(export_dir, receiver_fn, checkpoint_path=checkpoint_path)
+        return path.decode() if isinstance(path, bytes) else path
+    # A checkpoint of sharded tables: their weights gathered first into a plain one (no slots), then removed.
+    weights_dir = tempfile.mkdtemp(prefix=WEIGHTS_DIR_PREFIX, dir=os.path.dirname(checkpoint_path))
+    try:
+        with tf.Graph().as_default():
+            receiver = receiver_fn()
+            estimator._call_model_fn(receiver.features, None, tf.estimator.ModeKeys.PREDICT,  # pylint: disable=protected-access
+                                     estimator.config)
+            weights = sharded_checkpoint.export_weights(checkpoint_path, tf.compat.v1.global_variables(),
+                                                        os.path.join(weights_dir, os.path.basename(checkpoint_path)))
+        logging.info("gathered the weights of %s's sharded tables into %s for the export", checkpoint_path, weights)
+        path = estimator.export_saved_model(export_dir, receiver_fn, checkpoint_path=weights)
+    finally:
+        shutil.rmtree(weights_dir, ignore_errors=True)
     return path.decode() if isinstance(path, bytes) else path
 
 

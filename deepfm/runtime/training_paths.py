@@ -125,7 +125,7 @@ class Rounds(TrainingPath):
         def evaluate():
             checkpoint = estimator.latest_checkpoint()
             auc, logloss, step = evaluation.evaluate(estimator, train.val_files, eval_config, checkpoint,
-                                                     dataset=self.feed.dataset)
+                                                     dataset=self.feed.dataset, strategy=strategy)
             return early_stopping.Evaluation(step=step, auc=auc, logloss=logloss), checkpoint
 
         # The agreed start: rank 0's resume step on every Horovod rank (the others train in private directories).
@@ -150,7 +150,7 @@ class RoundsInSession(TrainingPath):
 
         def evaluate(checkpoint: str) -> early_stopping.Evaluation:
             auc, logloss, step = evaluation.evaluate(estimator, train.val_files, eval_config, checkpoint,
-                                                     dataset=self.feed.dataset)
+                                                     dataset=self.feed.dataset, strategy=self.strategy)
             return early_stopping.Evaluation(step=step, auc=auc, logloss=logloss)
 
         hook = early_stopping.EvaluateInSessionHook(train.model_dir, evaluate, tracker, max_steps, every,

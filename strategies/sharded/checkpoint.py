@@ -1,36 +1,52 @@
-"""Checkpoints of sharded tables whose layout does not depend on the number of ranks.
+"""Checkpoints of sharded tables: every rank saves and restores its own rows, at any number of ranks.
 
-Rank 0's checkpoint holds every table, and every optimizer slot of it, as the
-full unsharded tensor under the single-process name (`deepfm_model/fm_v`,
-`deepfm_model/fm_v/Adam`, ...), gathered from every rank while saving. Any
-number of ranks, and a plain single-process graph, can restore it: a job
-restarted with another number of ranks re-shards on restore (rank 0 sends
-each rank its rows).
+A checkpoint of a `hybrid` job at step S is two kinds of files in the model
+directory:
 
-Saving and restoring are collectives: every rank must save at the same
-steps (by steps, never by seconds). Rank 0 holds one whole table (or slot)
-in memory while saving, and all of them, read from its checkpoint, while
-`RestoreShardsHook` scatters them. Export a SavedModel from a plain
-single-process graph of the same names (rank 0 exports alone).
+* `model.ckpt-S.*`, rank 0's bundle: the replicated (dense) variables, the
+  global step, and the `checkpoint` state file, as any Estimator writes;
+* `model.ckpt-S.shard-<rank>-of-<ranks>.*`, one bundle per rank: that rank's
+  rows of every sharded table and of each optimizer slot of it, under the
+  tables' single-process names, in slices of bounded size
+  (`strategies.sharded.row_stream`).
+
+Saving is a collective: every rank writes its shard bundle, the ranks wait
+for each other, then rank 0 writes its bundle and points the state file at
+it, so the state file only ever names a checkpoint whose shards are all
+written (every rank saves at the same steps: by steps, never by seconds).
+No rank ever holds more than its own rows.
+
+Restoring (`RestoreShardsHook`, at every session start): rank 0 names the
+checkpoint of its global step and the number of ranks it was saved at;
+each rank then reads, block by block, the saved shards that hold ids it
+owns now and writes those rows into its shard. At the same number of ranks
+that is its own file; at another number, re-sharding reads the old shards
+in blocks and keeps its rows. So no rank allocates more than its share plus
+one block per variable. One process (1 rank) restores it the same way, and
+`export_weights` gathers the tables' weights, without their slots, into a
+checkpoint a plain single-process graph restores, for the SavedModel.
 """
 
-import dataclasses
+import os
 import re
 from typing import List, Optional, Sequence, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 # No public API builds a custom `SaveableObject` for `tf.compat.v1.train.Saver`.
 from tensorflow.python.training.saving import saveable_object
 
-from strategies import devices
-from strategies.sharded import ownership
+from strategies import devices, saving
+from strategies.sharded import ownership, row_stream
 from strategies.sharded.table import ShardedEmbedding
 
 ROOT_RANK = 0
-# `RestoreShardsHook`: what rank 0 tells the other ranks before the scatter.
+CHECKPOINT_BASENAME = "model.ckpt"
+# Where `BestCheckpoint` keeps the best checkpoint (deepfm.runtime.early_stopping), looked in after the model dir.
+BEST_DIR = "best"
+# `RestoreShardsHook`: what rank 0 tells the other ranks before the restore.
 NOTHING_TO_RESTORE, RESTORE, RESTORE_FAILED = 0, 1, 2
+_STEP = re.compile(r"-(\d+)$")
 
 
 def _op_name(prefix: str, checkpoint_name: str) -> str:
@@ -38,75 +54,46 @@ def _op_name(prefix: str, checkpoint_name: str) -> str:
     return prefix + "_" + re.sub(r"[^A-Za-z0-9_.-]", "_", checkpoint_name)
 
 
-class _GatheredShardSaveable(saveable_object.SaveableObject):
-    """Saves a shard (or a slot of it) as the full table on the root rank.
+class _ShardSaveable(saveable_object.SaveableObject):
+    """Saves this rank's rows of a table (or of a slot of it) as bounded slices, without copying them.
 
-    Saving is a collective: every rank sends its whole shard to the root
-    (an all-to-all whose splits send everything to one rank). The root saves
-    the full tensor, in id order, under the unsharded name; the other ranks
-    save their own shard under its own name. Restoring is local: the root
-    takes its rows out of the full tensor (at any number of ranks), the
-    others restore their own shard.
+    Restoring is `RestoreShardsHook`'s: `restore` builds nothing.
     """
 
-    def __init__(self, table: ShardedEmbedding, variable: tf.Variable, hvd, root_rank: int):
-        self._table = table
-        self._variable = variable
-        self._is_root = table.rank == root_rank
-        checkpoint_name = table.checkpoint_name(variable)
+    def __init__(self, table: ShardedEmbedding, variable: tf.Variable):
+        name = table.checkpoint_name(variable)
+        rows = table.shard_rows
+        full_shape = [rows] + list(table.row_shape)
         with tf.device(devices.HOST_DEVICE):
-            value = variable.read_value()
-            splits = tf.one_hot(root_rank, table.size, on_value=table.shard_rows, off_value=0, dtype=tf.int32)
-            gathered, _ = hvd.alltoall(value, splits=splits, name=_op_name("gather_to_root", checkpoint_name))
-            if self._is_root:
-                name = checkpoint_name
-                tensor = tf.gather(gathered, ownership.id_order_positions_tensor(table.num_rows, table.size))
-            else:
-                name = variable.op.name
-                # Received nothing: appending it keeps the value and makes the
-                # save wait for the collective (a control dependency alone is
-                # pruned by the graph optimizer).
-                tensor = tf.ensure_shape(tf.concat([value, gathered], axis=0), value.shape)
-        super().__init__(variable, [saveable_object.SaveSpec(tensor, "", name)], name)
+            value = saving.read_no_copy(variable)
+            # Row slices of a tensor share its buffer where they start at a multiple of 16 floats' rows.
+            specs = [saveable_object.SaveSpec(value[start:start + length],
+                                              row_stream.slice_spec(full_shape, start, length), name)
+                     for start, length in row_stream.blocks(rows)]
+        super().__init__(variable, specs, name)
 
     def restore(self, restored_tensors, restored_shapes):
-        del restored_shapes
-        restored = restored_tensors[0]
-        table = self._table
-        if not self._is_root:
-            return self._variable.assign(restored, read_value=False)
-        full_shape = [table.num_rows] + list(table.row_shape)
-        fits = tf.debugging.assert_equal(
-            tf.shape(restored), tf.constant(full_shape, tf.int32),
-            message="checkpoint tensor %r does not have the shape %s of sharded embedding %r (shape of the "
-                    "checkpoint's tensor below): the checkpoint was written for another number of rows or "
-                    "width" % (self.name, full_shape, table.name))
-        with tf.control_dependencies([fits]):
-            rows = tf.gather(restored, tf.range(table.rank, table.num_rows, table.size))
-        return self._variable.assign(rows, read_value=False)
+        del restored_tensors, restored_shapes
+        return tf.no_op()
 
 
 class ShardedCheckpoint:
-    """Checkpoints of sharded tables whose layout does not depend on the number of ranks.
+    """The checkpoint of a graph's sharded tables (see the module docstring).
 
-    * `saver()`: a `tf.compat.v1.train.Saver` for a model_fn's
-      `Scaffold(saver=...)`. On rank 0 it saves every table and slot as the
-      full tensor under its single-process name; on the other ranks their
-      shards under `<full_name>/local_shard[/<slot>]`. Saving is a
-      collective: every rank must save at the same steps (by steps, never by
-      seconds). Restoring is local to each rank.
-    * `RestoreShardsHook` / `ShardedCheckpointSaverHook`: after the session
-      starts, rank 0 scatters every rank's rows from its checkpoint, so a job
-      restarted at another number of ranks gets its rows back.
+    * `saver()`: the `Saver` of the replicated variables, for the model_fn's
+      `Scaffold` (`scaffold()` builds it, with ready ops that leave the
+      shards to `RestoreShardsHook`).
+    * `shard_saver()`: the `Saver` of this rank's rows, saved beside each
+      checkpoint by `ShardedCheckpointSaverHook`.
     * `replicated_variables()`: the variables to broadcast from rank 0 at the
-      start (`hvd.broadcast_variables`), leaving the shards out.
+      start, leaving the shards out.
 
     Build it in the model_fn after the optimizer created its slots.
 
     Args:
       tables: the sharded tables of the graph (one rank and size for all).
       hvd: `horovod.tensorflow`, initialized.
-      root_rank: the rank that writes the real checkpoint.
+      root_rank: the rank that writes the checkpoint's state file.
 
     Raises:
       ValueError: no tables, tables of different ranks or sizes, or a bad
@@ -127,7 +114,7 @@ class ShardedCheckpoint:
 
     @property
     def is_root(self) -> bool:
-        """Whether this rank writes the real checkpoint."""
+        """Whether this rank writes the checkpoint's state file."""
         return self.rank == self.root_rank
 
     def sharded_variables(self, variables: Optional[Sequence[tf.Variable]] = None
@@ -150,90 +137,110 @@ class ShardedCheckpoint:
         sharded = {variable.ref() for _, variable in self.sharded_variables(variables)}
         return [variable for variable in variables if variable.ref() not in sharded]
 
-    def saveables(self) -> List[saveable_object.SaveableObject]:
-        """The saveable of every shard and slot (builds the save-time collectives)."""
-        with tf.name_scope("sharded_checkpoint"):
-            return [_GatheredShardSaveable(table, variable, self.hvd, self.root_rank)
-                    for table, variable in self.sharded_variables()]
-
     def saver(self, **saver_kwargs) -> tf.compat.v1.train.Saver:
-        """A `Saver` of the replicated variables and the sharded tables.
+        """The `Saver` of the replicated variables (read without a copy), for the model_fn's `Scaffold`.
 
         Args:
-          **saver_kwargs: for `tf.compat.v1.train.Saver` (e.g. `max_to_keep`);
-            `sharded` and `save_relative_paths` default to True, as the
-            Estimator's own saver.
+          **saver_kwargs: for `tf.compat.v1.train.Saver` (e.g. `max_to_keep`).
         """
-        saver_kwargs.setdefault("sharded", True)
-        saver_kwargs.setdefault("save_relative_paths", True)
-        return tf.compat.v1.train.Saver(var_list=self.replicated_variables() + self.saveables(), **saver_kwargs)
+        return saving.no_copy_saver(self.replicated_variables(), **saver_kwargs)
 
-    def restore_hook(self, checkpoint_dir: Optional[str], broadcast_replicated: bool = True
-                     ) -> "RestoreShardsHook":
-        """A `RestoreShardsHook` reading rank 0's checkpoints in `checkpoint_dir`."""
-        return RestoreShardsHook(self, checkpoint_dir, broadcast_replicated)
+    def shard_saver(self) -> tf.compat.v1.train.Saver:
+        """The `Saver` of this rank's rows of every table and slot, in bounded slices (builds no restore)."""
+        saveables = [_ShardSaveable(table, variable) for table, variable in self.sharded_variables()
+                     if table.shard_rows > 0]
+        return tf.compat.v1.train.Saver(var_list=saveables, sharded=False, allow_empty=True,
+                                        save_relative_paths=True)
+
+    def scaffold(self, **saver_kwargs) -> tf.compat.v1.train.Scaffold:
+        """A `Scaffold` with `saver(**saver_kwargs)` whose readiness leaves the shards to `RestoreShardsHook`.
+
+        A session restored from rank 0's bundle has shards that are not
+        initialized yet; the hook restores them right after.
+        """
+        replicated = self.replicated_variables()
+        return tf.compat.v1.train.Scaffold(
+            saver=self.saver(**saver_kwargs),
+            ready_op=tf.compat.v1.report_uninitialized_variables(replicated + tf.compat.v1.local_variables()),
+            ready_for_local_init_op=tf.compat.v1.report_uninitialized_variables(replicated))
+
+    def restore_hook(self, model_dir: Optional[str], broadcast_replicated: bool = True) -> "RestoreShardsHook":
+        """A `RestoreShardsHook` reading the checkpoints of `model_dir`."""
+        return RestoreShardsHook(self, model_dir, broadcast_replicated)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Scatter:
-    """The ops that scatter one checkpoint tensor from the root to every rank's shard."""
+def checkpoint_step(checkpoint_path: str) -> int:
+    """The global step of a checkpoint path (`.../model.ckpt-<step>`)."""
+    match = _STEP.search(checkpoint_path)
+    if match is None:
+        raise ValueError("checkpoint path %r does not end in -<global step>" % checkpoint_path)
+    return int(match.group(1))
 
-    table: ShardedEmbedding
-    checkpoint_name: str
-    rows: tf.Tensor
-    splits: tf.Tensor
-    assign: tf.Operation
+
+def checkpoint_of_step(model_dir: str, step: int) -> Optional[str]:
+    """The checkpoint of `step` with shard files in `model_dir` (or its `best/`), or None."""
+    for directory in (model_dir, os.path.join(model_dir, BEST_DIR)):
+        path = os.path.join(directory, "%s-%d" % (CHECKPOINT_BASENAME, step))
+        if tf.io.gfile.glob(path + ".shard-*"):
+            return path
+    return None
 
 
 class RestoreShardsHook(tf.estimator.SessionRunHook):
-    """At session start, every rank takes rank 0's state: its rows from rank 0's checkpoint.
+    """At session start, every rank restores its rows of the checkpoint of rank 0's global step.
 
-    Run it on every rank (a collective). Rank 0 reads the full tables and
-    slots of its latest checkpoint in `checkpoint_dir` and sends each rank
-    its rows with an all-to-all; with no checkpoint every rank keeps what the
-    session initialized. Rank 0 first broadcasts whether it restores, so a
-    missing checkpoint tensor stops every rank with an error. Then, with
-    `broadcast_replicated`, rank 0's replicated variables (the global step
-    included) are broadcast to every rank: use this instead of Horovod's
+    Run it on every rank (a collective). Rank 0 finds the checkpoint of the
+    global step its session restored (`model.ckpt-<step>` in the model
+    directory, or in its `best/`), the number of ranks it was saved at, and
+    checks its shard files; it broadcasts what it found, so a missing or
+    misshapen shard stops every rank with an error. Each rank then writes
+    its rows into its shards (`row_stream.stream_rows`): shards not
+    initialized by the session (it restored rank 0's bundle) are first
+    filled with zeros. With no checkpoint (a new model directory) every rank
+    keeps what the session initialized. Then, with `broadcast_replicated`,
+    rank 0's replicated variables (the global step included) are broadcast
+    to every rank: use this instead of Horovod's
     `BroadcastGlobalVariablesHook`, which would broadcast the shards too.
-
-    Put it before any `CheckpointSaverHook`: a save before it would write
-    rows the other ranks have not received yet, and ranks whose global steps
-    still differ would save at different steps and wait for each other for
-    ever. The Estimator runs its own checkpoint saver before the model_fn's
-    hooks, so with an Estimator use `ShardedCheckpointSaverHook`, which runs
-    this first.
 
     Args:
       checkpoint: the graph's `ShardedCheckpoint`.
-      checkpoint_dir: rank 0's checkpoint directory (ignored on the others).
+      model_dir: the job's model directory, where every rank's shards are.
       broadcast_replicated: also broadcast rank 0's replicated variables.
     """
 
-    def __init__(self, checkpoint: ShardedCheckpoint, checkpoint_dir: Optional[str],
-                 broadcast_replicated: bool = True):
+    def __init__(self, checkpoint: ShardedCheckpoint, model_dir: Optional[str], broadcast_replicated: bool = True):
         self._checkpoint = checkpoint
-        self._checkpoint_dir = checkpoint_dir
+        self._model_dir = model_dir
         self._broadcast_replicated = broadcast_replicated
-        self._scatters: List[_Scatter] = []
+        self._writers: List[Tuple[ShardedEmbedding, List[row_stream.RowWriter]]] = []
+        self._fills: List[Tuple[tf.Tensor, tf.Operation]] = []
         self._decision: Optional[tf.Tensor] = None
         self._decision_input: Optional[tf.Tensor] = None
         self._broadcast: Optional[tf.Operation] = None
+        self._step: Optional[tf.Tensor] = None
+        self.restored_from: Optional[str] = None
+        self.restored_step: Optional[int] = None
+        self.blocks_read = 0
 
     def begin(self):
         checkpoint = self._checkpoint
         hvd = checkpoint.hvd
         with tf.name_scope("restore_shards"), tf.device(devices.HOST_DEVICE):
-            self._decision_input = tf.compat.v1.placeholder(tf.int32, [], name="decision")
+            self._decision_input = tf.compat.v1.placeholder(tf.int64, [3], name="decision")
             self._decision = hvd.broadcast(self._decision_input, checkpoint.root_rank, name="restore_decision")
-            self._scatters = []
-            for table, variable in checkpoint.sharded_variables():
-                name = table.checkpoint_name(variable)
-                rows = tf.compat.v1.placeholder(variable.dtype.base_dtype, [None] + list(table.row_shape))
-                splits = tf.compat.v1.placeholder(tf.int32, [checkpoint.size])
-                received, _ = hvd.alltoall(rows, splits=splits, name=_op_name("scatter_from_root", name))
-                self._scatters.append(_Scatter(table, name, rows, splits,
-                                               variable.assign(received, read_value=False)))
+            self._step = tf.compat.v1.train.get_global_step()
+            self._writers, self._fills = [], []
+            for table in checkpoint.tables:
+                writers = []
+                for variable in [table.variable] + table.slot_variables():
+                    writers.append(row_stream.RowWriter(variable, table.checkpoint_name(variable), table.row_shape,
+                                                        table.rank, table.size))
+                    zeros = tf.fill(tf.compat.v1.placeholder_with_default(
+                        tf.constant(variable.shape.as_list(), tf.int64), [variable.shape.rank]),
+                        tf.cast(0, variable.dtype.base_dtype))
+                    self._fills.append((tf.raw_ops.VarIsInitializedOp(resource=variable.handle),
+                                        tf.raw_ops.AssignVariableOp(resource=variable.handle, value=zeros)))
+                self._writers.append((table, writers))
             replicated = checkpoint.replicated_variables()
             self._broadcast = None
             if self._broadcast_replicated and replicated:
@@ -245,67 +252,92 @@ class RestoreShardsHook(tf.estimator.SessionRunHook):
         if self._broadcast is not None:
             session.run(self._broadcast)
 
+    def _decide(self, session) -> Tuple[int, int, int, str]:
+        """Rank 0's decision (what, step, ranks saved at) and, where it failed, why."""
+        checkpoint = self._checkpoint
+        if not checkpoint.is_root or not self._model_dir:
+            return NOTHING_TO_RESTORE, 0, 0, ""
+        step = int(session.run(self._step)) if self._step is not None else 0
+        path = checkpoint_of_step(self._model_dir, step)
+        if path is None:
+            latest = tf.train.latest_checkpoint(self._model_dir)
+            if latest is None or checkpoint_step(latest) != step:
+                return NOTHING_TO_RESTORE, step, 0, ""
+            return RESTORE_FAILED, step, 0, (
+                "checkpoint %s has no shard files (%s.shard-<rank>-of-<ranks>.*): it was not written by strategy "
+                "hybrid, or they were not copied with it; resume it with the strategy that wrote it" % (latest, latest))
+        try:
+            ranks = row_stream.saved_ranks(path)
+        except row_stream.ShardLayoutError as e:
+            return RESTORE_FAILED, step, 0, str(e)
+        assert ranks is not None
+        problems = row_stream.check_shapes(path, ranks, [
+            (table.checkpoint_name(variable), table.num_rows, table.row_shape)
+            for table, variable in checkpoint.sharded_variables()])
+        if problems:
+            return RESTORE_FAILED, step, ranks, (
+                "checkpoint %s cannot restore the sharded tables: %s. Use a model_dir written with the same tables "
+                "and optimizer" % (path, "; ".join(problems)))
+        return RESTORE, step, ranks, ""
+
     def restore(self, session: tf.compat.v1.Session) -> bool:
-        """Scatters rank 0's checkpoint to every rank (a collective); returns whether it did.
+        """Restores this rank's rows of rank 0's checkpoint (a collective); returns whether it did.
 
         Raises:
-          ValueError: rank 0's checkpoint lacks a table or slot, or holds it
-            in another shape (every rank raises).
+          ValueError: rank 0's checkpoint lacks shard files, or a table or
+            slot, or holds one in another shape (every rank raises).
         """
         checkpoint = self._checkpoint
-        path, problems = None, []
-        if checkpoint.is_root and self._checkpoint_dir:
-            path = tf.train.latest_checkpoint(self._checkpoint_dir)
-        if path is not None:
-            shapes = dict(tf.train.list_variables(path))
-            for scatter in self._scatters:
-                expected = [scatter.table.num_rows] + list(scatter.table.row_shape)
-                found = shapes.get(scatter.checkpoint_name)
-                if found != expected:
-                    problems.append("%s: %s in the checkpoint, %s expected" % (
-                        scatter.checkpoint_name, "missing" if found is None else found, expected))
-        decision = RESTORE_FAILED if problems else (NOTHING_TO_RESTORE if path is None else RESTORE)
-        decision = session.run(self._decision, {self._decision_input: decision})
+        decision, step, ranks, problem = self._decide(session)
+        decision, step, ranks = (int(value) for value in session.run(
+            self._decision, {self._decision_input: [decision, step, ranks]}))
         if decision == RESTORE_FAILED:
-            raise ValueError(
-                "rank %d's checkpoint %s cannot restore the sharded tables: %s. Use a model_dir written "
-                "with the same tables and optimizer" % (checkpoint.root_rank, path, "; ".join(problems))
-                if problems else "rank %d could not restore the sharded tables from its checkpoint; its "
-                "log names the problem" % checkpoint.root_rank)
+            raise ValueError(problem or "rank %d could not restore the sharded tables of its checkpoint at step %d; "
+                             "its log names the problem" % (checkpoint.root_rank, step))
         if decision == NOTHING_TO_RESTORE:
             return False
-        feeds = {}
-        reader = tf.train.load_checkpoint(path) if path is not None else None
-        for scatter in self._scatters:
-            table = scatter.table
-            if reader is not None:
-                rows = reader.get_tensor(scatter.checkpoint_name)[ownership.rank_order(table.num_rows, table.size)]
-                splits = [ownership.shard_rows(table.num_rows, rank, table.size) for rank in range(table.size)]
-            else:
-                rows = np.zeros([0] + list(table.row_shape))
-                splits = [0] * table.size
-            feeds[scatter.rows] = rows.astype(scatter.rows.dtype.as_numpy_dtype)
-            feeds[scatter.splits] = splits
-        session.run([scatter.assign for scatter in self._scatters], feeds)
+        path = checkpoint_of_step(self._model_dir or "", step)
+        if path is None:
+            raise ValueError("rank %d restores the checkpoint of step %d, whose shard files rank %d does not see in "
+                             "%s: every rank needs the model directory (a shared file system, or the same files)"
+                             % (checkpoint.root_rank, step, checkpoint.rank, self._model_dir))
+        initialized = session.run([flag for flag, _ in self._fills])
+        fills = [fill for (_, fill), done in zip(self._fills, initialized) if not done]
+        if fills:
+            session.run(fills)
+        for table, writers in self._writers:
+            self.blocks_read += row_stream.stream_rows(session, writers, path, ranks, table.num_rows, table.rank,
+                                                       table.size)
+        self.restored_from, self.restored_step = path, step
+        tf.compat.v1.logging.info("rank %d of %d restored its rows of %s (saved at %d ranks): %d block(s) read",
+                                  checkpoint.rank, checkpoint.size, path, ranks, self.blocks_read)
         return True
 
 
 class ShardedCheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
-    """A `CheckpointSaverHook` that first gives every rank rank 0's state (`RestoreShardsHook`).
+    """A `CheckpointSaverHook` that restores every rank's rows first and saves them beside each checkpoint.
 
     Give it to the Estimator in `training_chief_hooks` on every rank (each
     Horovod rank is a chief to its Estimator): it then replaces the
-    Estimator's own saver, and the shards are restored and the replicated
-    variables broadcast before the first save. It saves by steps only, so
-    that every rank saves at the same steps; the ranks must start from the
-    same global step, which the broadcast ensures.
+    Estimator's own saver. At session start it restores (`RestoreShardsHook`)
+    and broadcasts the replicated variables; a session that restored a
+    checkpoint does not write its rows again at the same step. Each save
+    writes this rank's rows to `<model_dir>/model.ckpt-<step>.shard-<rank>-of-
+    <ranks>`, waits for every rank, then saves the scaffold's saver to this
+    rank's checkpoint directory (rank 0's is the model directory). It saves by
+    steps only, so that every rank saves at the same steps; the ranks start
+    from the same global step, which the broadcast ensures. Each rank keeps
+    the shard files of its last `keep` saves.
 
     Args:
       checkpoint_dir: this rank's checkpoint directory (rank 0's model_dir,
         a private one on the others).
       checkpoint: the graph's `ShardedCheckpoint`.
       save_steps: save every this many steps, > 0.
-      scaffold: the model_fn's `Scaffold`, holding `checkpoint.saver()`.
+      scaffold: the model_fn's `Scaffold` (`checkpoint.scaffold()`).
+      model_dir: the job's model directory, where every rank saves its rows.
+      keep: how many saves' shard files each rank keeps (the Estimator's
+        `keep_checkpoint_max`).
       broadcast_replicated: also broadcast rank 0's replicated variables at
         the start; leave it on unless a hook that runs before this one does.
       **kwargs: for `CheckpointSaverHook` (`checkpoint_basename`,
@@ -316,18 +348,99 @@ class ShardedCheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
     """
 
     def __init__(self, checkpoint_dir: str, checkpoint: ShardedCheckpoint, save_steps: int,
-                 scaffold: tf.compat.v1.train.Scaffold, broadcast_replicated: bool = True, **kwargs):
+                 scaffold: tf.compat.v1.train.Scaffold, model_dir: Optional[str] = None, keep: int = 5,
+                 broadcast_replicated: bool = True, **kwargs):
         if save_steps is None or save_steps < 1:
             raise ValueError("ShardedCheckpointSaverHook: save_steps must be >= 1, got %r (sharded tables are "
                              "saved by all ranks together, so by steps, never by seconds)" % (save_steps,))
         super().__init__(checkpoint_dir, save_steps=save_steps, scaffold=scaffold, **kwargs)
-        self._restore = checkpoint.restore_hook(checkpoint_dir, broadcast_replicated)
+        self._checkpoint = checkpoint
+        self._model_dir = model_dir or checkpoint_dir
+        self._keep = max(1, keep)
+        self._restore = checkpoint.restore_hook(self._model_dir, broadcast_replicated)
+        self._shard_saver: Optional[tf.compat.v1.train.Saver] = None
+        self._barrier: Optional[tf.Tensor] = None
+        self._skip_rows_at: Optional[int] = None
 
     def begin(self):
         self._restore.begin()
+        with tf.name_scope("sharded_checkpoint"):
+            self._shard_saver = self._checkpoint.shard_saver()
+            with tf.device(devices.HOST_DEVICE):
+                self._barrier = self._checkpoint.hvd.allreduce(
+                    tf.constant(1, tf.int32), op=self._checkpoint.hvd.Sum, name="sharded_checkpoint_saved")
         super().begin()
 
     def after_create_session(self, session, coord):
-        self._restore.after_create_session(session, coord)
+        if self._restore.restore(session):
+            # The step rank 0 restored, the same on every rank (the others' sessions start at 0 until the broadcast).
+            self._skip_rows_at = self._restore.restored_step
+        if self._restore._broadcast is not None:  # pylint: disable=protected-access
+            session.run(self._restore._broadcast)  # pylint: disable=protected-access
         super().after_create_session(session, coord)
 
+    def _save(self, session, step):
+        if step != self._skip_rows_at:
+            self._save_rows(session, step)
+        self._skip_rows_at = None
+        return super()._save(session, step)
+
+    def _save_rows(self, session, step: int) -> None:
+        """Writes this rank's rows of the checkpoint of `step`, waits for every rank, drops old shard files."""
+        checkpoint = self._checkpoint
+        path = os.path.join(self._model_dir, "%s-%d" % (CHECKPOINT_BASENAME, step))
+        prefix = row_stream.shard_prefix(path, checkpoint.rank, checkpoint.size)
+        assert self._shard_saver is not None
+        self._shard_saver.save(session, prefix, write_meta_graph=False, write_state=False)
+        session.run(self._barrier)
+        steps = row_stream.shard_steps(self._model_dir, CHECKPOINT_BASENAME, checkpoint.rank, checkpoint.size)
+        for old in steps[:-self._keep]:
+            old_prefix = row_stream.shard_prefix(os.path.join(self._model_dir, "%s-%d" % (CHECKPOINT_BASENAME, old)),
+                                                 checkpoint.rank, checkpoint.size)
+            for stale in tf.io.gfile.glob(old_prefix + ".*"):
+                tf.io.gfile.remove(stale)
+
+
+def export_weights(checkpoint_path: str, variables: Sequence[tf.Variable], output_prefix: str) -> str:
+    """Writes a checkpoint of `variables` (a plain single-process graph's) from a sharded checkpoint; returns it.
+
+    Run in the graph of `variables`, in a session of its own: the tables are
+    gathered from the shard files block by block into their variables (one
+    whole table each: the weights, not the optimizer slots), the other
+    variables are restored from rank 0's bundle, and everything is saved to
+    `output_prefix`. A checkpoint without shard files is returned as it is.
+
+    Raises:
+      ValueError: a variable neither in rank 0's bundle nor in the shards.
+    """
+    ranks = row_stream.saved_ranks(checkpoint_path)
+    if ranks is None:
+        return checkpoint_path
+    in_shards = row_stream.saved_tables(checkpoint_path, ranks)
+    in_bundle = dict(tf.train.list_variables(checkpoint_path))
+    plain, tables = [], []
+    for variable in variables:
+        name = variable.op.name
+        if name in in_shards:
+            tables.append(variable)
+        elif name in in_bundle:
+            plain.append(variable)
+        else:
+            raise ValueError("checkpoint %s holds no %r (neither in %s.index nor in its shard files)"
+                             % (checkpoint_path, name, checkpoint_path))
+    with tf.name_scope("export_weights"):
+        writers = [(variable, row_stream.RowWriter(variable, variable.op.name, variable.shape.as_list()[1:], 0, 1))
+                   for variable in tables]
+        fills = [tf.raw_ops.AssignVariableOp(resource=variable.handle, value=tf.fill(
+            tf.compat.v1.placeholder_with_default(tf.constant(variable.shape.as_list(), tf.int64),
+                                                  [variable.shape.rank]), tf.cast(0, variable.dtype.base_dtype)))
+                 for variable in tables]
+        restore = tf.compat.v1.train.Saver(var_list=plain) if plain else None
+        save = saving.no_copy_saver(list(variables), sharded=False)
+    with tf.compat.v1.Session() as session:
+        if restore is not None:
+            restore.restore(session, checkpoint_path)
+        session.run(fills)
+        for variable, writer in writers:
+            row_stream.stream_rows(session, [writer], checkpoint_path, ranks, variable.shape.as_list()[0], 0, 1)
+        return save.save(session, output_prefix, write_meta_graph=False, write_state=False)

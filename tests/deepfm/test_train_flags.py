@@ -29,6 +29,7 @@ PINNED = {
     "batch_size": ("int", "1024", 1024, ()),
     "cache": ("string", "", NO_DEFAULT, ()),
     "check_ids": ("bool", "true", True, ()),
+    "check_memory": ("bool", "true", True, ()),
     "cross_device_ops": ("string enum", "reduction_to_one_device", "reduction_to_one_device",
                          ("reduction_to_one_device", "hierarchical_copy", "nccl")),
     "cross_layers": ("int", "3", 3, ()),

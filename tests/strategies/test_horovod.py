@@ -440,7 +440,7 @@ class TwoRanksTest(tf.test.TestCase):
         self.assertEqual([expected_steps] * NUM_RANKS, [r["global_step"] for r in results])
         self.assertEqual(chief["variables_digest"], other["variables_digest"])
         self.assertNotEqual(first[0]["variables_digest"], chief["variables_digest"])
-        # Both ranks evaluate the whole validation set with equal variables.
+        # Both ranks report the metrics of all the validation rows (their shards' metric state summed).
         self.assertEqual(chief["auc"], other["auc"])
         self.assertGreater(chief["auc"], MIN_AUC)
         self.assertIsNone(other["export_path"])

@@ -266,17 +266,18 @@ def model_fn(features, labels, mode, params, hvd):
     output = logits({table.name: table.lookup(features, routing) for table in tables}, dense, bias)
     if mode == tf.estimator.ModeKeys.PREDICT:
         checkpoint = checkpoint_lib.ShardedCheckpoint(tables, hvd)
-        return tf.estimator.EstimatorSpec(mode, predictions={"logits": output},
-                                          scaffold=tf.compat.v1.train.Scaffold(saver=checkpoint.saver()))
+        return tf.estimator.EstimatorSpec(mode, predictions={"logits": output}, scaffold=checkpoint.scaffold(),
+                                          prediction_hooks=[checkpoint.restore_hook(params["shared_dir"], False)])
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=output))
     optimizer = hvd.DistributedOptimizer(make_optimizer(LAZY_ADAM))
     for table in tables:
         optimizer.register_local_var(table.variable)
     train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
     checkpoint = checkpoint_lib.ShardedCheckpoint(tables, hvd)
-    scaffold = tf.compat.v1.train.Scaffold(saver=checkpoint.saver(max_to_keep=params["keep"]))
+    scaffold = checkpoint.scaffold(max_to_keep=params["keep"])
     saver_hook = checkpoint_lib.ShardedCheckpointSaverHook(
-        params["checkpoint_dir"], checkpoint, save_steps=params["save_steps"], scaffold=scaffold)
+        params["checkpoint_dir"], checkpoint, save_steps=params["save_steps"], scaffold=scaffold,
+        model_dir=params["shared_dir"], keep=params["keep"])
     hooks = [_DumpHook(checkpoint, params["dump_path"], at_start=True),
              _DumpHook(checkpoint, params["end_path"], at_start=False)]
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, scaffold=scaffold,
@@ -286,10 +287,11 @@ def model_fn(features, labels, mode, params, hvd):
 def run_estimator(hvd, result_dir: str, model_dir: str, max_steps: int, save_steps: int, predict: bool) -> None:
     """Trains to `max_steps` on every rank, then optionally predicts `predict_ids()`."""
     rank = hvd.rank()
+    shared_dir = model_dir
     if rank != checkpoint_lib.ROOT_RANK:
         model_dir = tempfile.mkdtemp(prefix="sharded-rank%d-" % rank)
         atexit.register(shutil.rmtree, model_dir, ignore_errors=True)
-    params = dict(checkpoint_dir=model_dir, save_steps=save_steps, keep=10,
+    params = dict(checkpoint_dir=model_dir, shared_dir=shared_dir, save_steps=save_steps, keep=10,
                   dump_path=os.path.join(result_dir, "dump-rank-%d.npz" % rank),
                   end_path=os.path.join(result_dir, "end-rank-%d.npz" % rank))
     config = tf.estimator.RunConfig(model_dir=model_dir, save_checkpoints_steps=None, save_checkpoints_secs=None,
