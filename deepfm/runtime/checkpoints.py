@@ -41,6 +41,7 @@ from absl import logging
 
 from deepfm.config import ModelConfig
 from deepfm.models import ctr
+from strategies.sharded import row_stream
 
 GLOBAL_STEP = tf.compat.v1.GraphKeys.GLOBAL_STEP
 NO_SPACE_MESSAGE = os.strerror(errno.ENOSPC)
@@ -212,6 +213,14 @@ def checkpoint_model_shapes(path: str, scopes) -> Shapes:
     """The variables of a checkpoint under `scopes` and their shapes (optimizer slots and other children left out)."""
     shapes = {name: tuple(shape) for name, shape in tf.train.list_variables(path)
               if name.split("/", 1)[0] in scopes}
+    ranks = row_stream.saved_ranks(path)
+    if ranks is not None:
+        # Sharded tables (`hybrid`): every rank's rows beside the checkpoint; the table has all of them.
+        for rank in range(ranks):
+            for name, shape in tf.train.list_variables(row_stream.shard_prefix(path, rank, ranks)):
+                if name.split("/", 1)[0] in scopes:
+                    rows = shapes.get(name, (0,))[0]
+                    shapes[name] = (rows + shape[0],) + tuple(shape[1:])
     return {name: shape for name, shape in shapes.items()
             if not any(name.startswith(other + "/") for other in shapes if other != name)}
 

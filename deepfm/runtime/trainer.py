@@ -405,6 +405,7 @@ def export(estimator: tf.estimator.Estimator, export_dir: str, field_size: int,
     weights_dir = tempfile.mkdtemp(prefix=WEIGHTS_DIR_PREFIX, dir=os.path.dirname(checkpoint_path))
     try:
         with tf.Graph().as_default():
+            tf.compat.v1.train.get_or_create_global_step()
             receiver = receiver_fn()
             estimator._call_model_fn(receiver.features, None, tf.estimator.ModeKeys.PREDICT,  # pylint: disable=protected-access
                                      estimator.config)

@@ -169,6 +169,15 @@ class ShardedCheckpoint:
         return RestoreShardsHook(self, model_dir, broadcast_replicated)
 
 
+def _zero_fill(variable: tf.Variable) -> tf.Operation:
+    """Assigns zeros to `variable`, made when it runs (a shape through a placeholder is never folded into a
+    constant the graph would keep), so that the variable takes their buffer."""
+    shape = tf.compat.v1.placeholder_with_default(tf.constant(variable.shape.as_list(), tf.int64),
+                                                  [variable.shape.rank])
+    return tf.raw_ops.AssignVariableOp(resource=variable.handle,
+                                       value=tf.fill(shape, tf.cast(0, variable.dtype.base_dtype)))
+
+
 def checkpoint_step(checkpoint_path: str) -> int:
     """The global step of a checkpoint path (`.../model.ckpt-<step>`)."""
     match = _STEP.search(checkpoint_path)
@@ -235,11 +244,8 @@ class RestoreShardsHook(tf.estimator.SessionRunHook):
                 for variable in [table.variable] + table.slot_variables():
                     writers.append(row_stream.RowWriter(variable, table.checkpoint_name(variable), table.row_shape,
                                                         table.rank, table.size))
-                    zeros = tf.fill(tf.compat.v1.placeholder_with_default(
-                        tf.constant(variable.shape.as_list(), tf.int64), [variable.shape.rank]),
-                        tf.cast(0, variable.dtype.base_dtype))
                     self._fills.append((tf.raw_ops.VarIsInitializedOp(resource=variable.handle),
-                                        tf.raw_ops.AssignVariableOp(resource=variable.handle, value=zeros)))
+                                        _zero_fill(variable)))
                 self._writers.append((table, writers))
             replicated = checkpoint.replicated_variables()
             self._broadcast = None
@@ -431,10 +437,7 @@ def export_weights(checkpoint_path: str, variables: Sequence[tf.Variable], outpu
     with tf.name_scope("export_weights"):
         writers = [(variable, row_stream.RowWriter(variable, variable.op.name, variable.shape.as_list()[1:], 0, 1))
                    for variable in tables]
-        fills = [tf.raw_ops.AssignVariableOp(resource=variable.handle, value=tf.fill(
-            tf.compat.v1.placeholder_with_default(tf.constant(variable.shape.as_list(), tf.int64),
-                                                  [variable.shape.rank]), tf.cast(0, variable.dtype.base_dtype)))
-                 for variable in tables]
+        fills = [_zero_fill(variable) for variable in tables]
         restore = tf.compat.v1.train.Saver(var_list=plain) if plain else None
         save = saving.no_copy_saver(list(variables), sharded=False)
     with tf.compat.v1.Session() as session:

@@ -21,8 +21,10 @@ from input_pipeline import schema
 from strategies import base, horovod, hybrid
 from strategies import strategy_names as names
 from strategies.sharded import pipeline as pipeline_lib
+from strategies.sharded import row_stream
 from tests import command_line
 from tests.jobs.local import launch_testing
+from tests.strategies.sharded import ranks_testing
 
 FEATURE_SIZE = 600
 ROWS = 12_000
@@ -31,6 +33,13 @@ TRAIN_FLAGS = ["--batch_size", "128", "--embedding_size", "8", "--deep_layers", 
 # Hybrid at 2 ranks against one process with the same global batch and examples.
 AUC_TOLERANCE = 0.01
 RUN_TIMEOUT_S = 300
+# The sharded tables' weights (their slots are beside them in the shard files).
+TABLES = ("deepfm_model/fm_v", "deepfm_model/fm_w")
+# A resumed run's few steps at this rate move no weight by more than RESUMED_WEIGHT_TOLERANCE (Adam's step is
+# about the rate); the trained weights are of order 0.01 and more away from a fresh initialization.
+RESUME_LEARNING_RATE = "1e-9"
+RESUMED_STEPS = 3
+RESUMED_WEIGHT_TOLERANCE = 1e-6
 
 
 def _skip_without_horovod(test):
@@ -184,6 +193,12 @@ def _checkpoint_values(path):
     return {name: tf.train.load_variable(path, name) for name, _ in tf.train.list_variables(path)}
 
 
+def _tables(path, ranks):
+    """Every table and slot of a checkpoint, assembled from its `ranks` shard files."""
+    shards = [_checkpoint_values(row_stream.shard_prefix(path, rank, ranks)) for rank in range(ranks)]
+    return {name: ranks_testing.assemble([shard[name] for shard in shards], FEATURE_SIZE) for name in shards[0]}
+
+
 @pytest.mark.slow
 class RanksTest(tf.test.TestCase):
     """Real ranks: quality against one process, a resume at another rank count, the export."""
@@ -219,33 +234,44 @@ class RanksTest(tf.test.TestCase):
         self.assertLess(abs(two["auc"] - one["auc"]), AUC_TOLERANCE, (two["auc"], one["auc"]))
         self.assertGreater(two["auc"], 0.6)
 
-        # The checkpoint holds the whole tables under their single-process names.
+        # Rank 0's bundle holds the replicated variables; each rank's shard file its rows of every table and slot.
         checkpoint = tf.train.latest_checkpoint(model_dir)
         step = two["global_step"]
         self.assertEqual("model.ckpt-%d" % step, os.path.basename(checkpoint))
-        before = _checkpoint_values(checkpoint)
+        self.assertEqual(2, row_stream.saved_ranks(checkpoint))
+        bundle = _checkpoint_values(checkpoint)
+        self.assertFalse([name for name in bundle if name.startswith(TABLES) or "local_shard" in name])
+        self.assertIn("deepfm_model/fm_bias", bundle)
+        before = _tables(checkpoint, 2)
         self.assertEqual((FEATURE_SIZE, 8), before["deepfm_model/fm_v"].shape)
         self.assertEqual((FEATURE_SIZE,), before["deepfm_model/fm_w"].shape)
         self.assertEqual((FEATURE_SIZE, 8), before["deepfm_model/fm_v/Adam"].shape)
-        self.assertFalse([name for name in before if "local_shard" in name])
 
-        # Three ranks resume it: their first save, at the same step, holds every row and slot row unchanged.
+        # Three ranks resume it, each restoring its rows from the two ranks' files. At a learning rate too small
+        # to move a weight, their own checkpoint holds the same weights (a table initialized afresh would not).
         resumed_dir = os.path.join(self.work, "resumed_model")
         tf.io.gfile.makedirs(resumed_dir)
         for path in tf.io.gfile.glob(checkpoint + ".*") + [os.path.join(model_dir, "checkpoint")]:
             tf.io.gfile.copy(path, os.path.join(resumed_dir, os.path.basename(path)))
-        copied_at = os.stat(os.path.join(resumed_dir, "model.ckpt-%d.index" % step)).st_mtime_ns
+        resume_flags = [RESUME_LEARNING_RATE if flag == "0.003" else flag for flag in TRAIN_FLAGS]
         three = _launch(self, ["--strategy", "hybrid", "--np", "3", "--horovod_controller", "gloo"],
                         ["--train_data", self.data, "--model_dir", resumed_dir, "--lr_scaling", "none",
-                         "--val_data="] + TRAIN_FLAGS[:-1] + ["4"], "three")
-        self.assertGreater(three["global_step"], step)
-        self.assertGreater(os.stat(os.path.join(resumed_dir, "model.ckpt-%d.index" % step)).st_mtime_ns, copied_at,
-                           "the three ranks did not save the resumed step again")
-        resaved = _checkpoint_values(os.path.join(resumed_dir, "model.ckpt-%d" % step))
-        self.assertEqual(sorted(before), sorted(resaved))
-        for name in before:
-            self.assertAllEqual(before[name], resaved[name], msg=name)
+                         "--val_data=", "--max_steps", str(step + RESUMED_STEPS)] + resume_flags, "three")
+        self.assertEqual(step + RESUMED_STEPS, three["global_step"])
+        resumed = tf.train.latest_checkpoint(resumed_dir)
+        self.assertEqual("model.ckpt-%d" % (step + RESUMED_STEPS), os.path.basename(resumed))
+        self.assertEqual(3, row_stream.saved_ranks(resumed))
+        # The checkpoint they resumed from stays a two-rank one.
+        self.assertEqual(2, row_stream.saved_ranks(os.path.join(resumed_dir, "model.ckpt-%d" % step)))
+        after = _tables(resumed, 3)
+        self.assertEqual(sorted(before), sorted(after))
+        for name in TABLES:
+            self.assertAllClose(before[name], after[name], atol=RESUMED_WEIGHT_TOLERANCE, rtol=0, msg=name)
+        resumed_bundle = _checkpoint_values(resumed)
+        self.assertAllClose(bundle["deepfm_model/fm_bias"], resumed_bundle["deepfm_model/fm_bias"],
+                            atol=RESUMED_WEIGHT_TOLERANCE, rtol=0)
 
+        # The export of the two ranks gathered the tables from their shard files.
         # The SavedModel serves in a process that cannot import Horovod.
         export = tf.io.gfile.glob(os.path.join(export_dir, "*"))[0]
         script = ("import sys; sys.modules['horovod'] = None; sys.modules['horovod.tensorflow'] = None\n"

@@ -196,10 +196,12 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
             self.assertLen(parts, 2, [v.name for v in parts])
             self.assertEqual({v.device for v in parts}, {"/job:ps/task:0", "/job:ps/task:1"})
             self.assertEqual(sum(v.shape[0] for v in parts), FEATURE_SIZE)
+        # The saver the strategy installs in training (`strategies.saving`): each ps saves its own variables.
         with graph.as_default():
-            tf.compat.v1.train.Saver(sharded=True)
-        save_devices = sorted(op.device for op in graph.get_operations() if op.type == "SaveV2")
-        self.assertEqual(save_devices, ["/job:ps/task:0/device:CPU:0", "/job:ps/task:1/device:CPU:0"])
+            self.assertLen(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SAVERS), 1)
+        save_tasks = sorted((spec.job, spec.task) for spec in (tf.DeviceSpec.from_string(op.device)
+                                                               for op in graph.get_operations() if op.type == "SaveV2"))
+        self.assertEqual(save_tasks, [("ps", 0), ("ps", 1)])
         per_ps = variable_bytes_per_ps(graph)
         self.assertLen(per_ps, 2)
         self.assertLessEqual(max(per_ps.values()), MAX_PS_IMBALANCE * min(per_ps.values()), per_ps)

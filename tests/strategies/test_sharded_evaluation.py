@@ -28,6 +28,8 @@ from deepfm.runtime import evaluation, trainer
 from input_pipeline import pipeline, schema
 from strategies import horovod, sharded_evaluation
 from strategies import strategy_names as names
+from strategies.sharded import checkpoint as sharded_checkpoint
+from strategies.sharded import row_stream
 from tests import command_line, paths
 
 AUC_THRESHOLDS = 200
@@ -334,15 +336,30 @@ class TwoRanksTest(tf.test.TestCase):
                             deep_layers=(16, 8), dropout=(0.0, 0.0))
         files = sorted(glob.glob(os.path.join(self.data, schema.VALIDATION_SPLIT, "*.tfrecord")))
         auc, logloss, _ = evaluation.evaluate(trainer.build_estimator(model, strategy), files,
-                                              evaluation.file_eval_config(pipeline.PipelineConfig()), checkpoint)
+                                              evaluation.file_eval_config(pipeline.PipelineConfig()),
+                                              self._plain(checkpoint, model))
         return auc, logloss
+
+    def _plain(self, checkpoint, model):
+        """`checkpoint` as one process restores it: a `hybrid` one's tables gathered from its ranks' shard files."""
+        if row_stream.saved_ranks(checkpoint) is None:
+            return checkpoint
+        with tf.Graph().as_default():
+            tf.compat.v1.train.get_or_create_global_step()
+            features = ctr.serving_input_receiver_fn(model.field_size)().features
+            model_lib.model_fn(features, None, tf.estimator.ModeKeys.PREDICT, ctr.model_params(model))
+            return sharded_checkpoint.export_weights(checkpoint, tf.compat.v1.global_variables(),
+                                                     os.path.join(tempfile.mkdtemp(dir=self.work), "weights"))
 
     def _check(self, strategy, batches):
         records, output = self._ranks(strategy)
         chief, other = records
         # Every rank reports the metrics of all the rows.
         self.assertEqual((chief["auc"], chief["logloss"]), (other["auc"], other["logloss"]))
-        auc, logloss = self._one_process(tf.train.latest_checkpoint(chief["checkpoint_dir"]))
+        checkpoint = tf.train.latest_checkpoint(chief["checkpoint_dir"])
+        # A `hybrid` checkpoint keeps each rank's rows of the tables in its own shard file.
+        self.assertEqual(NUM_RANKS if strategy == names.HYBRID else None, row_stream.saved_ranks(checkpoint))
+        auc, logloss = self._one_process(checkpoint)
         self.assertGreater(abs(auc - 0.5), 0.01, "an untrained model would make the comparison empty")
         self.assertAllClose([auc, logloss], [chief["auc"], chief["logloss"]], atol=ONE_PROCESS_TOLERANCE)
         # Each rank read its shard alone: 4,097 and 4,096 rows, every row once.
