@@ -169,15 +169,6 @@ class ShardedCheckpoint:
         return RestoreShardsHook(self, model_dir, broadcast_replicated)
 
 
-def _zero_fill(variable: tf.Variable) -> tf.Operation:
-    """Assigns zeros to `variable`, made when it runs (a shape through a placeholder is never folded into a
-    constant the graph would keep), so that the variable takes their buffer."""
-    shape = tf.compat.v1.placeholder_with_default(tf.constant(variable.shape.as_list(), tf.int64),
-                                                  [variable.shape.rank])
-    return tf.raw_ops.AssignVariableOp(resource=variable.handle,
-                                       value=tf.fill(shape, tf.cast(0, variable.dtype.base_dtype)))
-
-
 def checkpoint_step(checkpoint_path: str) -> int:
     """The global step of a checkpoint path (`.../model.ckpt-<step>`)."""
     match = _STEP.search(checkpoint_path)
@@ -205,7 +196,7 @@ class RestoreShardsHook(tf.estimator.SessionRunHook):
     misshapen shard stops every rank with an error. Each rank then writes
     its rows into its shards (`row_stream.stream_rows`): shards not
     initialized by the session (it restored rank 0's bundle) are first
-    filled with zeros. With no checkpoint (a new model directory) every rank
+    initialized (an assign of zeros would hold the shard twice for a moment). With no checkpoint (a new model directory) every rank
     keeps what the session initialized. Then, with `broadcast_replicated`,
     rank 0's replicated variables (the global step included) are broadcast
     to every rank: use this instead of Horovod's
@@ -244,8 +235,9 @@ class RestoreShardsHook(tf.estimator.SessionRunHook):
                 for variable in [table.variable] + table.slot_variables():
                     writers.append(row_stream.RowWriter(variable, table.checkpoint_name(variable), table.row_shape,
                                                         table.rank, table.size))
+                    # Its initializer, not an assign of zeros: an assign copies its value (2x for a moment).
                     self._fills.append((tf.raw_ops.VarIsInitializedOp(resource=variable.handle),
-                                        _zero_fill(variable)))
+                                        variable.initializer))
                 self._writers.append((table, writers))
             replicated = checkpoint.replicated_variables()
             self._broadcast = None
@@ -437,7 +429,8 @@ def export_weights(checkpoint_path: str, variables: Sequence[tf.Variable], outpu
     with tf.name_scope("export_weights"):
         writers = [(variable, row_stream.RowWriter(variable, variable.op.name, variable.shape.as_list()[1:], 0, 1))
                    for variable in tables]
-        fills = [_zero_fill(variable) for variable in tables]
+        # Each table's initializer makes its buffer (every row is then written): an assign would copy it.
+        fills = [variable.initializer for variable in tables]
         restore = tf.compat.v1.train.Saver(var_list=plain) if plain else None
         save = saving.no_copy_saver(list(variables), sharded=False)
     with tf.compat.v1.Session() as session:
