@@ -196,8 +196,9 @@ class RestoreShardsHook(tf.estimator.SessionRunHook):
     misshapen shard stops every rank with an error. Each rank then writes
     its rows into its shards (`row_stream.stream_rows`): shards not
     initialized by the session (it restored rank 0's bundle) are first
-    initialized (an assign of zeros would hold the shard twice for a moment). With no checkpoint (a new model directory) every rank
-    keeps what the session initialized. Then, with `broadcast_replicated`,
+    initialized (an assign of zeros would hold the shard twice for a
+    moment). With no checkpoint (a new model directory) every rank keeps
+    what the session initialized. Then, with `broadcast_replicated`,
     rank 0's replicated variables (the global step included) are broadcast
     to every rank: use this instead of Horovod's
     `BroadcastGlobalVariablesHook`, which would broadcast the shards too.
