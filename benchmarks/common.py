@@ -32,6 +32,8 @@ CHART_WIDTH_INCHES = 9.0
 CHART_MIN_HEIGHT_INCHES = 3.0
 CHART_INCHES_PER_BAR = 0.35
 CHART_MARGIN_INCHES = 1.5
+# Open MPI's rank of a process that mpirun started.
+MPI_RANK_VARIABLE = "OMPI_COMM_WORLD_RANK"
 PACKAGES = ("tensorflow", "tensorflow-estimator", "horovod", "sagemaker-tensorflow", "numpy")
 
 
@@ -365,6 +367,9 @@ def process_label(process) -> str:
             task = ""
     elif "HOROVOD_RANK" in env:
         task = "rank %s" % env["HOROVOD_RANK"]
+    elif MPI_RANK_VARIABLE in env:
+        # Horovod's ranks under mpirun learn their rank from MPI, which names it here.
+        task = "rank %s" % env[MPI_RANK_VARIABLE]
     return "%s (%s)" % (label, task) if task else label
 
 

@@ -1,0 +1,613 @@
+"""Tables larger than a host: each strategy's memory, start-up and speed per table size.
+
+    python -m benchmarks.large_tables [--feature_sizes 117581,2000000,20000000]
+        [--strategies single,hybrid,ps] [--processes 2,4] [--rows 400000] [--max_steps 300]
+        [--host_memory 6g] [--work_dir runs/large_tables] [--results_dir DIR]
+
+For every table size (`--feature_sizes`, ids) it generates a synthetic
+dataset once (`python -m dataprep.synthetic --rows R --feature_size F
+--output_dir <work_dir>/data/...`), then runs every variant on it, one at a
+time, each a fresh process tree started as a user starts it:
+
+* `single`: `python -m deepfm.train --strategy single`;
+* `hybrid xN`: `python -m deepfm.launch --strategy hybrid --np N`;
+* `ps xN`: `python -m deepfm.launch --strategy ps --num_ps N --num_workers N`,
+
+N from `--processes`; `--host_memory` goes to `deepfm.launch` (the launched
+tasks share one memory cgroup with that limit; root needed), `single` runs
+without one. Every run trains DeepFM at the defaults (embedding 32, layers
+128-64-32, `lazy_adam`) with `--max_steps`, `--batch_size` per process,
+`--seed` and `--export_dir`, one progress record per step
+(`--log_every_n_steps 1`, a `--progress_file` per training process) and only
+the final checkpoint. A second run, the restart, resumes the same model
+directory to `max_steps + restart_steps` without evaluation or export. Then
+the model and export directories are deleted (a 20M-id checkpoint is 8 GB).
+
+Per row (variant, table size):
+
+* state: bytes of the weights and optimizer slots (`strategies.memory_estimate`,
+  measured from the model's graph in a child process), and the largest
+  share of it one process of the variant holds (the strategy's own
+  `memory_estimates` at N processes);
+* peak resident memory of every process of the tree (`VmHWM` sampled every
+  `SAMPLE_SECONDS`, `common.ProcessTreeSampler`), named by command line and
+  task; the table shows the largest and its ratio to the largest share;
+* time to first step: from the command's start until every training
+  process has finished its first step (its first progress record), for the
+  start and the restart;
+* examples/sec: the job's throughput after `--warmup_steps`, summed over
+  its training processes (`strategy_speed.measure.job_window`);
+* wall seconds of each run, and its end: from the last step of the chief
+  until its `--metrics_file` is written (start: final checkpoint, evaluation
+  and export; restart: the final checkpoint alone, also shown per GB of
+  state).
+
+Results go to `<results_dir>/<name>.{md,json}` with the machine and the
+command. A failed run (killed for memory, refused by the memory check) is a
+row that says why; the benchmark then exits with 1.
+"""
+
+import argparse
+import dataclasses
+import glob
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from benchmarks import common
+from benchmarks.strategy_speed.measure import job_window, read_progress
+from jobs import source
+from jobs.local import processes as processes_lib
+
+NAME = "large_tables"
+DEFAULT_FEATURE_SIZES = (common.FEATURE_SIZE, 2_000_000, 20_000_000)
+DEFAULT_STRATEGIES = ("single", "hybrid", "ps")
+DEFAULT_PROCESSES = (2, 4)
+DEFAULT_ROWS = 400_000
+DEFAULT_MAX_STEPS = 300
+DEFAULT_RESTART_STEPS = 10
+DEFAULT_WARMUP_STEPS = 50
+DEFAULT_BATCH = 1024
+DEFAULT_SEED = 1
+DEFAULT_WORK_DIR = os.path.join("runs", NAME)
+RUN_TIMEOUT_S = 3600.0
+SAMPLE_SECONDS = 0.15
+# A checkpoint interval no run reaches: only the final checkpoint is written.
+NO_CHECKPOINT_STEPS = 10 ** 9
+SINGLE = "single"
+# Strategies run through `deepfm.launch`, with their flags for N processes.
+LAUNCHED = {"hybrid": lambda n: ["--np", str(n)],
+            "ps": lambda n: ["--num_ps", str(n), "--num_workers", str(n)]}
+GB = 1000.0 ** 3
+PROGRESS_DIR = "progress"
+TASK_PROGRESS_FILE = "{task}.jsonl"
+METRICS_FILE = "metrics.json"
+START, RESTART = "start", "restart"
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One strategy at one number of processes.
+
+    Attributes:
+      strategy: `--strategy`.
+      processes: `single`: 1; `hybrid`: ranks; `ps`: parameter servers and
+        as many training workers.
+    """
+
+    strategy: str
+    processes: int = 1
+
+    @property
+    def name(self) -> str:
+        return self.strategy if self.strategy == SINGLE else "%s x%d" % (self.strategy, self.processes)
+
+
+def variants_of(strategies: Sequence[str], counts: Sequence[int]) -> List[Variant]:
+    """`single` once, each launched strategy at each count of processes, in the order given.
+
+    Raises:
+      ValueError: an unknown strategy or a count below 1; the message names it.
+    """
+    unknown = [s for s in strategies if s != SINGLE and s not in LAUNCHED]
+    if unknown:
+        raise ValueError("--strategies: unknown %s; known: %s" % (
+            ", ".join(map(repr, unknown)), ", ".join((SINGLE,) + tuple(LAUNCHED))))
+    if not strategies or any(count < 1 for count in counts) or not counts:
+        raise ValueError("--strategies and --processes need at least one entry each, counts >= 1; got %r and %r"
+                         % (list(strategies), list(counts)))
+    return [Variant(s) if s == SINGLE else Variant(s, n) for s in strategies for n in ((1,) if s == SINGLE else counts)]
+
+
+def int_list(text: str) -> Tuple[int, ...]:
+    """`"117581,2000000"` -> (117581, 2000000); "_" separators allowed.
+
+    Raises:
+      ValueError: an entry that is not an integer; the message names it.
+    """
+    try:
+        return tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
+    except ValueError as e:
+        raise ValueError("expected comma-separated integers, got %r" % text) from e
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkConfig:
+    """What one benchmark run measures.
+
+    Attributes:
+      feature_sizes: table sizes (ids), one dataset each.
+      variants: what runs on each.
+      rows: rows of each generated dataset.
+      max_steps: steps of the start run (a global step).
+      restart_steps: steps the restart adds.
+      warmup_steps: steps of each training process left out of examples/sec.
+      batch_size: `--batch_size` of every training process.
+      seed: `--seed` of every run.
+      host_memory: `deepfm.launch --host_memory` ("": none).
+      work_dir: datasets and runs.
+      results_dir: where the report goes.
+      name: the report's file name (without extension).
+      timeout_s: the longest one run may take.
+    """
+
+    feature_sizes: Tuple[int, ...]
+    variants: Tuple[Variant, ...]
+    rows: int = DEFAULT_ROWS
+    max_steps: int = DEFAULT_MAX_STEPS
+    restart_steps: int = DEFAULT_RESTART_STEPS
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
+    batch_size: int = DEFAULT_BATCH
+    seed: int = DEFAULT_SEED
+    host_memory: str = ""
+    work_dir: str = DEFAULT_WORK_DIR
+    results_dir: str = common.RESULTS_DIR
+    name: str = NAME
+    timeout_s: float = RUN_TIMEOUT_S
+
+    def __post_init__(self):
+        if not self.feature_sizes or min(self.feature_sizes) < 2:
+            raise ValueError("--feature_sizes needs sizes of at least 2 ids, got %r" % (self.feature_sizes,))
+        for flag, value, least in (("rows", self.rows, 1), ("max_steps", self.max_steps, 2),
+                                   ("restart_steps", self.restart_steps, 1), ("warmup_steps", self.warmup_steps, 0),
+                                   ("batch_size", self.batch_size, 1), ("timeout_s", self.timeout_s, 1)):
+            if value < least:
+                raise ValueError("--%s must be >= %d, got %r" % (flag, least, value))
+        if self.warmup_steps + 2 > self.max_steps:
+            raise ValueError("--warmup_steps %d leaves fewer than 2 timed steps of --max_steps %d: lower it"
+                             % (self.warmup_steps, self.max_steps))
+
+    def data_dir(self, feature_size: int) -> str:
+        return os.path.join(self.work_dir, "data", "%dids_%drows" % (feature_size, self.rows))
+
+    def run_dir(self, variant: Variant, feature_size: int) -> str:
+        return os.path.join(self.work_dir, "runs", "%s-%d" % (variant.name.replace(" ", ""), feature_size))
+
+
+@dataclasses.dataclass
+class RunMeasure:
+    """One run (the start or the restart) of one row.
+
+    Attributes:
+      wall_s: seconds from its start until its command exited.
+      time_to_first_step_s: from its start until every training process
+        had finished a step.
+      first_step_s: per training process (progress file name), from the
+        start to its first step.
+      processes: per process of the tree that a sample measured: `label`,
+        `pid`, `peak_rss_bytes`.
+      examples_per_sec: the job's throughput after warm-up (None: too few
+        steps for a window; `window_error` says why).
+      hook_examples_per_sec: the chief's own mean (its `--metrics_file`).
+      end_s: from the chief's last step until its metrics file was written.
+      window_error: why there is no examples/sec.
+    """
+
+    wall_s: float
+    time_to_first_step_s: float
+    first_step_s: Dict[str, float]
+    processes: List[Dict]
+    examples_per_sec: Optional[float] = None
+    hook_examples_per_sec: Optional[float] = None
+    end_s: Optional[float] = None
+    window_error: str = ""
+
+    @property
+    def largest(self) -> Dict:
+        """The process of the largest peak resident memory."""
+        return max(self.processes, key=lambda p: p["peak_rss_bytes"])
+
+
+@dataclasses.dataclass
+class Row:
+    """One variant at one table size.
+
+    Attributes:
+      variant: what ran.
+      feature_size: ids of the table.
+      state_bytes: weights and optimizer slots of the whole model.
+      share_bytes: the largest part of them one process holds.
+      start: the first run (None: it failed).
+      restart: the run resuming it (None: it failed or never ran).
+      error: why a run failed ("" when none did).
+    """
+
+    variant: Variant
+    feature_size: int
+    state_bytes: int
+    share_bytes: int
+    start: Optional[RunMeasure] = None
+    restart: Optional[RunMeasure] = None
+    error: str = ""
+
+    @property
+    def peak_rss_bytes(self) -> Optional[int]:
+        """The largest peak of any process of either run."""
+        peaks = [run.largest["peak_rss_bytes"] for run in (self.start, self.restart) if run is not None]
+        return max(peaks) if peaks else None
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--feature_sizes", default=",".join(map(str, DEFAULT_FEATURE_SIZES)),
+                        help="table sizes in ids, comma-separated")
+    parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help="of single, hybrid, ps")
+    parser.add_argument("--processes", default=",".join(map(str, DEFAULT_PROCESSES)),
+                        help="hybrid ranks; ps parameter servers and as many workers")
+    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="rows of each generated dataset")
+    parser.add_argument("--max_steps", type=int, default=DEFAULT_MAX_STEPS)
+    parser.add_argument("--restart_steps", type=int, default=DEFAULT_RESTART_STEPS,
+                        help="steps the restart trains beyond --max_steps")
+    parser.add_argument("--warmup_steps", type=int, default=DEFAULT_WARMUP_STEPS,
+                        help="steps of each training process left out of examples/sec")
+    parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH, help="per training process")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--host_memory", default="", help="deepfm.launch --host_memory (e.g. 12g; root needed)")
+    parser.add_argument("--work_dir", default=DEFAULT_WORK_DIR, help="datasets and runs")
+    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
+    parser.add_argument("--name", default=NAME, help="the report's file name")
+    parser.add_argument("--timeout_s", type=float, default=RUN_TIMEOUT_S, help="limit of one run")
+    parser.add_argument("--child_state", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def make_config(args: argparse.Namespace) -> BenchmarkConfig:
+    """The `BenchmarkConfig` of the parsed arguments.
+
+    Raises:
+      ValueError: a bad argument; the message names it and its value.
+    """
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    return BenchmarkConfig(
+        feature_sizes=int_list(args.feature_sizes), variants=tuple(variants_of(strategies, int_list(args.processes))),
+        rows=args.rows, max_steps=args.max_steps, restart_steps=args.restart_steps, warmup_steps=args.warmup_steps,
+        batch_size=args.batch_size, seed=args.seed, host_memory=args.host_memory,
+        work_dir=os.path.abspath(args.work_dir), results_dir=args.results_dir, name=args.name,
+        timeout_s=args.timeout_s)
+
+
+# --- state -------------------------------------------------------------------------------------------------
+
+
+def state_bytes(feature_size: int, variants: Sequence[Variant], batch_size: int) -> Dict:
+    """`{"state_bytes": S, "shares": {variant name: bytes}}` of DeepFM at the defaults with `feature_size` ids.
+
+    Builds the model's graph once (nothing is allocated: cheap at 20M ids)
+    and asks each strategy for the state each of its processes holds at the
+    variant's count; a share is the largest of them. Imports TensorFlow: run
+    it in a child process (`--child_state`).
+    """
+    import strategies
+    from deepfm import models
+    from deepfm.config import ModelConfig
+    from deepfm.models import ctr
+    from input_pipeline import schema
+    from strategies import memory_estimate
+
+    model = ModelConfig(feature_size=feature_size, field_size=schema.FIELD_SIZE)
+    state = memory_estimate.model_state(models.get(model.model), ctr.model_params(model), model.field_size)
+    shares = {}
+    for variant in variants:
+        strategy = strategies.get(strategies.make_config(name=variant.strategy))
+        estimates = strategy.memory_estimates(state, batch_size * model.field_size, scale=variant.processes)
+        shares[variant.name] = max(memory.state for memory in estimates.values())
+    return {"state_bytes": state.variable_bytes + state.slot_bytes, "shares": shares}
+
+
+def _state_child(spec: str) -> dict:
+    """`--child_state` (JSON: feature_sizes, variants, batch_size): `state_bytes` of each size, keyed by size."""
+    request = json.loads(spec)
+    variants = [Variant(strategy, count) for strategy, count in request["variants"]]
+    return {str(size): state_bytes(size, variants, request["batch_size"]) for size in request["feature_sizes"]}
+
+
+def measure_states(config: BenchmarkConfig) -> Dict[int, Dict]:
+    """`state_bytes` of every table size, from one child process."""
+    spec = json.dumps({"feature_sizes": list(config.feature_sizes), "batch_size": config.batch_size,
+                       "variants": [[v.strategy, v.processes] for v in config.variants]})
+    out = common.run_json_subprocess(["-m", "benchmarks.large_tables", "--child_state", spec], timeout=1200,
+                                     env={"PYTHONPATH": _python_path()})
+    return {int(size): value for size, value in out.items()}
+
+
+# --- runs --------------------------------------------------------------------------------------------------
+
+
+def _python_path() -> str:
+    return os.pathsep.join(p for p in (source.project_root(), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def _child_env() -> Dict[str, str]:
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=_python_path())
+
+
+def ensure_data(config: BenchmarkConfig, feature_size: int) -> str:
+    """The dataset of `feature_size` ids, generated by `python -m dataprep.synthetic` unless already there.
+
+    Raises:
+      RuntimeError: the generator failed; the message holds its output's end.
+    """
+    data_dir = config.data_dir(feature_size)
+    if os.path.isfile(os.path.join(data_dir, "metadata.json")):
+        return data_dir
+    argv = [sys.executable, "-m", "dataprep.synthetic", "--rows", str(config.rows), "--feature_size",
+            str(feature_size), "--output_dir", data_dir, "--overwrite"]
+    log_dir = os.path.join(config.work_dir, "logs")
+    with processes_lib.ProcessGroup(log_dir) as group:
+        group.start("synthetic-%d" % feature_size, argv, env=_child_env())
+        group.wait(timeout=config.timeout_s)
+    return data_dir
+
+
+def command(variant: Variant, config: BenchmarkConfig, data_dir: str, run_dir: str, phase: str) -> List[str]:
+    """The command line of the start or the restart of `variant`, its files under `run_dir`."""
+    restart = phase == RESTART
+    train = [
+        "--train_data", data_dir, "--model_dir", os.path.join(run_dir, "model"),
+        "--max_steps", str(config.max_steps + (config.restart_steps if restart else 0)),
+        "--batch_size", str(config.batch_size), "--seed", str(config.seed),
+        "--metrics_file", os.path.join(run_dir, phase, METRICS_FILE),
+        "--progress_file", os.path.join(run_dir, phase, PROGRESS_DIR, TASK_PROGRESS_FILE),
+        "--log_every_n_steps", "1", "--save_checkpoints_steps", str(NO_CHECKPOINT_STEPS),
+    ] + (["--val_data="] if restart else ["--export_dir", os.path.join(run_dir, "export")])
+    if variant.strategy == SINGLE:
+        return [sys.executable, "-m", "deepfm.train", "--strategy", SINGLE] + train
+    launch = [sys.executable, "-m", "deepfm.launch", "--strategy", variant.strategy,
+              "--log_dir", os.path.join(run_dir, phase, "tasks"), "--timeout_s", str(config.timeout_s)]
+    if config.host_memory:
+        launch += ["--host_memory", config.host_memory]
+    return launch + LAUNCHED[variant.strategy](variant.processes) + ["--"] + train
+
+
+def progress_of(phase_dir: str, expected: int) -> Dict[str, List[Tuple[float, int]]]:
+    """The (time, step) points of each training process's progress file, keyed by its task.
+
+    Raises:
+      RuntimeError: not `expected` files, or one without a record.
+    """
+    paths = sorted(glob.glob(os.path.join(phase_dir, PROGRESS_DIR, "*.jsonl")))
+    progress = {os.path.basename(path)[:-len(".jsonl")]: read_progress(path) for path in paths}
+    empty = [task for task, points in progress.items() if not points]
+    if len(progress) != expected or empty:
+        raise RuntimeError("found the progress of %d training process(es) in %s (%s without a step), expected %d"
+                           % (len(progress), os.path.join(phase_dir, PROGRESS_DIR), ", ".join(empty) or "none",
+                              expected))
+    return progress
+
+
+def measure_from(started: float, ended: float, progress: Dict[str, List[Tuple[float, int]]],
+                 processes: List[Dict], metrics: Dict, metrics_written: Optional[float], batch_size: int,
+                 warmup_steps: int) -> RunMeasure:
+    """A `RunMeasure` from what a finished run left (no process is started here).
+
+    Args:
+      started: wall time of the command's start.
+      ended: wall time when it exited.
+      progress: per training process, its (time, step) points.
+      processes: what the sampler saw of each process.
+      metrics: the chief's metrics file.
+      metrics_written: when it was written (its modification time).
+      batch_size: examples per step of each training process.
+      warmup_steps: steps of each process left out of examples/sec.
+    """
+    first = {task: points[0][0] - started for task, points in progress.items()}
+    measured = RunMeasure(wall_s=ended - started, time_to_first_step_s=max(first.values()), first_step_s=first,
+                          processes=processes, hook_examples_per_sec=metrics.get("examples_per_sec"))
+    try:
+        _, _, measured.examples_per_sec = job_window(list(progress.values()), [batch_size] * len(progress),
+                                                     warmup_steps)
+    except ValueError as e:
+        measured.window_error = str(e)
+    if metrics_written is not None:
+        chief_end = max(points[-1][0] for points in progress.values())
+        measured.end_s = metrics_written - chief_end
+    return measured
+
+
+def run_phase(variant: Variant, config: BenchmarkConfig, data_dir: str, run_dir: str, phase: str) -> RunMeasure:
+    """Runs the start or the restart of `variant` in a fresh process tree and measures it.
+
+    Raises:
+      jobs.local.processes.TaskFailedError: the run failed (the message
+        holds the end of its log, and whether the kernel killed it for memory).
+      TimeoutError: it ran longer than `config.timeout_s`.
+      RuntimeError: it left no progress of a training process.
+    """
+    phase_dir = os.path.join(run_dir, phase)
+    shutil.rmtree(phase_dir, ignore_errors=True)
+    argv = command(variant, config, data_dir, run_dir, phase)
+    with processes_lib.ProcessGroup(phase_dir) as group:
+        started = time.time()
+        task = group.start("job", argv, env=_child_env())
+        with common.ProcessTreeSampler(task.pid, SAMPLE_SECONDS) as sampler:
+            group.wait(timeout=config.timeout_s)
+        ended = time.time()
+    metrics_path = os.path.join(phase_dir, METRICS_FILE)
+    metrics, written = {}, None
+    if os.path.isfile(metrics_path):
+        with open(metrics_path) as f:
+            metrics = json.load(f)
+        written = os.path.getmtime(metrics_path)
+    # A process that exited before a sample could read its memory (a shell between two commands) is left out.
+    processes = [{"label": p.label, "pid": p.pid, "peak_rss_bytes": p.peak_rss_bytes} for p in sampler.processes
+                 if p.peak_rss_bytes > 0]
+    return measure_from(started, ended, progress_of(phase_dir, variant.processes), processes, metrics,
+                        written, config.batch_size, config.warmup_steps)
+
+
+def measure_row(variant: Variant, feature_size: int, state: Dict, config: BenchmarkConfig, data_dir: str) -> Row:
+    """The start and the restart of `variant` on `data_dir`; its model and export are deleted afterwards."""
+    row = Row(variant, feature_size, state["state_bytes"], state["shares"][variant.name])
+    run_dir = config.run_dir(variant, feature_size)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    phase = START
+    try:
+        for phase in (START, RESTART):
+            measured = run_phase(variant, config, data_dir, run_dir, phase)
+            setattr(row, phase, measured)
+            print("%-10s %11s ids %-7s first step %6.1f s  peak RSS %6.2f GB (%s)  wall %6.1f s" % (
+                variant.name, format(feature_size, ","), phase, measured.time_to_first_step_s,
+                measured.largest["peak_rss_bytes"] / GB, measured.largest["label"], measured.wall_s), file=sys.stderr)
+    except (RuntimeError, TimeoutError, ValueError, OSError) as e:
+        row.error = "%s: %s" % (phase, str(e)[-2000:])
+        print("%-10s %11s ids FAILED: %s" % (variant.name, format(feature_size, ","), row.error), file=sys.stderr)
+    finally:
+        for name in ("model", "export"):
+            shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)
+    return row
+
+
+def measure(config: BenchmarkConfig) -> List[Row]:
+    """Every variant at every table size, smallest first; a failed run is a row, not the end."""
+    states = measure_states(config)
+    rows = []
+    for feature_size in sorted(config.feature_sizes):
+        data_dir = ensure_data(config, feature_size)
+        for variant in config.variants:
+            rows.append(measure_row(variant, feature_size, states[feature_size], config, data_dir))
+    return rows
+
+
+# --- report ------------------------------------------------------------------------------------------------
+
+
+def _gb(value: Optional[float]) -> str:
+    return "n/a" if value is None else "%.2f" % (value / GB)
+
+
+def _seconds(run: Optional[RunMeasure], field: str) -> str:
+    value = None if run is None else getattr(run, field)
+    return "n/a" if value is None else "%.1f" % value
+
+
+def table_row(row: Row) -> List[str]:
+    """The report's cells of one row."""
+    peak = row.peak_rss_bytes
+    largest = max((run.largest for run in (row.start, row.restart) if run is not None),
+                  key=lambda p: p["peak_rss_bytes"], default=None)
+    rate = row.start.examples_per_sec if row.start is not None else None
+    save = row.restart.end_s if row.restart is not None else None
+    return [
+        row.variant.name, format(row.feature_size, ","), _gb(row.state_bytes), _gb(row.share_bytes),
+        "n/a" if largest is None else "%s (%s)" % (_gb(peak), largest["label"]),
+        "n/a" if peak is None or not row.share_bytes else "%.2f" % (peak / row.share_bytes),
+        _seconds(row.start, "time_to_first_step_s"), _seconds(row.restart, "time_to_first_step_s"),
+        "n/a" if rate is None else format(rate, ",.0f"),
+        _seconds(row.start, "wall_s"), _seconds(row.start, "end_s"),
+        "n/a" if save is None else "%.1f (%.1f s/GB)" % (save, save / (row.state_bytes / GB)),
+        failure_summary(row.error),
+    ]
+
+
+# Lines of a failed run's output that say why, in the order looked for.
+FAILURE_MARKERS = ("killed for memory", "not enough memory", "launch failed", "Error", "error")
+FAILURE_CELL_CHARS = 240
+
+
+def failure_summary(error: str) -> str:
+    """A table cell for a failed run: its first line, and the first line after it that says why."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    reason = next((line for marker in FAILURE_MARKERS for line in lines[1:] if marker in line), "")
+    text = lines[0] if not reason else "%s ... %s" % (lines[0], reason)
+    return "failed: " + text[:FAILURE_CELL_CHARS].replace("|", "/")
+
+
+HEADER = ["variant", "ids", "state GB", "largest share GB", "peak RSS GB (process)", "peak / share",
+          "first step s (start)", "first step s (restart)", "examples/sec", "wall s (start)",
+          "end s (start: save, evaluation, export)", "end s (restart: save)", "failure"]
+
+
+def process_lines(rows: Sequence[Row]) -> str:
+    """Per row and run, the peak resident memory of every process of its tree."""
+    lines = []
+    for row in rows:
+        for phase, run in ((START, row.start), (RESTART, row.restart)):
+            if run is not None:
+                peaks = "; ".join("%s %s GB" % (p["label"], _gb(p["peak_rss_bytes"])) for p in run.processes)
+                lines.append("- %s, %s ids, %s: %s" % (row.variant.name, format(row.feature_size, ","), phase, peaks))
+    return "\n".join(lines)
+
+
+def report_body(config: BenchmarkConfig, rows: Sequence[Row], argv: Sequence[str]) -> str:
+    """The markdown of the report: the command, the set-up, the table, every process's peak."""
+    setup = (
+        "Command: `python -m benchmarks.large_tables %s`.\n\n"
+        "DeepFM at the defaults (embedding 32, layers 128-64-32, `lazy_adam`) on synthetic datasets of %s rows "
+        "(one per table size), batch %d per training process, %d steps, seed %d, with the export; the restart "
+        "resumes the model directory to step %d without evaluation or export. Host memory of the launched "
+        "jobs: %s (`single`: none). state: weights and optimizer slots of the whole model; largest share: the "
+        "most of it one process holds (the strategy's memory estimate); peak RSS: the largest `VmHWM` of any "
+        "process of either run (every process below); first step: from the command's start until every "
+        "training process has finished one; examples/sec: the job's after %d warm-up steps of each training "
+        "process, summed over them; end: from the last step until the chief's metrics file is written."
+        % (" ".join(shlex.quote(a) for a in argv), format(config.rows, ","), config.batch_size, config.max_steps,
+           config.seed, config.max_steps + config.restart_steps, config.host_memory or "no limit",
+           config.warmup_steps))
+    sections = [setup, common.markdown_table(HEADER, [table_row(row) for row in rows]),
+                "Peak RSS of every process:\n\n" + process_lines(rows)]
+    return "\n\n".join(sections)
+
+
+def raw_results(config: BenchmarkConfig, rows: Sequence[Row], argv: Sequence[str]) -> dict:
+    """The JSON of the report: the command, the set-up and every run."""
+    setup = dataclasses.asdict(config)
+    setup["variants"] = [v.name for v in config.variants]
+    setup.pop("results_dir")
+    setup["work_dir"] = os.path.basename(config.work_dir)
+    return {
+        "command": ["python", "-m", "benchmarks.large_tables"] + list(argv), "setup": setup,
+        "rows": [{"variant": row.variant.name, "strategy": row.variant.strategy, "processes": row.variant.processes,
+                  "feature_size": row.feature_size, "state_bytes": row.state_bytes, "share_bytes": row.share_bytes,
+                  "peak_rss_bytes": row.peak_rss_bytes, "error": row.error,
+                  START: None if row.start is None else dataclasses.asdict(row.start),
+                  RESTART: None if row.restart is None else dataclasses.asdict(row.restart)} for row in rows],
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.child_state:
+        print(json.dumps(_state_child(args.child_state)))
+        return 0
+    try:
+        config = make_config(args)
+    except ValueError as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+    rows = measure(config)
+    body = report_body(config, rows, argv)
+    common.write_report(config.name, "Tables larger than a host: memory, start-up and speed per strategy", body,
+                        common.machine_info(), raw_results(config, rows, argv), results_dir=config.results_dir)
+    print(body)
+    return 1 if any(row.error for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Tests of the large-table benchmark: its configuration, measurements from run files, report and a tiny run."""
+
+import json
+import os
+
+import pytest
+import tensorflow as tf
+from absl.testing import parameterized
+
+from benchmarks import large_tables
+from tests import command_line
+
+FEATURE_SIZE = 20_000
+ROWS = 20_000
+STEPS = 20
+WARMUP = 5
+RESTART_STEPS = 5
+GB = 1000 ** 3
+
+
+def config(**changes) -> large_tables.BenchmarkConfig:
+    values = dict(feature_sizes=(FEATURE_SIZE,), variants=(large_tables.Variant("single"),), max_steps=STEPS,
+                  warmup_steps=WARMUP, work_dir="/work", results_dir="/results")
+    values.update(changes)
+    return large_tables.BenchmarkConfig(**values)
+
+
+class ConfigTest(tf.test.TestCase, parameterized.TestCase):
+
+    def test_single_once_and_each_launched_strategy_at_each_count(self):
+        variants = large_tables.variants_of(["hybrid", "single", "ps"], [2, 4])
+        self.assertEqual([v.name for v in variants], ["hybrid x2", "hybrid x4", "single", "ps x2", "ps x4"])
+
+    def test_the_default_sizes_are_the_issues(self):
+        args = large_tables.parse_args([])
+        made = large_tables.make_config(args)
+        self.assertEqual(made.feature_sizes, (117_581, 2_000_000, 20_000_000))
+        self.assertLen(made.variants, 5)
+
+    @parameterized.named_parameters(
+        ("unknown_strategy", ["--strategies", "single,mirrored"], "unknown 'mirrored'"),
+        ("no_count", ["--processes", ""], "at least one entry"),
+        ("bad_size", ["--feature_sizes", "2M"], "comma-separated integers, got '2M'"),
+        ("warmup_eats_the_steps", ["--max_steps", "20", "--warmup_steps", "19"], "--warmup_steps 19"),
+        ("no_restart", ["--restart_steps", "0"], "--restart_steps must be >= 1, got 0"),
+    )
+    def test_bad_arguments_are_named(self, argv, message):
+        with self.assertRaisesRegex(ValueError, message):
+            large_tables.make_config(large_tables.parse_args(argv))
+
+    def test_commands_of_start_and_restart(self):
+        made = config(host_memory="6g")
+        hybrid = large_tables.Variant("hybrid", 2)
+        start = large_tables.command(hybrid, made, "/data", "/run", large_tables.START)
+        self.assertEqual(start[1:6], ["-m", "deepfm.launch", "--strategy", "hybrid", "--log_dir"])
+        self.assertIn("--host_memory", start)
+        self.assertEqual(start[start.index("--np") + 1], "2")
+        self.assertEqual(start[start.index("--max_steps") + 1], str(STEPS))
+        self.assertIn("--export_dir", start)
+        self.assertIn("{task}", start[start.index("--progress_file") + 1])
+        restart = large_tables.command(hybrid, made, "/data", "/run", large_tables.RESTART)
+        self.assertEqual(restart[restart.index("--max_steps") + 1], str(STEPS + made.restart_steps))
+        self.assertNotIn("--export_dir", restart)
+        self.assertIn("--val_data=", restart)
+        ps = large_tables.command(large_tables.Variant("ps", 4), made, "/data", "/run", large_tables.START)
+        self.assertEqual(ps[ps.index("--num_ps") + 1], ps[ps.index("--num_workers") + 1])
+        single = large_tables.command(large_tables.Variant("single"), made, "/data", "/run", large_tables.START)
+        self.assertEqual(single[1:5], ["-m", "deepfm.train", "--strategy", "single"])
+        self.assertNotIn("--host_memory", single)
+
+
+class MeasureFromTest(tf.test.TestCase):
+
+    def test_first_step_waits_for_every_training_process(self):
+        # Started at 100; rank 1 steps first at 110, rank 0 at 112; both then 10 steps/s of 1,000 examples.
+        progress = {"rank0": [(112.0 + 0.1 * i, i + 1) for i in range(20)],
+                    "rank1": [(110.0 + 0.1 * i, i + 1) for i in range(40)]}
+        processes = [{"label": "deepfm.launch", "pid": 1, "peak_rss_bytes": 50 << 20},
+                     {"label": "deepfm.train (rank 0)", "pid": 2, "peak_rss_bytes": 3 * GB}]
+        measured = large_tables.measure_from(100.0, 130.0, progress, processes, {"examples_per_sec": 9000.0},
+                                             metrics_written=118.4, batch_size=1000, warmup_steps=WARMUP)
+        self.assertAllClose(measured.time_to_first_step_s, 12.0)
+        self.assertAllClose(measured.first_step_s["rank1"], 10.0)
+        self.assertAllClose(measured.examples_per_sec, 20000.0)
+        self.assertAllClose(measured.end_s, 4.5)
+        self.assertEqual(measured.wall_s, 30.0)
+        self.assertEqual(measured.largest["label"], "deepfm.train (rank 0)")
+
+    def test_too_few_steps_leave_examples_per_sec_out_saying_why(self):
+        measured = large_tables.measure_from(0.0, 5.0, {"chief": [(1.0, 1), (2.0, 2)]}, [], {}, None, 10, WARMUP)
+        self.assertIsNone(measured.examples_per_sec)
+        self.assertIn("after 5 warm-up steps", measured.window_error)
+        self.assertIsNone(measured.end_s)
+
+    def test_a_missing_progress_file_is_named(self):
+        phase = self.create_tempdir().full_path
+        os.makedirs(os.path.join(phase, large_tables.PROGRESS_DIR))
+        with open(os.path.join(phase, large_tables.PROGRESS_DIR, "rank0.jsonl"), "w") as f:
+            f.write('{"time": 1.0, "step": 1}\n')
+        with self.assertRaisesRegex(RuntimeError, "progress of 1 training process.*expected 2"):
+            large_tables.progress_of(phase, 2)
+
+
+class ReportTest(tf.test.TestCase):
+
+    def run_measure(self, peak: int, first: float, end: float) -> large_tables.RunMeasure:
+        return large_tables.RunMeasure(
+            wall_s=60.0, time_to_first_step_s=first, first_step_s={"rank0": first}, end_s=end, examples_per_sec=5000.0,
+            processes=[{"label": "deepfm.train (rank 0)", "pid": 2, "peak_rss_bytes": peak},
+                       {"label": "deepfm.launch", "pid": 1, "peak_rss_bytes": GB // 10}])
+
+    def test_a_row_per_variant_with_ratio_and_seconds_per_gb(self):
+        row = large_tables.Row(large_tables.Variant("hybrid", 2), 20_000_000, state_bytes=8 * GB,
+                               share_bytes=4 * GB, start=self.run_measure(6 * GB, 30.0, 20.0),
+                               restart=self.run_measure(5 * GB, 25.0, 8.0))
+        failed = large_tables.Row(large_tables.Variant("single"), 20_000_000, state_bytes=8 * GB, share_bytes=8 * GB,
+                                  error="start: task job failed with exit code 1; last lines of job.log:\n  ...\n"
+                                        "  launch failed: task rank_0 was killed for memory (exit code -9)\n")
+        body = large_tables.report_body(config(), [row, failed], ["--feature_sizes", "20000000"])
+        self.assertIn("Command: `python -m benchmarks.large_tables --feature_sizes 20000000`", body)
+        self.assertIn("| hybrid x2 | 20,000,000 | 8.00 | 4.00 | 6.00 (deepfm.train (rank 0)) | 1.50 | 30.0 | 25.0 "
+                      "| 5,000 | 60.0 | 20.0 | 8.0 (1.0 s/GB) |  |", body)
+        self.assertIn("| single | 20,000,000 | 8.00 | 8.00 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | failed: "
+                      "start: task job failed with exit code 1; last lines of job.log: ... launch failed: task rank_0 "
+                      "was killed for memory (exit code -9) |", body)
+        self.assertIn("- hybrid x2, 20,000,000 ids, restart: deepfm.train (rank 0) 5.00 GB; deepfm.launch 0.10 GB",
+                      body)
+        raw = large_tables.raw_results(config(), [row, failed], [])
+        json.dumps(raw)
+        self.assertEqual(raw["rows"][0]["peak_rss_bytes"], 6 * GB)
+        self.assertIsNone(raw["rows"][1]["start"])
+
+
+@pytest.mark.slow
+class CommandLineTest(tf.test.TestCase):
+
+    def test_single_and_hybrid_on_a_tiny_table(self):
+        cwd = command_line.checkout(self.create_tempdir().full_path)
+        command = command_line.python_module(
+            "benchmarks.large_tables", "--feature_sizes", str(FEATURE_SIZE), "--rows", str(ROWS),
+            "--strategies", "single,hybrid", "--processes", "2", "--max_steps", str(STEPS), "--warmup_steps",
+            str(WARMUP), "--restart_steps", str(RESTART_STEPS), "--work_dir", "runs/large", "--results_dir",
+            "runs/results")
+        result = command_line.run(command, cwd, timeout=1500)
+        self.assertEqual(0, result.returncode, command_line.describe(command, result))
+        with open(os.path.join(cwd, "runs", "results", large_tables.NAME + ".json")) as f:
+            report = json.load(f)
+        self.assertIn("cpu", report["machine"])
+        rows = {row["variant"]: row for row in report["results"]["rows"]}
+        self.assertEqual(sorted(rows), ["hybrid x2", "single"])
+        for name, row in rows.items():
+            self.assertEqual(row["error"], "", name)
+            self.assertGreater(row["state_bytes"], FEATURE_SIZE * 33 * 4 * 3, name)
+            for phase in (large_tables.START, large_tables.RESTART):
+                run = row[phase]
+                self.assertGreater(run["time_to_first_step_s"], 0, name)
+                trained = [p for p in run["processes"] if p["label"].startswith("deepfm.train")]
+                self.assertLen(trained, row["processes"], name)
+                self.assertTrue(all(p["peak_rss_bytes"] > 0 for p in run["processes"]), run["processes"])
+            self.assertGreater(row[large_tables.START]["examples_per_sec"], 0, name)
+        self.assertLess(rows["hybrid x2"]["share_bytes"], rows["single"]["share_bytes"])
+        ranks = sorted(p["label"] for p in rows["hybrid x2"][large_tables.START]["processes"]
+                       if p["label"].startswith("deepfm.train"))
+        self.assertEqual(ranks, ["deepfm.train (rank 0)", "deepfm.train (rank 1)"])
+        # The models and exports are gone; the reports of the runs stay.
+        runs = os.path.join(cwd, "runs", "large", "runs")
+        for run_dir in os.listdir(runs):
+            self.assertEqual(sorted(os.listdir(os.path.join(runs, run_dir))),
+                             [large_tables.RESTART, large_tables.START])
+        self.assertEqual([], os.listdir(os.path.join(cwd, "benchmarks", "results")))
+        with open(os.path.join(cwd, "runs", "results", large_tables.NAME + ".md")) as f:
+            self.assertIn("| hybrid x2 | 20,000 |", f.read())
+
+
+if __name__ == "__main__":
+    tf.test.main()
