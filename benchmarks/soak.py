@@ -51,6 +51,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -85,6 +86,8 @@ from benchmarks.soak_report import combine, lscpu, report, write, write_combined
 from jobs.local import processes
 
 LOG_EVERY_STEPS = 5
+# Rank 0's checkpoint bundle of a step (not a `hybrid` rank's shard file beside it).
+CHECKPOINT_INDEX = re.compile(r"^model\.ckpt-(\d+)\.index$")
 # Lines of a failed task's log in the report, for a restart no fault caused.
 UNEXPECTED_LOG_LINES = 15
 # A job's error when the soak was stopped during it.
@@ -410,6 +413,13 @@ def format_steps(steps: Mapping[str, int]) -> str:
     return ", ".join("%s %d" % (task, count) for task, count in sorted(steps.items())) or "none recorded"
 
 
+def _checkpoint_step(index_path: str) -> int:
+    """The global step of rank 0's checkpoint index `.../model.ckpt-<step>.index`."""
+    match = CHECKPOINT_INDEX.match(os.path.basename(index_path))
+    assert match is not None, index_path
+    return int(match.group(1))
+
+
 def check_checkpoints(config: SoakConfig, model_dir: str) -> Check:
     """Every checkpoint in `model_dir` reads back whole and holds this model's variables."""
     from deepfm import config as config_lib
@@ -417,12 +427,16 @@ def check_checkpoints(config: SoakConfig, model_dir: str) -> Check:
     from deepfm.runtime import checkpoints
     model = config_lib.ModelConfig(feature_size=config.feature_size, embedding_size=8, deep_layers=(32, 16),
                                    dropout=(0.0, 0.0), learning_rate=0.005)
-    paths = sorted(glob.glob(os.path.join(model_dir, "model.ckpt-*.index")),
-                   key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
+    # Rank 0's bundles; a `hybrid` checkpoint's shard files (`<prefix>.shard-<rank>-of-<ranks>`) go with theirs.
+    paths = sorted((path for path in glob.glob(os.path.join(model_dir, "model.ckpt-*.index"))
+                    if CHECKPOINT_INDEX.match(os.path.basename(path))),
+                   key=_checkpoint_step)
     bad = []
     for path in paths:
         prefix = path[:-len(".index")]
         reason = checkpoints.unreadable_reason(prefix)
+        for shard in sorted(glob.glob(prefix + ".shard-*.index")):
+            reason = reason or checkpoints.unreadable_reason(shard[:-len(".index")])
         if reason is None:
             try:
                 checkpoints.check_model_shapes(prefix, model, models.get(model.model))
@@ -430,7 +444,7 @@ def check_checkpoints(config: SoakConfig, model_dir: str) -> Check:
                 reason = str(e).splitlines()[0]
         if reason:
             bad.append("%s: %s" % (os.path.basename(prefix), reason))
-    steps = [int(p.rsplit("-", 1)[1].split(".")[0]) for p in paths]
+    steps = [_checkpoint_step(p) for p in paths]
     return Check("every checkpoint on disk restores", bool(paths) and not bad,
                  "; ".join(bad) or "%d checkpoint(s), steps %s" % (len(paths), ", ".join(map(str, steps))))
 
