@@ -21,7 +21,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 from dataprep import synthetic
-from input_pipeline import schema
+from input_pipeline import check_record, schema
 from jobs import spec as spec_lib
 from jobs.local import hosts, memory
 from jobs.sagemaker import local as sagemaker_local
@@ -150,7 +150,9 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
                                      "--channel", "validation=%s" % self.channels["val"],
                                      "--distribution_type", "ShardedByS3Key",
                                      hyperparameters=HYPERPARAMETERS + ("--strategy", strategy))
-        shares = [sorted(os.listdir(os.path.join(output_dir, host, "input", "data", "train")))
+        # What each host received of the channel (the data check adds its record beside the data).
+        shares = [sorted(set(os.listdir(os.path.join(output_dir, host, "input", "data", "train")))
+                         - {check_record.RECORD_FILE})
                   for host in ("algo-1", "algo-2")]
         self.assertEqual([["part-00000.tfrecord"], ["part-00001.tfrecord"]], shares)
         metrics = self.metrics(output_dir)
@@ -201,7 +203,8 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
                                        "--cpus_per_host", "1", hyperparameters=WITHOUT_SIZES)
         self.assert_split_channels_trained(output_dir, out)
         self.assertEqual(["metadata.json", "part-00000.libsvm", "part-00000.tfrecord"],
-                         sorted(os.listdir(os.path.join(output_dir, "algo-1", "input", "data", "eval")))[:3])
+                         sorted(set(os.listdir(os.path.join(output_dir, "algo-1", "input", "data", "eval")))
+                                - {check_record.RECORD_FILE})[:3])
 
     def test_pipe_mode_training_with_the_metadata_of_a_file_mode_validation_folder(self):
         output_dir, out = self.run_job("--input_mode", "Pipe", "--channel", "train=%s" % self.channels["b"],
