@@ -53,9 +53,11 @@ class OfStepTest(tf.test.TestCase):
         graph = tf.Graph()
         with graph.as_default():
             # Products large enough that every op of both branches takes measurable time.
+            # The right branch reads its own input: a matmul equal to l1 would be merged into it by grappler.
             x = tf.random.uniform([384, 384], seed=1)
+            y = tf.random.uniform([384, 384], seed=2)
             left = tf.matmul(tf.matmul(x, x, name="l1"), x, name="l2")
-            right = tf.matmul(x, x, name="r1")
+            right = tf.matmul(y, y, name="r1")
             total = tf.add(left, right, name="total")
         with tf.compat.v1.Session(graph=graph) as session:
             metadata = tf.compat.v1.RunMetadata()

@@ -298,7 +298,8 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         self.assertNotEqual(0, process.returncode, out[-2000:])
         self.assertRegex(err, r"job \S+ failed: host algo-\d failed \(task algo-\d (was killed for memory|failed with "
                               r"exit code \d+ after a process of host algo-\d was killed for memory)\b.*host algo-\d's "
-                              r"processes peaked at \d+ MiB against its limit of 250 MiB \(250m\); raise --host_memory")
+                              r"processes peaked at \d+ MiB against its limit of 250 MiB \(250m\)( \(\d+ processes killed\))?; "
+                              r"raise --host_memory")
         self.assert_no_leftovers(process.pid)
         owned = "%s-%d-" % (memory.CGROUP_PREFIX, process.pid)
         self.assertEqual([], [name for name in os.listdir(controller.parent) if name.startswith(owned)])
