@@ -18,7 +18,4 @@ processes it starts do).
 * `kubernetes/`: the job as Kubeflow and JobSet manifests (`manifests`), the
   training containers' entry point (`entry`), and a manifest run here the
   way its operator runs it (`local/`).
-
-The flat module paths of earlier releases (`jobs.sagemaker_job`,
-`jobs.hosts`, ...) are aliases that warn; CHANGELOG.md lists them.
 """

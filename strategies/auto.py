@@ -24,7 +24,6 @@ every rank's thread pools would take all of them.
 import dataclasses
 import json
 import os
-import warnings
 from typing import Mapping, Tuple
 
 import tensorflow as tf
@@ -92,16 +91,3 @@ def _rank_threads(config: StrategyConfig) -> StrategyConfig:
 def pick() -> Tuple[str, str]:
     """`choose` for this process: its environment, CPU cores and visible GPUs."""
     return choose(os.environ, os.cpu_count() or 1, len(tf.config.list_physical_devices("GPU")))
-
-
-def _auto_strategy(config):
-    """What `AutoStrategy(config)` built: the adapter `choose` picks."""
-    return registry.get(dataclasses.replace(config, name=names.AUTO))
-
-
-def __getattr__(name):
-    if name == "AutoStrategy":
-        warnings.warn("strategies.auto.AutoStrategy is deprecated: strategies.get(StrategyConfig(name='auto')) "
-                      "builds the adapter auto picks", DeprecationWarning, stacklevel=2)
-        return _auto_strategy
-    raise AttributeError("module 'strategies.auto' has no attribute %r" % name)

@@ -68,7 +68,6 @@ import math
 import os
 import shutil
 import tempfile
-import warnings
 from typing import Callable, ClassVar, List, Optional, Tuple
 
 import tensorflow as tf
@@ -576,18 +575,3 @@ def _taken(features, key: str):
     features = dict(features)
     return features, features.pop(key)
 
-
-# Module constants removed with the strategy lifecycle, and what replaced them.
-_REMOVED = {
-    "NO_RESUME_STEP": (0, "a Plan's resume_step of None (strategies.lifecycle.Plan)"),
-    "STOP_AGREEMENT_NAME": ("any_rank_stops", "deepfm.runtime.interrupt.STOP_AGREEMENT_NAME"),
-}
-
-
-def __getattr__(name: str):
-    if name in _REMOVED:
-        value, instead = _REMOVED[name]
-        warnings.warn("strategies.horovod.%s is deprecated: use %s" % (name, instead), DeprecationWarning,
-                      stacklevel=2)
-        return value
-    raise AttributeError("module 'strategies.horovod' has no attribute %r" % name)

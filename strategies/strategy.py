@@ -25,7 +25,6 @@ An adapter overrides `_set_up` (returning its `Topology`) and what differs
 in the members below; the defaults describe one process on one device.
 """
 
-import abc
 import dataclasses
 import os
 from typing import Callable, ClassVar, Dict, List, Optional, Tuple
@@ -35,8 +34,8 @@ from absl import logging
 
 from input_pipeline import pipeline
 from strategies import context as context_lib
-from strategies import deprecated, lifecycle, memory_estimate, saving
 from strategies import large_batch as large_batch_lib
+from strategies import lifecycle, memory_estimate, saving
 from strategies import options as options_lib
 from strategies import tables as tables_lib
 from strategies import topology as topology_lib
@@ -56,7 +55,7 @@ class _Prepared:
     checkpoint_dir: str
 
 
-class Strategy(deprecated.StrategyMembers, abc.ABC):
+class Strategy:
     """How one process of a training job takes part in it.
 
     Built by `strategies.get(config)`, then `setup()` (the process) and

@@ -57,8 +57,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import pytest
 import tensorflow as tf
 
-from jobs import hosts
-from jobs.local import launcher
+from jobs.local import hosts, launcher
 from tests import command_line, paths
 
 PAGES = ["README.md"] + sorted(os.path.relpath(p, paths.REPO_ROOT)

@@ -168,10 +168,10 @@ class LayoutTest(tf.test.TestCase, parameterized.TestCase):
                                                   imported_names(tree, "input_pipeline.formats", False)])
 
     def test_relative_and_attribute_imports_resolve(self):
-        tree = ast.parse("from . import base\nfrom strategies.base import Strategy\nimport jobs.local.hosts\n")
+        tree = ast.parse("from . import lifecycle\nfrom strategies.lifecycle import Plan\nimport jobs.local.hosts\n")
         modules = project_modules()
         names = [resolve(n, modules) for n, _ in imported_names(tree, "strategies.tower", False)]
-        self.assertCountEqual(["strategies.base", "strategies.base", "jobs.local.hosts"], names)
+        self.assertCountEqual(["strategies.lifecycle", "strategies.lifecycle", "jobs.local.hosts"], names)
 
     @parameterized.parameters(*TENSORFLOW_FREE)
     def test_starts_without_tensorflow(self, prefix):

@@ -19,8 +19,7 @@ per module:
   run it.
 * `command`: the command line.
 
-This package's names below are its public face; `dataprep.criteo.<name>`
-keeps every name the single module of earlier releases had.
+This package's names below are its public face.
 """
 
 from dataprep.criteo.command import PROGRAM, define_flags, main, run, summary

@@ -31,7 +31,6 @@ import os
 import shutil
 import tempfile
 import time
-import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
@@ -45,9 +44,6 @@ from dataprep.criteo.vocabulary import load_vocab
 from dataprep.criteo.workers import MIB, executor_for
 from dataprep.criteo.writing import save_tables, write_splits
 from input_pipeline import schema
-
-# The warning names the caller of `convert` or `convert_with_report`.
-CALLER_STACKLEVEL = 3
 
 
 @dataclasses.dataclass
@@ -95,39 +91,23 @@ class ConversionReport:
         return out
 
 
-
-def convert(inputs: Sequence[str], output_dir: str, options: Optional[ConversionOptions] = None,
-            **keyword_options) -> schema.DatasetMetadata:
+def convert(inputs: Sequence[str], output_dir: str,
+            options: Optional[ConversionOptions] = None) -> schema.DatasetMetadata:
     """Converts Criteo TSV files into a dataset root at `output_dir`; returns its metadata.
 
     As `convert_with_report`, without the report.
     """
-    return convert_with_report(inputs, output_dir, _options(options, keyword_options))[0]
+    return convert_with_report(inputs, output_dir, options)[0]
 
 
-def _options(options: Optional[ConversionOptions], keyword_options: Dict[str, object]) -> ConversionOptions:
-    """`options`, or (the keyword arguments of earlier releases, with a warning) the options they name."""
-    if not keyword_options:
-        return options or ConversionOptions()
-    if options is not None:
-        raise TypeError("give the conversion's options either as options=ConversionOptions(...) or as keyword "
-                        "arguments, not both (got %s)" % ", ".join(sorted(keyword_options)))
-    warnings.warn("the conversion's keyword arguments (%s) are deprecated: pass "
-                  "options=dataprep.criteo.ConversionOptions(...)" % ", ".join(sorted(keyword_options)),
-                  DeprecationWarning, stacklevel=CALLER_STACKLEVEL)
-    return ConversionOptions(**keyword_options)  # type: ignore[arg-type]
-
-
-def convert_with_report(inputs: Sequence[str], output_dir: str, options: Optional[ConversionOptions] = None,
-                        **keyword_options) -> Tuple[schema.DatasetMetadata, ConversionReport]:
+def convert_with_report(inputs: Sequence[str], output_dir: str, options: Optional[ConversionOptions] = None
+                        ) -> Tuple[schema.DatasetMetadata, ConversionReport]:
     """Converts Criteo TSV files into a dataset root at `output_dir`.
 
     Args:
       inputs: Criteo TSV files, read in this order.
       output_dir: the dataset root to write.
       options: how (None: the defaults of `ConversionOptions`).
-      **keyword_options: `ConversionOptions`' fields as keyword arguments,
-        as earlier releases took them; deprecated (a DeprecationWarning).
 
     Returns:
       (metadata, report): the metadata written to `output_dir/metadata.json`
@@ -141,7 +121,7 @@ def convert_with_report(inputs: Sequence[str], output_dir: str, options: Optiona
       FileNotFoundError: an input or `vocab` does not exist.
       FileExistsError: `output_dir` holds a dataset and not `overwrite`.
     """
-    options = _options(options, keyword_options)
+    options = options or ConversionOptions()
     workers = options.processes()
     min_count = options.vocabulary_min_count()
     check_inputs(inputs)

@@ -21,8 +21,7 @@ import re
 import shutil
 import tempfile
 import time
-import warnings
-from typing import Any, Dict, List, Optional, Tuple, Type, Union
+from typing import Dict, List, Optional, Tuple, Type
 
 import tensorflow as tf
 from absl import logging
@@ -53,9 +52,6 @@ from strategies import topology as topology_lib
 from strategies.sharded import checkpoint as sharded_checkpoint
 from strategies.sharded import row_stream
 
-# Kept here for their former users; they live in `deepfm.runtime.evaluation`.
-EVAL_BATCH_SIZE = evaluation.EVAL_BATCH_SIZE
-REPORTED_METRICS = evaluation.REPORTED_METRICS
 # The directory TensorFlow writes a SavedModel into before moving it to `<export_dir>/<timestamp>`.
 PARTIAL_EXPORT = re.compile(r"^temp-\d+$")
 # Beside a checkpoint of sharded tables, where an export gathers their weights (removed after).
@@ -140,41 +136,18 @@ def plan_for(train: TrainConfig, steps_per_worker: Optional[int] = None,
                           max_steps=max_steps)
 
 
-def build_estimator(model: Union[ModelConfig, TrainConfig], strategy: Union[strategy_lib.Strategy, ModelConfig],
-                    model_fn: Union[context_lib.ModelFn, strategy_lib.Strategy, None] = None,
-                    *before_the_lifecycle) -> tf.estimator.Estimator:
+def build_estimator(model: ModelConfig, strategy: strategy_lib.Strategy,
+                    model_fn: Optional[context_lib.ModelFn] = None) -> tf.estimator.Estimator:
     """The Estimator of `model_fn` (default: the built-in `model.model`) as a prepared `strategy` trains it.
-
-    `build_estimator(train, model, strategy[, model_fn])`, the call before the
-    strategy lifecycle, still works and warns: it sets `strategy` up and
-    prepares it with `plan_for(train)` where that was not done.
 
     Raises:
       strategies.LifecycleError: `strategy` is not prepared (`plan_for`).
     """
-    if isinstance(model, TrainConfig):
-        return _build_estimator_before_the_lifecycle(model, strategy, model_fn, *before_the_lifecycle)
-    if before_the_lifecycle:
-        raise TypeError("build_estimator(model, strategy, model_fn) takes 3 arguments, got %d"
-                        % (3 + len(before_the_lifecycle)))
-    assert isinstance(strategy, strategy_lib.Strategy) and not isinstance(model_fn, strategy_lib.Strategy)
     return tf.estimator.Estimator(
         model_fn=strategy.wrap_model_fn(hooks_lib.recording_loss(model_fn or models.get(model.model))),
         config=strategy.run_config(),
         params=ctr.model_params(model))
 
-
-def _build_estimator_before_the_lifecycle(train: TrainConfig, model: Any, strategy: Any,
-                                          model_fn: Any = None) -> tf.estimator.Estimator:
-    """`build_estimator(train, model, strategy, model_fn)` as called before the lifecycle: it warns, and
-    sets the strategy up and prepares it with `plan_for(train)` where that was not done."""
-    warnings.warn("build_estimator(train, model, strategy, model_fn) is deprecated: prepare the strategy with "
-                  "strategy.prepare(trainer.plan_for(train)), then call build_estimator(model, strategy, model_fn)",
-                  DeprecationWarning, stacklevel=3)
-    if strategy.stage < lifecycle.PREPARED:
-        strategy.setup()
-        strategy.prepare(plan_for(train))
-    return build_estimator(model, strategy, model_fn)
 
 def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineConfig,
         strategy: strategy_lib.Strategy, console: Optional[console_lib.Console] = None,

@@ -277,19 +277,6 @@ class ConvertTest(CriteoTestCase, parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, message):
             criteo.ConversionOptions(**options)
 
-    def test_the_keyword_arguments_of_earlier_releases_warn_and_convert_the_same(self):
-        path = self.write_input(_varied_lines(20))
-        first, second = self.new_dir(), self.new_dir()
-        criteo.convert([path], first, criteo.ConversionOptions(val_fraction=0.2, shards=2, min_count=1))
-        with self.assertWarnsRegex(DeprecationWarning, "keyword arguments \\(min_count, shards, val_fraction\\) "
-                                   "are deprecated: pass options=dataprep.criteo.ConversionOptions"):
-            criteo.convert([path], second, val_fraction=0.2, shards=2, min_count=1)
-        self.assertEqual(dataset_io.read_tree(first), dataset_io.read_tree(second))
-        with self.assertRaisesRegex(TypeError, "either as options=ConversionOptions\\(...\\) or as keyword"):
-            criteo.convert([path], self.new_dir(), criteo.ConversionOptions(), shards=2)
-        with self.assertRaisesRegex(TypeError, "unexpected keyword argument 'shard'"):
-            criteo.convert([path], self.new_dir(), shard=2)
-
 
 def _kaggle_lines(count):
     source = os.path.join(paths.CRITEO_DIR, KAGGLE_HEAD_FILE)

@@ -2,10 +2,10 @@
 
 Every flag `--help` lists today must stay, with the same type, default and
 choices, however the flags are defined (by hand or generated from the
-configuration dataclasses). A flag may be added; one that is renamed must
-keep its old name as an alias that warns. The command runs as a user runs
-it: `python -m deepfm.train --helpxml` from the repository root with a
-minimal environment.
+configuration dataclasses). A flag may be added; renaming or removing one
+changes this pin. The command runs as a user runs it: `python -m
+deepfm.train --helpxml` from the repository root with a minimal
+environment.
 """
 
 import json

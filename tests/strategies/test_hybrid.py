@@ -18,7 +18,8 @@ from deepfm.config import ModelConfig
 from deepfm.models import ctr
 from deepfm.models import deepfm as model_lib
 from input_pipeline import schema
-from strategies import base, horovod, hybrid
+from strategies import context as context_lib
+from strategies import horovod, hybrid
 from strategies import strategy_names as names
 from strategies.sharded import pipeline as pipeline_lib
 from strategies.sharded import row_stream
@@ -164,7 +165,8 @@ class OneRankTest(tf.test.TestCase):
     def test_export_builds_plain_tables(self):
         _, variables = self._spec(tf.estimator.ModeKeys.PREDICT)
         self.assertIn("deepfm_model/fm_v", variables)
-        self.assertFalse([name for name in variables if base.MODEL_CONTEXT_PARAM in name or "local_shard" in name])
+        self.assertFalse([name for name in variables
+                          if context_lib.MODEL_CONTEXT_PARAM in name or "local_shard" in name])
 
     def test_a_model_without_tables_is_refused(self):
         def dense_only(features, labels, mode, params):

@@ -23,7 +23,9 @@ from dataprep import synthetic
 from deepfm.runtime import run_config
 from jobs.local import launcher as launch
 from jobs.local import processes
-from strategies import base, large_batch
+from strategies import context as context_lib
+from strategies import large_batch
+from strategies import tables as tables_lib
 from tests import command_line
 from tests.strategies import replica_testing as rt
 
@@ -152,7 +154,8 @@ class ClipTest(tf.test.TestCase, parameterized.TestCase):
     def test_table_gradient_is_the_clipped_sum_per_id(self, dedup, with_weights):
         with tf.Graph().as_default():
             rule = cowclip(gradient_share=0.5)
-            context = base.ModelContext(embedding_factory=base.variable_tables(dedup=dedup), large_batch=rule)
+            context = context_lib.ModelContext(embedding_factory=tables_lib.variable_tables(dedup=dedup),
+                                               large_batch=rule)
             table = context.embedding("table", NUM_IDS, [WIDTH], initializer=tf.constant_initializer(table_values()))
             if with_weights:
                 weights = context.embedding("weights", NUM_IDS)
@@ -178,7 +181,7 @@ class ClipTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_tables_of_scalars_are_not_clipped(self):
         with tf.Graph().as_default():
-            context = base.ModelContext(large_batch=cowclip())
+            context = context_lib.ModelContext(large_batch=cowclip())
             table = context.embedding("weights", NUM_IDS, initializer=tf.zeros_initializer())
             rows = table.lookup(tf.constant(IDS))
             upstream = np.random.RandomState(2).randn(*IDS.shape).astype(np.float32) * 100
@@ -245,7 +248,7 @@ class RuleTest(tf.test.TestCase, parameterized.TestCase):
     def test_embedding_rate_stays_and_dense_rate_is_scaled_and_warmed_up(self):
         # Plain gradient descent, gradients of 1: each step moves a variable by its learning rate.
         with tf.Graph().as_default():
-            context = base.ModelContext(large_batch=cowclip())
+            context = context_lib.ModelContext(large_batch=cowclip())
             weights = context.embedding("weights", NUM_IDS, initializer=tf.ones_initializer())
             dense = tf.compat.v1.get_variable("dense", [2], initializer=tf.ones_initializer())
             loss = tf.reduce_sum(weights.lookup(tf.constant([0, 1]))) + tf.reduce_sum(dense)
@@ -263,13 +266,13 @@ class RuleTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose([1 - LEARNING_RATE * 2 * (1 + 2) / WARMUP_STEPS] * 2, dense_value)
 
     def test_l2_weight(self):
-        self.assertEqual(1e-4, base.ModelContext().l2_weight(1e-4))
-        self.assertAllClose(4e-4, base.ModelContext(large_batch=cowclip()).l2_weight(1e-4))
+        self.assertEqual(1e-4, context_lib.ModelContext().l2_weight(1e-4))
+        self.assertAllClose(4e-4, context_lib.ModelContext(large_batch=cowclip()).l2_weight(1e-4))
 
     def test_partitioned_tables_are_trained_as_embeddings(self):
         with tf.Graph().as_default():
-            context = base.ModelContext(
-                embedding_factory=base.variable_tables(partitioner=tf.compat.v1.fixed_size_partitioner(2)),
+            context = context_lib.ModelContext(
+                embedding_factory=tables_lib.variable_tables(partitioner=tf.compat.v1.fixed_size_partitioner(2)),
                 large_batch=cowclip())
             table = context.embedding("table", NUM_IDS, [WIDTH])
             self.assertEqual([[NUM_IDS // 2, WIDTH]] * 2, [v.shape.as_list() for v in table.variables()])

@@ -11,14 +11,13 @@ import io
 import json
 import os
 import re
-import warnings
 
 import tensorflow as tf
 from absl.testing import parameterized
 
 import strategies
 from strategies import cluster as cluster_lib
-from strategies import deprecated, horovod, lifecycle
+from strategies import horovod, lifecycle
 from strategies import strategy_names as names
 from tests import paths
 
@@ -172,29 +171,6 @@ class PlanTest(tf.test.TestCase, parameterized.TestCase):
     def test_bad_value_is_named(self, fields, message):
         with self.assertRaisesRegex(ValueError, message):
             strategies.Plan(**dict(dict(model_dir="m"), **fields))
-
-
-class DeprecatedMembersTest(tf.test.TestCase, parameterized.TestCase):
-    """The old members warn, naming their replacement, and read it."""
-
-    @parameterized.parameters(*sorted(deprecated.REPLACEMENTS))
-    def test_old_member_warns_and_reads_its_replacement(self, member):
-        strategy = strategies.get(strategies.StrategyConfig())
-        topology = strategy.setup()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if member == "agree_to_stop":
-                value = strategy.agree_to_stop(None)
-                self.assertIsNone(value)  # one process agrees with nobody
-            elif member == "peers":
-                self.assertEqual(topology.peers, strategy.peers())
-            elif member == "concrete_name":
-                self.assertEqual(names.SINGLE, type(strategy).concrete_name())
-            else:
-                new = deprecated.REPLACEMENTS[member].split(".", 1)[1]
-                self.assertEqual(getattr(topology, new), getattr(strategy, member))
-        self.assertTrue([w for w in caught if issubclass(w.category, DeprecationWarning)
-                         and deprecated.REPLACEMENTS[member] in str(w.message)], member)
 
 
 if __name__ == "__main__":

@@ -76,12 +76,6 @@ class AutoTest(tf.test.TestCase):
         self.assertIsInstance(config.options, strategies.options_class(picked))
         self.assertEqual(own, list(type(config.options).__dataclass_fields__))
 
-    def test_the_old_class_name_warns_and_builds_the_pick(self):
-        with self.assertWarnsRegex(DeprecationWarning, "AutoStrategy is deprecated"):
-            build = auto.AutoStrategy
-        strategy = build(strategies.StrategyConfig(name=names.AUTO))
-        self.assertEqual(auto.pick()[0], strategy.name)
-
 
 if __name__ == "__main__":
     tf.test.main()

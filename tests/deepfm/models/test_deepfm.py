@@ -11,7 +11,7 @@ from deepfm.config import ModelConfig
 from deepfm.models import ctr, optimizers
 from deepfm.models import deepfm as model
 from input_pipeline import schema
-from strategies import base
+from strategies import tables as tables_lib
 
 FEATURE_SIZE = 50
 FIELD_SIZE = 6
@@ -105,7 +105,7 @@ class DeepFMTest(tf.test.TestCase, parameterized.TestCase):
         for partitioner in (None, tf.compat.v1.fixed_size_partitioner(3)):
             with tf.Graph().as_default():
                 tf.compat.v1.set_random_seed(0)
-                context = strategies.ModelContext(embedding_factory=base.variable_tables(partitioner))
+                context = strategies.ModelContext(embedding_factory=tables_lib.variable_tables(partitioner))
                 logits, _ = model.deepfm_logits(tf.constant(ids), tf.constant(vals), _config(),
                                                 training=False, context=context)
                 with self.session() as sess:
@@ -258,7 +258,7 @@ class DedupLookupTest(tf.test.TestCase):
 
     def _lookup_and_gradient(self, shape, ids, dedup, partitioner=None):
         with tf.compat.v1.variable_scope("dedup" if dedup else "plain"):
-            table = base.VariableTable("table", shape, tf.compat.v1.random_normal_initializer(seed=1),
+            table = tables_lib.VariableTable("table", shape, tf.compat.v1.random_normal_initializer(seed=1),
                                        partitioner=partitioner, dedup=dedup)
         rows = table.lookup(ids)
         weights = tf.reshape(tf.range(tf.size(rows), dtype=tf.float32), tf.shape(rows))
@@ -299,7 +299,7 @@ class DedupLookupTest(tf.test.TestCase):
             outputs = {}
             for dedup in (False, True):
                 # The same variables (AUTO_REUSE), looked up both ways.
-                context = strategies.ModelContext(embedding_factory=base.variable_tables(dedup=dedup))
+                context = strategies.ModelContext(embedding_factory=tables_lib.variable_tables(dedup=dedup))
                 logits, l2 = model.deepfm_logits(tf.constant(ids), tf.constant(vals), _config(),
                                                  training=True, context=context)
                 loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(

@@ -322,30 +322,3 @@ class PipeModeTest(tf.test.TestCase):
 
 if __name__ == "__main__":
     tf.test.main()
-
-
-class BeforeTheLifecycleTest(tf.test.TestCase):
-    """The calls of before the strategy lifecycle still work, and warn."""
-
-    def test_build_estimator_with_the_train_config_first_prepares_the_strategy(self):
-        model_dir = os.path.join(self.get_temp_dir(), "model")
-        train = config.TrainConfig(model_dir=model_dir, train_files=("unused",), save_checkpoints_steps=7, seed=5)
-        model = config.ModelConfig(feature_size=20, field_size=3)
-        strategy = strategies.get(strategies.StrategyConfig())
-        with self.assertWarnsRegex(DeprecationWarning, r"build_estimator\(train, model, strategy, model_fn\)"):
-            estimator = trainer.build_estimator(train, model, strategy)
-        self.assertEqual(model_dir, estimator.config.model_dir)
-        self.assertEqual((7, 5), (estimator.config.save_checkpoints_steps, estimator.config.tf_random_seed))
-        self.assertEqual(model_dir, strategy.plan.model_dir)
-        with self.assertRaisesRegex(TypeError, "takes 3 arguments, got 4"):
-            trainer.build_estimator(model, strategy, None, None)
-
-    def test_the_removed_horovod_constants_warn(self):
-        from deepfm.runtime import interrupt
-        from strategies import horovod
-        with self.assertWarnsRegex(DeprecationWarning, "STOP_AGREEMENT_NAME is deprecated"):
-            self.assertEqual(interrupt.STOP_AGREEMENT_NAME, horovod.STOP_AGREEMENT_NAME)
-        with self.assertWarnsRegex(DeprecationWarning, "NO_RESUME_STEP is deprecated"):
-            self.assertEqual(0, horovod.NO_RESUME_STEP)
-        with self.assertRaises(AttributeError):
-            horovod.NOT_A_NAME  # noqa: B018
