@@ -31,6 +31,7 @@ workers train, the `ps` tasks hold the variables.
 """
 
 import dataclasses
+import errno
 import socket
 import time
 from typing import Callable, Dict, List, Mapping, Optional
@@ -221,9 +222,23 @@ class ParameterServerStrategy(strategy.Strategy):
                          cluster.task_index, time.monotonic() - start)
 
     def _start_server(self) -> tf.distribute.Server:
+        """This task's server, listening at its `TF_CONFIG` port on every address of the machine.
+
+        Raises:
+          RuntimeError: another program holds that port (TensorFlow says only
+            "Could not start gRPC server"); the message names the port.
+        """
         cluster = self.cluster
-        return tf.distribute.Server(cluster.cluster_spec(), job_name=cluster.task_type,
-                                    task_index=cluster.task_index, config=self.session_config(), start=True)
+        try:
+            return tf.distribute.Server(cluster.cluster_spec(), job_name=cluster.task_type,
+                                        task_index=cluster.task_index, config=self.session_config(), start=True)
+        except tf.errors.UnknownError as e:
+            port = int(cluster.task_address.rsplit(":", 1)[1])
+            if not port_taken(port):
+                raise
+            raise RuntimeError("%s cannot listen at %s: port %d is taken on this machine by another program; start "
+                               "the job again on free ports (deepfm.launch draws new ones at every start)"
+                               % (cluster.task_name, cluster.task_address, port)) from e
 
     def _training_server(self) -> tf.distribute.Server:
         """This training task's server, started on the first call (`StartServerHook`)."""
@@ -418,6 +433,22 @@ def accepts_connections(address: str, timeout_seconds: float) -> bool:
             return True
     except OSError:
         return False
+
+
+def port_taken(port: int) -> bool:
+    """Whether another socket holds TCP `port` on some address of this machine, as a server's bind finds it.
+
+    The check binds the IPv4 wildcard address with `SO_REUSEADDR`, as
+    TensorFlow's gRPC server does, so a port held only by closed
+    connections (`TIME_WAIT`) counts as free.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
 
 
 def wait_until_all_closed(addresses: Mapping[str, str], timeout_seconds: float,

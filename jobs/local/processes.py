@@ -33,6 +33,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
+import errno
 import os
 import random
 import re
@@ -53,6 +54,9 @@ SERVICE_PORT_LOW = 20000
 EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 # Linux's default, where the file cannot be read.
 DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+# Where a task's TensorFlow server listens: every address of its machine (gRPC's wildcard, IPv6 with IPv4 where
+# the machine has IPv6, else IPv4 alone); `free_ports` checks a port free there.
+WILDCARD_ADDRESSES = ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0"))
 DEFAULT_STOP_GRACE_SECONDS = 5.0
 DEFAULT_SERVICE_GRACE_SECONDS = 60.0
 LOG_TAIL_LINES = 20
@@ -198,20 +202,24 @@ def ephemeral_port_range(path: str = EPHEMERAL_RANGE_FILE) -> Tuple[int, int]:
 
 
 def free_ports(count: int, host: str = "localhost", seed: Optional[int] = None) -> List[int]:
-    """`count` distinct TCP ports free on `host` right now, below the kernel's ephemeral range.
+    """`count` distinct TCP ports free on `host` and on every address of this machine, below the ephemeral range.
 
     A task binds its port seconds after it was chosen (it imports
     TensorFlow first). A port of the ephemeral range can be taken meanwhile
     by any outgoing connection of the machine, which picks its local port
     there; a port below it only by a program that binds that very port. So
-    ports are drawn at random from `[SERVICE_PORT_LOW, ephemeral low)`, each
-    checked free by binding it, and only where none is free from the
-    ephemeral range (`bind` to port 0). The sockets stay bound until all
-    ports are chosen, so the ports differ.
+    ports are drawn at random from `[SERVICE_PORT_LOW, ephemeral low)`, and
+    only where none is free from the ephemeral range (`bind` to port 0).
+    Each is checked free by binding it on `host` and on the wildcard address
+    (`WILDCARD_ADDRESSES`): a task's TensorFlow server listens on every
+    address of the machine, so a port held on any of them (a listener or a
+    connection of another program on another address) would fail its
+    server's start, and the task with it. The wildcard sockets stay bound
+    until all ports are chosen, so the ports differ.
 
     Args:
       count: how many ports.
-      host: the address they must be free on.
+      host: the address the tasks reach each other at.
       seed: the random draw's seed (default: from the system).
     """
     draw = random.Random(seed)
@@ -222,19 +230,44 @@ def free_ports(count: int, host: str = "localhost", seed: Optional[int] = None) 
     try:
         while len(sockets) < count:
             port = candidates.pop() if candidates else 0
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
-                sock.bind((host, port))
+                sockets.append(_bind_everywhere(host, port))
             except OSError:
-                sock.close()
                 if port == 0:
                     raise
-                continue
-            sockets.append(sock)
         return [sock.getsockname()[1] for sock in sockets]
     finally:
         for sock in sockets:
             sock.close()
+
+
+def _bind_everywhere(host: str, port: int) -> socket.socket:
+    """A socket bound to `port` (0: one the kernel picks) on the wildcard address, the port checked free on `host`.
+
+    The wildcard is IPv6's, taking IPv4 with it, where this machine has IPv6,
+    else IPv4's (`WILDCARD_ADDRESSES`).
+
+    Raises:
+      OSError: the port is taken on `host` or on some address of this machine.
+    """
+    if port:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as check:
+            check.bind((host, port))
+    for family, address in WILDCARD_ADDRESSES:
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # No IPv6 on this machine.
+        try:
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind((address, port))
+            return sock
+        except OSError as e:
+            sock.close()
+            if e.errno == errno.EADDRINUSE or family == socket.AF_INET:
+                raise
+    raise OSError(errno.EAFNOSUPPORT, "no TCP socket family of %s can be made" % (WILDCARD_ADDRESSES,))
 
 
 @contextlib.contextmanager
