@@ -10,7 +10,7 @@ import dataclasses
 from typing import Optional, Tuple
 
 from cli import config_flags
-from input_pipeline import schema
+from input_pipeline import check_record, schema
 
 OPTIMIZERS = ("adam", "lazy_adam", "adagrad", "momentum", "ftrl", "sgd")
 # The built-in models (`deepfm.models`).
@@ -148,6 +148,12 @@ class TrainConfig:
         model directory is touched, and refuse damaged files, rows of another
         layout, values that are not finite, ids out of range and row counts
         other than the metadata's (`input_pipeline.data_check`); File mode.
+      data_check_record: where the data check records the files it read
+        (`input_pipeline.check_record.PLACES`): `auto` beside the data
+        where the job owns the dataset's directory (not a SageMaker input
+        channel, writable, of this user), else the model directory;
+        `model_dir` always the model directory. A record beside the data is
+        read either way.
       check_memory: before the first step, estimate what each process
         holds in memory (`strategies.memory_estimate`) and refuse one its
         host cannot hold (`deepfm.runtime.preflight.check_memory`); the chief
@@ -189,6 +195,11 @@ class TrainConfig:
         True, "Read every training and validation file once before the model directory is touched; refuse "
         "damaged files, bad rows, values that are not finite, ids out of range and row counts other than the "
         "metadata's.")
+    data_check_record: str = config_flags.field(
+        check_record.AUTO, "Where the data check records the files it read: auto: beside the data where this job "
+        "owns the dataset's directory (not a SageMaker input channel, writable, of this user), else the model "
+        "directory; model_dir: always the model directory (e.g. a dataset a team shares). A record beside the data "
+        "is read either way.", choices=check_record.PLACES)
     check_memory: bool = config_flags.field(
         True, "Before the first step, estimate each process's memory (variables, optimizer slots, exchange "
         "buffers, runtime) and refuse a process its host (its memory cgroup's limit, else the available memory) "
@@ -200,6 +211,9 @@ class TrainConfig:
                 raise ValueError("--%s must be >= 1, got %r" % (name, getattr(self, name)))
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError("--max_steps must be >= 1, got %r" % self.max_steps)
+        if self.data_check_record not in check_record.PLACES:
+            raise ValueError("--data_check_record must be one of %s, got %r"
+                             % (", ".join(check_record.PLACES), self.data_check_record))
         object.__setattr__(self, "train_files", tuple(self.train_files))
         object.__setattr__(self, "val_files", tuple(self.val_files))
         if self.metrics_port is not None and not 0 < self.metrics_port < 65536:

@@ -22,10 +22,14 @@ TFRecord file's record, a LibSVM file's `file:line`, a packed file's row),
 the bad value and what to do. `--check_data=false` skips the check.
 
 Once per dataset. What the pass found in each good file is kept in a record
-beside the data (`input_pipeline.check_record`); a later check, of any run
-on the same files, reads only the files that are new or changed since (size,
+(`input_pipeline.check_record`): beside the data where the job owns the
+dataset's directory, else in the model directory (a SageMaker input channel,
+a read-only or another user's folder, or `data_check_record` `model_dir`).
+A later check reads only the files that are new or changed since (size,
 mtime, or the options they are read with) and judges the others from their
-record: a restart's time to its first step does not grow with the rows.
+record: a restart's time to its first step does not grow with the rows. A
+record beside the data spares its files in every run on them; one in the
+model directory, in the restarts of that run.
 
 Cost. A pass costs what one epoch of input costs without training
 (`benchmarks.input_speed`: about 2 to 3.5 microseconds a row on this

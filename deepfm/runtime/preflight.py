@@ -92,8 +92,10 @@ def check_data(train: TrainConfig, model: ModelConfig, input_config: pipeline.Pi
 
     Files already checked, unchanged since, are not read again
     (`input_pipeline.check_record`): each process adds the files it read to
-    the record beside the data; where the data cannot be written, to the
-    model directory's record, and only when the whole check passed.
+    the record beside the data where the job owns the dataset's directory;
+    else (a SageMaker input channel, a read-only or another user's folder,
+    `train.data_check_record` `model_dir`) to the dataset's record in the
+    model directory, and only when the whole check passed.
 
     Raises:
       ValueError: a file's problem, named by `data_check`; or, on the other
@@ -102,7 +104,7 @@ def check_data(train: TrainConfig, model: ModelConfig, input_config: pipeline.Pi
     files = list(train.train_files)
     own = files[context.input_pipeline_id::context.num_input_pipelines]
     start = time.monotonic()
-    record = check_record.CheckRecord(train.model_dir)
+    record = check_record.CheckRecord(train.model_dir, place=train.data_check_record)
     error = None
     try:
         data_check.check_files(own, input_config, model.feature_size, record=record)

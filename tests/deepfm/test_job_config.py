@@ -19,7 +19,7 @@ from tests.deepfm import test_train_flags
 
 MODEL_FN = "deepfm.models.deepfm.model_fn"
 # Flags of deepfm.train that the pinned list does not hold: added since it was written.
-ADDED_FLAGS = {"check_data", "config_file"}
+ADDED_FLAGS = {"check_data", "config_file", "data_check_record"}
 # A non-default value of each strategy's own options (a strategy without options: none).
 STRATEGY_OPTIONS = {
     "single": {"table_partitions": 2}, "auto": {}, "tower": {"num_devices": 2},

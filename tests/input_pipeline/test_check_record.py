@@ -4,6 +4,7 @@ import json
 import os
 import threading
 import time
+from unittest import mock
 
 import tensorflow as tf
 
@@ -138,23 +139,161 @@ class CheckRecordTest(tf.test.TestCase):
         with open(os.path.join(self.data, check_record.RECORD_FILE)) as f:
             self.assertEqual(["part-0.tfrecord"], list(json.load(f)["files"]))
 
-    def test_a_record_that_cannot_be_written_beside_the_data_goes_to_the_model_directory(self):
-        path = write(os.path.join(self.data, "part-0.tfrecord"))
-        # What stands where the record would go cannot be replaced by a file (as a read-only directory,
-        # which a root user could still write).
-        os.makedirs(os.path.join(self.data, check_record.RECORD_FILE))
-        record = check_record.CheckRecord(self.model_dir)
-        add(record, path)
+    def test_a_model_directory_record_keeps_the_entries_of_files_another_host_sees(self):
+        # Hosts sharing a model directory each hold their own part of one channel path (ShardedByS3Key).
+        first_host, second_host = (os.path.join(self.data, "part-%d.tfrecord" % i) for i in range(2))
+        write(first_host)
+        record = check_record.CheckRecord(self.model_dir, place=check_record.MODEL_DIR)
+        add(record, first_host)
+        record.save()
+        os.rename(first_host, first_host + ".elsewhere")
+        write(second_host)
+        record = check_record.CheckRecord(self.model_dir, place=check_record.MODEL_DIR)
+        add(record, second_host)
+        record.save()
+        with open(self.model_record()) as f:
+            self.assertEqual(["part-0.tfrecord", "part-1.tfrecord"], sorted(json.load(f)["files"]))
+
+    def model_record(self, directory=None):
+        """The record of the dataset directory `directory` (default: the data's) in the model directory."""
+        return os.path.join(self.model_dir, check_record.model_dir_record_name(directory or self.data))
+
+    def assert_recorded_in_the_model_directory_only(self, paths, place=check_record.AUTO, environ=None):
+        """A check of `paths` writes the model directory's record, leaves the data as it was, and a second start
+        reads none of them."""
+        before = sorted(os.listdir(self.data))
+        record = check_record.CheckRecord(self.model_dir, place=place, environ=environ)
+        for path in paths:
+            self.assertTrue(add(record, path))
         self.assertEqual([], record.save(model_dir=False), "a refused check leaves the model directory")
         self.assertEqual([], os.listdir(self.model_dir))
-        model_record = os.path.join(self.model_dir, check_record.MODEL_DIR_RECORD_FILE)
-        self.assertEqual([model_record], record.save())
-        with open(model_record) as f:
-            self.assertEqual([path], list(json.load(f)["files"]))
-        self.assertEqual(FOUND, check_record.CheckRecord(self.model_dir).found(path, OPTIONS))
-        self.assertIsNone(check_record.CheckRecord().found(path, OPTIONS))
-        self.assertEqual([check_record.RECORD_FILE, "part-0.tfrecord"], sorted(os.listdir(self.data)))
+        self.assertEqual([self.model_record()], record.save())
+        self.assertEqual(before, sorted(os.listdir(self.data)))
+        self.assertEqual([os.path.basename(self.model_record())], os.listdir(self.model_dir))
+        with open(self.model_record()) as f:
+            saved = json.load(f)
+        self.assertEqual(sorted(os.path.relpath(path, self.data) for path in paths), sorted(saved["files"]))
+        self.assertEqual(os.path.realpath(self.data), saved["dataset_directory"])
+        # The second start of the run on the same model directory: every file found, none to read.
+        again = check_record.CheckRecord(self.model_dir, place=place, environ=environ)
+        self.assertEqual([FOUND] * len(paths), [again.found(path, OPTIONS) for path in paths])
+        # Another model directory has no record of them.
+        self.assertIsNone(check_record.CheckRecord(self.create_tempdir().full_path).found(paths[0], OPTIONS))
 
+    def test_a_record_that_cannot_be_written_beside_the_data_goes_to_the_model_directory(self):
+        path = write(os.path.join(self.data, "part-0.tfrecord"))
+        # What stands where the record would go cannot be replaced by a file (as a read-only file system the
+        # directory's permissions do not show).
+        os.makedirs(os.path.join(self.data, check_record.RECORD_FILE))
+        self.assert_recorded_in_the_model_directory_only([path])
+        self.assertIsNone(check_record.CheckRecord().found(path, OPTIONS))
+
+    def test_a_read_only_data_folder_is_never_written(self):
+        paths = [write(os.path.join(self.data, "part-%d.tfrecord" % i)) for i in range(2)]
+        os.chmod(self.data, 0o555)
+        self.addCleanup(os.chmod, self.data, 0o755)
+        if os.access(self.data, os.W_OK):
+            self.skipTest("this process writes a folder of mode 0o555 (it runs as root): "
+                          "test_a_folder_of_another_user_is_never_written, test_the_run_may_ask_for_the_model_"
+                          "directory and the SageMaker channel tests cover the rule")
+        self.assertRegex(check_record.not_beside(self.data), "may not write it")
+        self.assert_recorded_in_the_model_directory_only(paths)
+
+    def test_a_folder_of_another_user_is_never_written(self):
+        paths = [write(os.path.join(self.data, "part-%d.tfrecord" % i)) for i in range(2)]
+        if os.geteuid() != 0:
+            self.skipTest("only root can give a folder to another user: test_a_read_only_data_folder_is_never_"
+                          "written covers a folder this process may not write")
+        other = os.geteuid() + 1000
+        os.chown(self.data, other, -1)
+        self.assertTrue(os.access(self.data, os.W_OK))
+        self.assertEqual("it belongs to user id %d, and this process runs as user id 0" % other,
+                         check_record.not_beside(self.data))
+        self.assert_recorded_in_the_model_directory_only(paths)
+
+    def test_the_run_may_ask_for_the_model_directory_and_still_reads_a_record_beside_the_data(self):
+        prepared, new = (write(os.path.join(self.data, "part-%d.tfrecord" % i)) for i in range(2))
+        # A record beside the data, as a dataset prepared once may carry.
+        beside = check_record.CheckRecord()
+        add(beside, prepared)
+        self.assertEqual([os.path.join(self.data, check_record.RECORD_FILE)], beside.save())
+        with open(os.path.join(self.data, check_record.RECORD_FILE), "rb") as f:
+            prepared_record = f.read()
+        self.assertIsNone(check_record.not_beside(self.data, environ={}))
+        self.assertRegex(check_record.not_beside(self.data, check_record.MODEL_DIR, environ={}),
+                         "asks for the model directory")
+        record = check_record.CheckRecord(self.model_dir, place=check_record.MODEL_DIR)
+        self.assertEqual(FOUND, record.found(prepared, OPTIONS))
+        self.assertIsNone(record.found(new, OPTIONS))
+        add(record, new)
+        self.assertEqual([self.model_record()], record.save())
+        with open(os.path.join(self.data, check_record.RECORD_FILE), "rb") as f:
+            self.assertEqual(prepared_record, f.read(), "the record beside the data is not written")
+        again = check_record.CheckRecord(self.model_dir, place=check_record.MODEL_DIR)
+        self.assertEqual([FOUND, FOUND], [again.found(path, OPTIONS) for path in (prepared, new)])
+        # Never required: without the record beside the data, the model directory's still holds its files.
+        os.remove(os.path.join(self.data, check_record.RECORD_FILE))
+        self.assertEqual(FOUND, check_record.CheckRecord(self.model_dir, place=check_record.MODEL_DIR).found(
+            new, OPTIONS))
+        with self.assertRaisesRegex(ValueError, r"one of auto, model_dir, got 'beside'"):
+            check_record.CheckRecord(self.model_dir, place="beside")
+
+    def test_a_channel_under_the_sagemaker_input_directory_is_never_written(self):
+        base_dir = self.create_tempdir().full_path
+        self.data = os.path.join(base_dir, "input", "data", "train")
+        os.makedirs(self.data)
+        paths = [write(os.path.join(self.data, "part-%d.tfrecord" % i)) for i in range(2)]
+        environ = {"SAGEMAKER_BASE_DIR": base_dir}
+        self.assertRegex(check_record.not_beside(self.data, environ=environ), "SageMaker input channels")
+        self.assertIsNone(check_record.not_beside(self.data, environ={}))
+        self.assert_recorded_in_the_model_directory_only(paths, environ=environ)
+
+    def test_a_channel_named_by_an_sm_channel_variable_is_never_written(self):
+        os.makedirs(os.path.join(self.data, schema.TRAIN_SPLIT))
+        schema.DatasetMetadata(feature_size=1000, field_size=4).write(self.data)
+        paths = [write(os.path.join(self.data, schema.TRAIN_SPLIT, "part-%05d.tfrecord" % i)) for i in range(2)]
+        # The process's own environment, as a SageMaker container sets it.
+        with mock.patch.dict(os.environ, {"SM_CHANNEL_TRAINING": self.data}):
+            self.assertRegex(check_record.not_beside(self.data), "SageMaker input channels' directory %s" % self.data)
+            self.assert_recorded_in_the_model_directory_only(paths)
+        with open(self.model_record()) as f:
+            self.assertEqual(["train/part-00000.tfrecord", "train/part-00001.tfrecord"], sorted(json.load(f)["files"]))
+
+    def test_datasets_share_a_model_directory_each_with_its_own_record(self):
+        other = self.create_tempdir().full_path
+        paths = [write(os.path.join(directory, "part-0.tfrecord")) for directory in (self.data, other)]
+        record = check_record.CheckRecord(self.model_dir, place=check_record.MODEL_DIR)
+        for path in paths:
+            add(record, path)
+        self.assertEqual(sorted([self.model_record(), self.model_record(other)]), sorted(record.save()))
+        self.assertNotEqual(self.model_record(), self.model_record(other))
+        # The same dataset through a link: the same record.
+        link = os.path.join(self.create_tempdir().full_path, "link")
+        os.symlink(self.data, link)
+        self.assertEqual(self.model_record(), self.model_record(link))
+        again = check_record.CheckRecord(self.model_dir, place=check_record.MODEL_DIR)
+        self.assertEqual([FOUND, FOUND, FOUND], [again.found(path, OPTIONS) for path in
+                                                 paths + [os.path.join(link, "part-0.tfrecord")]])
+
+    def test_ranks_writing_one_model_directory_record_at_the_same_time_keep_each_others_entries(self):
+        paths = [write(os.path.join(self.data, "part-%d.tfrecord" % i)) for i in range(12)]
+        start = threading.Barrier(len(paths))
+
+        def check(path):
+            record = check_record.CheckRecord(self.model_dir, place=check_record.MODEL_DIR)
+            add(record, path)
+            start.wait()
+            record.save()
+
+        threads = [threading.Thread(target=check, args=(path,)) for path in paths]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        record = check_record.CheckRecord(self.model_dir, place=check_record.MODEL_DIR)
+        self.assertEqual([FOUND] * len(paths), [record.found(path, OPTIONS) for path in paths])
+        self.assertEqual([os.path.basename(self.model_record())], os.listdir(self.model_dir))
+        self.assertEqual(sorted(os.path.basename(path) for path in paths), sorted(os.listdir(self.data)))
 
 if __name__ == "__main__":
     tf.test.main()

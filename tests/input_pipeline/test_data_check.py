@@ -286,6 +286,30 @@ class CheckedOnceTest(tf.test.TestCase):
             self.paths[1], ROWS, os.path.join(self.root, schema.METADATA_FILE), ROWS + 1), message)
         self.assertEqual((0, 3), read)
 
+    def test_a_sagemaker_channel_is_read_once_and_never_written(self):
+        model_dir = self.create_tempdir().full_path
+        channel = {"SM_CHANNEL_TRAINING": self.root}
+
+        def snapshot():
+            """Every path under the channel with its size and mtime, the directories' too."""
+            found = {}
+            for directory, _, names in os.walk(self.root):
+                for path in [directory] + [os.path.join(directory, name) for name in names]:
+                    stat = os.stat(path)
+                    found[os.path.relpath(path, self.root)] = (stat.st_size, stat.st_mtime_ns)
+            return found
+
+        before = snapshot()
+        # A start, then its restart on the same model directory: the second reads no row.
+        for expected in ((3, 0), (0, 3)):
+            record = check_record.CheckRecord(model_dir, environ=channel)
+            with self.assertLogs(level="INFO") as logs:
+                data_check.check_files(self.paths, config(formats.TFRECORD), FEATURE_SIZE, record=record)
+                record.save()
+            self.assertEqual(expected, self.read_and_spared(logs))
+        self.assertEqual(before, snapshot())
+        self.assertEqual([check_record.model_dir_record_name(self.root)], os.listdir(model_dir))
+
     def test_files_are_read_in_parallel_with_the_same_findings(self):
         one = data_check.check_files(self.paths, config(formats.TFRECORD), FEATURE_SIZE, workers=1)
         several = data_check.check_files(self.paths, config(formats.TFRECORD), FEATURE_SIZE, workers=3)

@@ -150,7 +150,8 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
                                      "--channel", "validation=%s" % self.channels["val"],
                                      "--distribution_type", "ShardedByS3Key",
                                      hyperparameters=HYPERPARAMETERS + ("--strategy", strategy))
-        # What each host received of the channel (the data check adds its record beside the data).
+        # What each host received of the channel (a record of the data check is copied with it where one is
+        # beside the source folder; the job keeps its own in the model directory, never in a channel).
         shares = [sorted(set(os.listdir(os.path.join(output_dir, host, "input", "data", "train")))
                          - {check_record.RECORD_FILE})
                   for host in ("algo-1", "algo-2")]
@@ -298,8 +299,8 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         self.assertNotEqual(0, process.returncode, out[-2000:])
         self.assertRegex(err, r"job \S+ failed: host algo-\d failed \(task algo-\d (was killed for memory|failed with "
                               r"exit code \d+ after a process of host algo-\d was killed for memory)\b.*host algo-\d's "
-                              r"processes peaked at \d+ MiB against its limit of 250 MiB \(250m\)( \(\d+ processes killed\))?; "
-                              r"raise --host_memory")
+                              r"processes peaked at \d+ MiB against its limit of 250 MiB \(250m\)"
+                              r"( \(\d+ processes killed\))?; raise --host_memory")
         self.assert_no_leftovers(process.pid)
         owned = "%s-%d-" % (memory.CGROUP_PREFIX, process.pid)
         self.assertEqual([], [name for name in os.listdir(controller.parent) if name.startswith(owned)])
