@@ -41,6 +41,9 @@ Per row (variant, table size):
   until its `--metrics_file` is written (start: final checkpoint, evaluation
   and export; restart: the final checkpoint alone, also shown per GB of
   state).
+* evaluation seconds (the start's) and restore seconds (the restart's,
+  also per GB of the largest share): the slowest process's, from the lines
+  its log holds at `--verbosity 0` (`large_tables_report.slowest`).
 
 Results go to `<results_dir>/<name>.{md,json}` with the machine and the
 command. A failed run (killed for memory, refused by the memory check) is a
@@ -59,6 +62,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import common
+from benchmarks import large_tables_report as report
 from benchmarks.strategy_speed.measure import job_window, read_progress
 from jobs import source
 from jobs.local import processes as processes_lib
@@ -78,49 +82,30 @@ RUN_TIMEOUT_S = 3600.0
 SAMPLE_SECONDS = 0.15
 # A checkpoint interval no run reaches: only the final checkpoint is written.
 NO_CHECKPOINT_STEPS = 10 ** 9
-SINGLE = "single"
 # Strategies run through `deepfm.launch`, with their flags for N processes.
 LAUNCHED = {"hybrid": lambda n: ["--np", str(n)],
             "ps": lambda n: ["--num_ps", str(n), "--num_workers", str(n)]}
-GB = 1000.0 ** 3
 PROGRESS_DIR = "progress"
 TASK_PROGRESS_FILE = "{task}.jsonl"
 METRICS_FILE = "metrics.json"
-START, RESTART = "start", "restart"
 
 
-@dataclasses.dataclass(frozen=True)
-class Variant:
-    """One strategy at one number of processes.
 
-    Attributes:
-      strategy: `--strategy`.
-      processes: `single`: 1; `hybrid`: ranks; `ps`: parameter servers and
-        as many training workers.
-    """
-
-    strategy: str
-    processes: int = 1
-
-    @property
-    def name(self) -> str:
-        return self.strategy if self.strategy == SINGLE else "%s x%d" % (self.strategy, self.processes)
-
-
-def variants_of(strategies: Sequence[str], counts: Sequence[int]) -> List[Variant]:
+def variants_of(strategies: Sequence[str], counts: Sequence[int]) -> List[report.Variant]:
     """`single` once, each launched strategy at each count of processes, in the order given.
 
     Raises:
       ValueError: an unknown strategy or a count below 1; the message names it.
     """
-    unknown = [s for s in strategies if s != SINGLE and s not in LAUNCHED]
+    unknown = [s for s in strategies if s != report.SINGLE and s not in LAUNCHED]
     if unknown:
         raise ValueError("--strategies: unknown %s; known: %s" % (
-            ", ".join(map(repr, unknown)), ", ".join((SINGLE,) + tuple(LAUNCHED))))
+            ", ".join(map(repr, unknown)), ", ".join((report.SINGLE,) + tuple(LAUNCHED))))
     if not strategies or any(count < 1 for count in counts) or not counts:
         raise ValueError("--strategies and --processes need at least one entry each, counts >= 1; got %r and %r"
                          % (list(strategies), list(counts)))
-    return [Variant(s) if s == SINGLE else Variant(s, n) for s in strategies for n in ((1,) if s == SINGLE else counts)]
+    return [report.Variant(s) if s == report.SINGLE else report.Variant(s, n)
+            for s in strategies for n in ((1,) if s == report.SINGLE else counts)]
 
 
 def int_list(text: str) -> Tuple[int, ...]:
@@ -156,7 +141,7 @@ class BenchmarkConfig:
     """
 
     feature_sizes: Tuple[int, ...]
-    variants: Tuple[Variant, ...]
+    variants: Tuple[report.Variant, ...]
     rows: int = DEFAULT_ROWS
     max_steps: int = DEFAULT_MAX_STEPS
     restart_steps: int = DEFAULT_RESTART_STEPS
@@ -184,71 +169,9 @@ class BenchmarkConfig:
     def data_dir(self, feature_size: int) -> str:
         return os.path.join(self.work_dir, "data", "%dids_%drows" % (feature_size, self.rows))
 
-    def run_dir(self, variant: Variant, feature_size: int) -> str:
+    def run_dir(self, variant: report.Variant, feature_size: int) -> str:
         return os.path.join(self.work_dir, "runs", "%s-%d" % (variant.name.replace(" ", ""), feature_size))
 
-
-@dataclasses.dataclass
-class RunMeasure:
-    """One run (the start or the restart) of one row.
-
-    Attributes:
-      wall_s: seconds from its start until its command exited.
-      time_to_first_step_s: from its start until every training process
-        had finished a step.
-      first_step_s: per training process (progress file name), from the
-        start to its first step.
-      processes: per process of the tree that a sample measured: `label`,
-        `pid`, `peak_rss_bytes`.
-      examples_per_sec: the job's throughput after warm-up (None: too few
-        steps for a window; `window_error` says why).
-      hook_examples_per_sec: the chief's own mean (its `--metrics_file`).
-      end_s: from the chief's last step until its metrics file was written.
-      window_error: why there is no examples/sec.
-    """
-
-    wall_s: float
-    time_to_first_step_s: float
-    first_step_s: Dict[str, float]
-    processes: List[Dict]
-    examples_per_sec: Optional[float] = None
-    hook_examples_per_sec: Optional[float] = None
-    end_s: Optional[float] = None
-    window_error: str = ""
-
-    @property
-    def largest(self) -> Dict:
-        """The process of the largest peak resident memory."""
-        return max(self.processes, key=lambda p: p["peak_rss_bytes"])
-
-
-@dataclasses.dataclass
-class Row:
-    """One variant at one table size.
-
-    Attributes:
-      variant: what ran.
-      feature_size: ids of the table.
-      state_bytes: weights and optimizer slots of the whole model.
-      share_bytes: the largest part of them one process holds.
-      start: the first run (None: it failed).
-      restart: the run resuming it (None: it failed or never ran).
-      error: why a run failed ("" when none did).
-    """
-
-    variant: Variant
-    feature_size: int
-    state_bytes: int
-    share_bytes: int
-    start: Optional[RunMeasure] = None
-    restart: Optional[RunMeasure] = None
-    error: str = ""
-
-    @property
-    def peak_rss_bytes(self) -> Optional[int]:
-        """The largest peak of any process of either run."""
-        peaks = [run.largest["peak_rss_bytes"] for run in (self.start, self.restart) if run is not None]
-        return max(peaks) if peaks else None
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -293,7 +216,7 @@ def make_config(args: argparse.Namespace) -> BenchmarkConfig:
 # --- state -------------------------------------------------------------------------------------------------
 
 
-def state_bytes(feature_size: int, variants: Sequence[Variant], batch_size: int) -> Dict:
+def state_bytes(feature_size: int, variants: Sequence[report.Variant], batch_size: int) -> Dict:
     """`{"state_bytes": S, "shares": {variant name: bytes}}` of DeepFM at the defaults with `feature_size` ids.
 
     Builds the model's graph once (nothing is allocated: cheap at 20M ids)
@@ -321,7 +244,7 @@ def state_bytes(feature_size: int, variants: Sequence[Variant], batch_size: int)
 def _state_child(spec: str) -> dict:
     """`--child_state` (JSON: feature_sizes, variants, batch_size): `state_bytes` of each size, keyed by size."""
     request = json.loads(spec)
-    variants = [Variant(strategy, count) for strategy, count in request["variants"]]
+    variants = [report.Variant(strategy, count) for strategy, count in request["variants"]]
     return {str(size): state_bytes(size, variants, request["batch_size"]) for size in request["feature_sizes"]}
 
 
@@ -363,9 +286,9 @@ def ensure_data(config: BenchmarkConfig, feature_size: int) -> str:
     return data_dir
 
 
-def command(variant: Variant, config: BenchmarkConfig, data_dir: str, run_dir: str, phase: str) -> List[str]:
+def command(variant: report.Variant, config: BenchmarkConfig, data_dir: str, run_dir: str, phase: str) -> List[str]:
     """The command line of the start or the restart of `variant`, its files under `run_dir`."""
-    restart = phase == RESTART
+    restart = phase == report.RESTART
     train = [
         "--train_data", data_dir, "--model_dir", os.path.join(run_dir, "model"),
         "--max_steps", str(config.max_steps + (config.restart_steps if restart else 0)),
@@ -373,9 +296,11 @@ def command(variant: Variant, config: BenchmarkConfig, data_dir: str, run_dir: s
         "--metrics_file", os.path.join(run_dir, phase, METRICS_FILE),
         "--progress_file", os.path.join(run_dir, phase, PROGRESS_DIR, TASK_PROGRESS_FILE),
         "--log_every_n_steps", "1", "--save_checkpoints_steps", str(NO_CHECKPOINT_STEPS),
+        # INFO lines in the logs: each restore's and evaluation's seconds (`large_tables_report.slowest`).
+        "--verbosity", "0",
     ] + (["--val_data="] if restart else ["--export_dir", os.path.join(run_dir, "export")])
-    if variant.strategy == SINGLE:
-        return [sys.executable, "-m", "deepfm.train", "--strategy", SINGLE] + train
+    if variant.strategy == report.SINGLE:
+        return [sys.executable, "-m", "deepfm.train", "--strategy", report.SINGLE] + train
     launch = [sys.executable, "-m", "deepfm.launch", "--strategy", variant.strategy,
               "--log_dir", os.path.join(run_dir, phase, "tasks"), "--timeout_s", str(config.timeout_s)]
     if config.host_memory:
@@ -401,8 +326,8 @@ def progress_of(phase_dir: str, expected: int) -> Dict[str, List[Tuple[float, in
 
 def measure_from(started: float, ended: float, progress: Dict[str, List[Tuple[float, int]]],
                  processes: List[Dict], metrics: Dict, metrics_written: Optional[float], batch_size: int,
-                 warmup_steps: int) -> RunMeasure:
-    """A `RunMeasure` from what a finished run left (no process is started here).
+                 warmup_steps: int) -> report.RunMeasure:
+    """A `report.RunMeasure` from what a finished run left (no process is started here).
 
     Args:
       started: wall time of the command's start.
@@ -415,7 +340,7 @@ def measure_from(started: float, ended: float, progress: Dict[str, List[Tuple[fl
       warmup_steps: steps of each process left out of examples/sec.
     """
     first = {task: points[0][0] - started for task, points in progress.items()}
-    measured = RunMeasure(wall_s=ended - started, time_to_first_step_s=max(first.values()), first_step_s=first,
+    measured = report.RunMeasure(wall_s=ended - started, time_to_first_step_s=max(first.values()), first_step_s=first,
                           processes=processes, hook_examples_per_sec=metrics.get("examples_per_sec"))
     try:
         _, _, measured.examples_per_sec = job_window(list(progress.values()), [batch_size] * len(progress),
@@ -428,7 +353,8 @@ def measure_from(started: float, ended: float, progress: Dict[str, List[Tuple[fl
     return measured
 
 
-def run_phase(variant: Variant, config: BenchmarkConfig, data_dir: str, run_dir: str, phase: str) -> RunMeasure:
+def run_phase(variant: report.Variant, config: BenchmarkConfig, data_dir: str, run_dir: str,
+              phase: str) -> report.RunMeasure:
     """Runs the start or the restart of `variant` in a fresh process tree and measures it.
 
     Raises:
@@ -455,23 +381,36 @@ def run_phase(variant: Variant, config: BenchmarkConfig, data_dir: str, run_dir:
     # A process that exited before a sample could read its memory (a shell between two commands) is left out.
     processes = [{"label": p.label, "pid": p.pid, "peak_rss_bytes": p.peak_rss_bytes} for p in sampler.processes
                  if p.peak_rss_bytes > 0]
-    return measure_from(started, ended, progress_of(phase_dir, variant.processes), processes, metrics,
-                        written, config.batch_size, config.warmup_steps)
+    measured = measure_from(started, ended, progress_of(phase_dir, variant.processes), processes, metrics,
+                            written, config.batch_size, config.warmup_steps)
+    measured.restore_s, measured.evaluation_s = report.slowest(logs_of(phase_dir))
+    return measured
 
 
-def measure_row(variant: Variant, feature_size: int, state: Dict, config: BenchmarkConfig, data_dir: str) -> Row:
+def logs_of(phase_dir: str) -> List[str]:
+    """The text of every process's log of a run (`job.log`, and each launched task's under `tasks/`)."""
+    texts = []
+    for path in sorted(glob.glob(os.path.join(phase_dir, "**", "*.log"), recursive=True)):
+        with open(path, errors="replace") as f:
+            texts.append(f.read())
+    return texts
+
+
+def measure_row(variant: report.Variant, feature_size: int, state: Dict, config: BenchmarkConfig,
+                data_dir: str) -> report.Row:
     """The start and the restart of `variant` on `data_dir`; its model and export are deleted afterwards."""
-    row = Row(variant, feature_size, state["state_bytes"], state["shares"][variant.name])
+    row = report.Row(variant, feature_size, state["state_bytes"], state["shares"][variant.name])
     run_dir = config.run_dir(variant, feature_size)
     shutil.rmtree(run_dir, ignore_errors=True)
-    phase = START
+    phase = report.START
     try:
-        for phase in (START, RESTART):
+        for phase in (report.START, report.RESTART):
             measured = run_phase(variant, config, data_dir, run_dir, phase)
             setattr(row, phase, measured)
             print("%-10s %11s ids %-7s first step %6.1f s  peak RSS %6.2f GB (%s)  wall %6.1f s" % (
                 variant.name, format(feature_size, ","), phase, measured.time_to_first_step_s,
-                measured.largest["peak_rss_bytes"] / GB, measured.largest["label"], measured.wall_s), file=sys.stderr)
+                measured.largest["peak_rss_bytes"] / report.GB, measured.largest["label"], measured.wall_s),
+                file=sys.stderr)
     except (RuntimeError, TimeoutError, ValueError, OSError) as e:
         row.error = "%s: %s" % (phase, str(e)[-2000:])
         print("%-10s %11s ids FAILED: %s" % (variant.name, format(feature_size, ","), row.error), file=sys.stderr)
@@ -481,7 +420,7 @@ def measure_row(variant: Variant, feature_size: int, state: Dict, config: Benchm
     return row
 
 
-def measure(config: BenchmarkConfig) -> List[Row]:
+def measure(config: BenchmarkConfig) -> List[report.Row]:
     """Every variant at every table size, smallest first; a failed run is a row, not the end."""
     states = measure_states(config)
     rows = []
@@ -495,66 +434,8 @@ def measure(config: BenchmarkConfig) -> List[Row]:
 # --- report ------------------------------------------------------------------------------------------------
 
 
-def _gb(value: Optional[float]) -> str:
-    return "n/a" if value is None else "%.2f" % (value / GB)
 
-
-def _seconds(run: Optional[RunMeasure], field: str) -> str:
-    value = None if run is None else getattr(run, field)
-    return "n/a" if value is None else "%.1f" % value
-
-
-def table_row(row: Row) -> List[str]:
-    """The report's cells of one row."""
-    peak = row.peak_rss_bytes
-    largest = max((run.largest for run in (row.start, row.restart) if run is not None),
-                  key=lambda p: p["peak_rss_bytes"], default=None)
-    rate = row.start.examples_per_sec if row.start is not None else None
-    save = row.restart.end_s if row.restart is not None else None
-    return [
-        row.variant.name, format(row.feature_size, ","), _gb(row.state_bytes), _gb(row.share_bytes),
-        "n/a" if largest is None else "%s (%s)" % (_gb(peak), largest["label"]),
-        "n/a" if peak is None or not row.share_bytes else "%.2f" % (peak / row.share_bytes),
-        _seconds(row.start, "time_to_first_step_s"), _seconds(row.restart, "time_to_first_step_s"),
-        "n/a" if rate is None else format(rate, ",.0f"),
-        _seconds(row.start, "wall_s"), _seconds(row.start, "end_s"),
-        "n/a" if save is None else "%.1f (%.1f s/GB)" % (save, save / (row.state_bytes / GB)),
-        failure_summary(row.error),
-    ]
-
-
-# Lines of a failed run's output that say why, in the order looked for.
-FAILURE_MARKERS = ("killed for memory", "not enough memory", "launch failed", "Error", "error")
-FAILURE_CELL_CHARS = 240
-
-
-def failure_summary(error: str) -> str:
-    """A table cell for a failed run: its first line, and the first line after it that says why."""
-    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    reason = next((line for marker in FAILURE_MARKERS for line in lines[1:] if marker in line), "")
-    text = lines[0] if not reason else "%s ... %s" % (lines[0], reason)
-    return "failed: " + text[:FAILURE_CELL_CHARS].replace("|", "/")
-
-
-HEADER = ["variant", "ids", "state GB", "largest share GB", "peak RSS GB (process)", "peak / share",
-          "first step s (start)", "first step s (restart)", "examples/sec", "wall s (start)",
-          "end s (start: save, evaluation, export)", "end s (restart: save)", "failure"]
-
-
-def process_lines(rows: Sequence[Row]) -> str:
-    """Per row and run, the peak resident memory of every process of its tree."""
-    lines = []
-    for row in rows:
-        for phase, run in ((START, row.start), (RESTART, row.restart)):
-            if run is not None:
-                peaks = "; ".join("%s %s GB" % (p["label"], _gb(p["peak_rss_bytes"])) for p in run.processes)
-                lines.append("- %s, %s ids, %s: %s" % (row.variant.name, format(row.feature_size, ","), phase, peaks))
-    return "\n".join(lines)
-
-
-def report_body(config: BenchmarkConfig, rows: Sequence[Row], argv: Sequence[str]) -> str:
+def report_body(config: BenchmarkConfig, rows: Sequence[report.Row], argv: Sequence[str]) -> str:
     """The markdown of the report: the command, the set-up, the table, every process's peak."""
     setup = (
         "Command: `python -m benchmarks.large_tables %s`.\n\n"
@@ -565,16 +446,18 @@ def report_body(config: BenchmarkConfig, rows: Sequence[Row], argv: Sequence[str
         "most of it one process holds (the strategy's memory estimate); peak RSS: the largest `VmHWM` of any "
         "process of either run (every process below); first step: from the command's start until every "
         "training process has finished one; examples/sec: the job's after %d warm-up steps of each training "
-        "process, summed over them; end: from the last step until the chief's metrics file is written."
+        "process, summed over them; end: from the last step until the chief's metrics file is written; evaluation: "
+        "the slowest process's (its `Inference Time`); restore: the slowest process's restore of the checkpoint "
+        "(its log's `restored ... in S s` lines), per GB of the largest share."
         % (" ".join(shlex.quote(a) for a in argv), format(config.rows, ","), config.batch_size, config.max_steps,
            config.seed, config.max_steps + config.restart_steps, config.host_memory or "no limit",
            config.warmup_steps))
-    sections = [setup, common.markdown_table(HEADER, [table_row(row) for row in rows]),
-                "Peak RSS of every process:\n\n" + process_lines(rows)]
+    sections = [setup, common.markdown_table(report.HEADER, [report.table_row(row) for row in rows]),
+                "Peak RSS of every process:\n\n" + report.process_lines(rows)]
     return "\n\n".join(sections)
 
 
-def raw_results(config: BenchmarkConfig, rows: Sequence[Row], argv: Sequence[str]) -> dict:
+def raw_results(config: BenchmarkConfig, rows: Sequence[report.Row], argv: Sequence[str]) -> dict:
     """The JSON of the report: the command, the set-up and every run."""
     setup = dataclasses.asdict(config)
     setup["variants"] = [v.name for v in config.variants]
@@ -582,11 +465,7 @@ def raw_results(config: BenchmarkConfig, rows: Sequence[Row], argv: Sequence[str
     setup["work_dir"] = os.path.basename(config.work_dir)
     return {
         "command": ["python", "-m", "benchmarks.large_tables"] + list(argv), "setup": setup,
-        "rows": [{"variant": row.variant.name, "strategy": row.variant.strategy, "processes": row.variant.processes,
-                  "feature_size": row.feature_size, "state_bytes": row.state_bytes, "share_bytes": row.share_bytes,
-                  "peak_rss_bytes": row.peak_rss_bytes, "error": row.error,
-                  START: None if row.start is None else dataclasses.asdict(row.start),
-                  RESTART: None if row.restart is None else dataclasses.asdict(row.restart)} for row in rows],
+        "rows": report.rows_json(rows),
     }
 
 

@@ -29,6 +29,7 @@ checkpoint a plain single-process graph restores, for the SavedModel.
 
 import os
 import re
+import time
 from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -300,6 +301,7 @@ class RestoreShardsHook(tf.estimator.SessionRunHook):
             raise ValueError("rank %d restores the checkpoint of step %d, whose shard files rank %d does not see in "
                              "%s: every rank needs the model directory (a shared file system, or the same files)"
                              % (checkpoint.root_rank, step, checkpoint.rank, self._model_dir))
+        started = time.monotonic()
         initialized = session.run([flag for flag, _ in self._fills])
         fills = [fill for (_, fill), done in zip(self._fills, initialized) if not done]
         if fills:
@@ -308,8 +310,9 @@ class RestoreShardsHook(tf.estimator.SessionRunHook):
             self.blocks_read += row_stream.stream_rows(session, writers, path, ranks, table.num_rows, table.rank,
                                                        table.size)
         self.restored_from, self.restored_step = path, step
-        tf.compat.v1.logging.info("rank %d of %d restored its rows of %s (saved at %d ranks): %d block(s) read",
-                                  checkpoint.rank, checkpoint.size, path, ranks, self.blocks_read)
+        tf.compat.v1.logging.info("rank %d of %d restored its rows of %s in %.2f s (saved at %d ranks): %d block(s) "
+                                  "read", checkpoint.rank, checkpoint.size, path, time.monotonic() - started, ranks,
+                                  self.blocks_read)
         return True
 
 

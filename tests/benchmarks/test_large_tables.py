@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
-from benchmarks import large_tables
+from benchmarks import large_tables, large_tables_report
+from benchmarks.large_tables_report import RESTART, START, Row, RunMeasure, Variant
 from tests import command_line
 
 FEATURE_SIZE = 20_000
@@ -19,7 +20,7 @@ GB = 1000 ** 3
 
 
 def config(**changes) -> large_tables.BenchmarkConfig:
-    values = dict(feature_sizes=(FEATURE_SIZE,), variants=(large_tables.Variant("single"),), max_steps=STEPS,
+    values = dict(feature_sizes=(FEATURE_SIZE,), variants=(Variant("single"),), max_steps=STEPS,
                   warmup_steps=WARMUP, work_dir="/work", results_dir="/results")
     values.update(changes)
     return large_tables.BenchmarkConfig(**values)
@@ -50,21 +51,21 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_commands_of_start_and_restart(self):
         made = config(host_memory="6g")
-        hybrid = large_tables.Variant("hybrid", 2)
-        start = large_tables.command(hybrid, made, "/data", "/run", large_tables.START)
+        hybrid = Variant("hybrid", 2)
+        start = large_tables.command(hybrid, made, "/data", "/run", START)
         self.assertEqual(start[1:6], ["-m", "deepfm.launch", "--strategy", "hybrid", "--log_dir"])
         self.assertIn("--host_memory", start)
         self.assertEqual(start[start.index("--np") + 1], "2")
         self.assertEqual(start[start.index("--max_steps") + 1], str(STEPS))
         self.assertIn("--export_dir", start)
         self.assertIn("{task}", start[start.index("--progress_file") + 1])
-        restart = large_tables.command(hybrid, made, "/data", "/run", large_tables.RESTART)
+        restart = large_tables.command(hybrid, made, "/data", "/run", RESTART)
         self.assertEqual(restart[restart.index("--max_steps") + 1], str(STEPS + made.restart_steps))
         self.assertNotIn("--export_dir", restart)
         self.assertIn("--val_data=", restart)
-        ps = large_tables.command(large_tables.Variant("ps", 4), made, "/data", "/run", large_tables.START)
+        ps = large_tables.command(Variant("ps", 4), made, "/data", "/run", START)
         self.assertEqual(ps[ps.index("--num_ps") + 1], ps[ps.index("--num_workers") + 1])
-        single = large_tables.command(large_tables.Variant("single"), made, "/data", "/run", large_tables.START)
+        single = large_tables.command(Variant("single"), made, "/data", "/run", START)
         self.assertEqual(single[1:5], ["-m", "deepfm.train", "--strategy", "single"])
         self.assertNotIn("--host_memory", single)
 
@@ -103,24 +104,27 @@ class MeasureFromTest(tf.test.TestCase):
 
 class ReportTest(tf.test.TestCase):
 
-    def run_measure(self, peak: int, first: float, end: float) -> large_tables.RunMeasure:
-        return large_tables.RunMeasure(
+    def run_measure(self, peak: int, first: float, end: float, restore=None, evaluation=None
+                    ) -> RunMeasure:
+        return RunMeasure(
             wall_s=60.0, time_to_first_step_s=first, first_step_s={"rank0": first}, end_s=end, examples_per_sec=5000.0,
+            restore_s=restore, evaluation_s=evaluation,
             processes=[{"label": "deepfm.train (rank 0)", "pid": 2, "peak_rss_bytes": peak},
                        {"label": "deepfm.launch", "pid": 1, "peak_rss_bytes": GB // 10}])
 
     def test_a_row_per_variant_with_ratio_and_seconds_per_gb(self):
-        row = large_tables.Row(large_tables.Variant("hybrid", 2), 20_000_000, state_bytes=8 * GB,
-                               share_bytes=4 * GB, start=self.run_measure(6 * GB, 30.0, 20.0),
-                               restart=self.run_measure(5 * GB, 25.0, 8.0))
-        failed = large_tables.Row(large_tables.Variant("single"), 20_000_000, state_bytes=8 * GB, share_bytes=8 * GB,
+        row = Row(Variant("hybrid", 2), 20_000_000, state_bytes=8 * GB,
+                               share_bytes=4 * GB, start=self.run_measure(6 * GB, 30.0, 20.0, evaluation=3.5),
+                               restart=self.run_measure(5 * GB, 25.0, 8.0, restore=6.0))
+        failed = Row(Variant("single"), 20_000_000, state_bytes=8 * GB, share_bytes=8 * GB,
                                   error="start: task job failed with exit code 1; last lines of job.log:\n  ...\n"
                                         "  launch failed: task rank_0 was killed for memory (exit code -9)\n")
         body = large_tables.report_body(config(), [row, failed], ["--feature_sizes", "20000000"])
         self.assertIn("Command: `python -m benchmarks.large_tables --feature_sizes 20000000`", body)
         self.assertIn("| hybrid x2 | 20,000,000 | 8.00 | 4.00 | 6.00 (deepfm.train (rank 0)) | 1.50 | 30.0 | 25.0 "
-                      "| 5,000 | 60.0 | 20.0 | 8.0 (1.0 s/GB) |  |", body)
-        self.assertIn("| single | 20,000,000 | 8.00 | 8.00 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | failed: "
+                      "| 5,000 | 60.0 | 20.0 | 3.5 | 8.0 (1.0 s/GB) | 6.0 (1.5 s/GB) |  |", body)
+        self.assertIn("| single | 20,000,000 | 8.00 | 8.00 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a "
+                      "| failed: "
                       "start: task job failed with exit code 1; last lines of job.log: ... launch failed: task rank_0 "
                       "was killed for memory (exit code -9) |", body)
         self.assertIn("- hybrid x2, 20,000,000 ids, restart: deepfm.train (rank 0) 5.00 GB; deepfm.launch 0.10 GB",
@@ -129,6 +133,26 @@ class ReportTest(tf.test.TestCase):
         json.dumps(raw)
         self.assertEqual(raw["rows"][0]["peak_rss_bytes"], 6 * GB)
         self.assertIsNone(raw["rows"][1]["start"])
+
+
+class LogSecondsTest(tf.test.TestCase):
+
+    def test_the_slowest_process_and_the_sum_of_its_restores(self):
+        rank0 = ("I1128 13:00:01.1 1 saving.py:150] restored /m/model.ckpt-300 in 1.25 s\n"
+                 "I1128 13:00:04.2 1 checkpoint.py:311] rank 0 of 2 restored its rows of /m/model.ckpt-300 in 3.50 s "
+                 "(saved at 2 ranks): 4 block(s) read\n"
+                 "I1128 13:01:00.0 1 evaluation.py:269] Inference Time : 7.12500s\n")
+        rank1 = "rank 1 of 2 restored its rows of /m/model.ckpt-300 in 4.00 s (saved at 2 ranks): 4 block(s) read\n"
+        self.assertEqual((4.75, 7.125), large_tables_report.slowest([rank0, rank1, "no such line\n"]))
+        self.assertEqual((None, None), large_tables_report.slowest(["not saving /m/model.ckpt-300 again\n"]))
+
+    def test_logs_of_a_run_are_its_own_and_its_tasks(self):
+        phase = self.create_tempdir().full_path
+        os.makedirs(os.path.join(phase, "tasks"))
+        for name, text in (("job.log", "a"), (os.path.join("tasks", "rank_0.log"), "b"), ("metrics.json", "c")):
+            with open(os.path.join(phase, name), "w") as f:
+                f.write(text)
+        self.assertEqual(["a", "b"], large_tables.logs_of(phase))
 
 
 @pytest.mark.slow
@@ -151,22 +175,25 @@ class CommandLineTest(tf.test.TestCase):
         for name, row in rows.items():
             self.assertEqual(row["error"], "", name)
             self.assertGreater(row["state_bytes"], FEATURE_SIZE * 33 * 4 * 3, name)
-            for phase in (large_tables.START, large_tables.RESTART):
+            for phase in (START, RESTART):
                 run = row[phase]
                 self.assertGreater(run["time_to_first_step_s"], 0, name)
                 trained = [p for p in run["processes"] if p["label"].startswith("deepfm.train")]
                 self.assertLen(trained, row["processes"], name)
                 self.assertTrue(all(p["peak_rss_bytes"] > 0 for p in run["processes"]), run["processes"])
-            self.assertGreater(row[large_tables.START]["examples_per_sec"], 0, name)
+            self.assertGreater(row[START]["examples_per_sec"], 0, name)
+            # The start evaluates; the restart restores the start's checkpoint (every line of each found in the logs).
+            self.assertGreater(row[START]["evaluation_s"], 0, name)
+            self.assertGreater(row[RESTART]["restore_s"], 0, name)
         self.assertLess(rows["hybrid x2"]["share_bytes"], rows["single"]["share_bytes"])
-        ranks = sorted(p["label"] for p in rows["hybrid x2"][large_tables.START]["processes"]
+        ranks = sorted(p["label"] for p in rows["hybrid x2"][START]["processes"]
                        if p["label"].startswith("deepfm.train"))
         self.assertEqual(ranks, ["deepfm.train (rank 0)", "deepfm.train (rank 1)"])
         # The models and exports are gone; the reports of the runs stay.
         runs = os.path.join(cwd, "runs", "large", "runs")
         for run_dir in os.listdir(runs):
             self.assertEqual(sorted(os.listdir(os.path.join(runs, run_dir))),
-                             [large_tables.RESTART, large_tables.START])
+                             [RESTART, START])
         self.assertEqual([], os.listdir(os.path.join(cwd, "benchmarks", "results")))
         with open(os.path.join(cwd, "runs", "results", large_tables.NAME + ".md")) as f:
             self.assertIn("| hybrid x2 | 20,000 |", f.read())
