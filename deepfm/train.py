@@ -37,12 +37,14 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from absl import app, flags
 
-from cli import config_flags, entry
+from cli import config_flags, entry, huge_pages
 from deepfm import api
 from deepfm.config import ModelConfig, TrainConfig
 from input_pipeline import schema
 
 PROGRAM = "deepfm.train"
+# Bytes of a float32 table entry: the tables' size, for huge pages (`cli.huge_pages`).
+FLOAT_BYTES = 4
 
 FLAGS = flags.FLAGS
 
@@ -186,6 +188,8 @@ def _main(argv, model_fn=None):
 
     entry.configure_logging(entry.flags_want_detail())
     job, data = parse_job(FLAGS)
+    # Before anything this process would not do twice: it may start again, with huge pages for its tables.
+    huge_pages.restart_with_huge_pages(job.model.feature_size * (job.model.embedding_size + 1) * FLOAT_BYTES)
     try:
         strategy = strategies.get(job.strategy)
         topology = strategy.setup()
