@@ -26,7 +26,9 @@ train: setup $(DATA_DIR)/metadata.json
 
 # Two test processes (pytest-xdist), each test class in one of them: most multi-process
 # tests spend much of their time starting processes and waiting, so two at once halve the run.
-PYTEST = $(PY) -m pytest -q -p no:warnings -n 2 --dist loadscope
+# Every run ends with its 25 slowest tests (setup, call and teardown apart), so that the suite's cost
+# stays visible; the per-test timeout (pytest-timeout) is set with pytest's configuration in setup.cfg.
+PYTEST = $(PY) -m pytest -q -p no:warnings -n 2 --dist loadscope --durations=25
 
 # The linter and the type checker, configured in pyproject.toml; `make test` runs them first, so that a
 # style or type error fails in seconds, not after the suite.

@@ -19,6 +19,12 @@ FIFO gets an empty stream instead of blocking for ever, and every FIFO is
 removed. A reader that closes its FIFO before the end of an epoch ends that
 epoch (logged); the next epoch follows as usual.
 
+The feeder runs beside a job, in the process that starts it (as SageMaker's
+agent does), whose console is the job's own record: its routine lines (started,
+each epoch written, an epoch ended early by its reader, a stop by signal) are
+absl DEBUG records (`--verbosity 1` shows them); only a channel that fails is
+logged at ERROR, since nothing else reports it while the job runs.
+
 Library use::
 
     with pipe_feeder.PipeFeeder(base_dir, {"train_0": ["a.tfrecord"]}, epochs=3) as feeder:
@@ -26,7 +32,7 @@ Library use::
         feeder.join(timeout=60)
 
 Command line (exits when every epoch is written; SIGTERM or SIGINT stops it
-and removes its FIFOs)::
+and removes its FIFOs; silent but for errors, `--verbosity 1` logs each epoch)::
 
     python -m input_pipeline.pipe_feeder --base_dir DIR \\
         --channel train_0=data/train/part-00000.tfrecord \\
@@ -190,8 +196,8 @@ class PipeFeeder:
                                       name="pipe-feeder-%s" % channel, daemon=True)
             self._threads.append(thread)
             thread.start()
-        logging.info("Pipe feeder started under %s: %s, %d epoch(s)", self.base_dir,
-                     ", ".join("%s (%d files)" % (c, len(f)) for c, f in self.files.items()), self.epochs)
+        logging.debug("Pipe feeder started under %s: %s, %d epoch(s)", self.base_dir,
+                      ", ".join("%s (%d files)" % (c, len(f)) for c, f in self.files.items()), self.epochs)
         return self
 
     def _write_config(self) -> None:
@@ -266,7 +272,7 @@ class PipeFeeder:
                     return
                 with self._lock:
                     self._epochs_written[channel] = epoch + 1
-                logging.info("Pipe feeder: channel %s epoch %d: %d bytes", channel, epoch, written)
+                logging.debug("Pipe feeder: channel %s epoch %d: %d bytes", channel, epoch, written)
         except Exception as e:  # pylint: disable=broad-except
             logging.error("Pipe feeder: channel %s failed: %s", channel, e)
             with self._lock:
@@ -294,8 +300,8 @@ class PipeFeeder:
                         if sent < len(chunk):
                             if self._stop.is_set():
                                 return None
-                            logging.warning("Pipe feeder: the reader of %s closed it after %d bytes; "
-                                            "epoch ended early", path, written)
+                            logging.debug("Pipe feeder: the reader of %s closed it after %d bytes; "
+                                          "epoch ended early", path, written)
                             return written
         finally:
             os.close(fd)
@@ -415,7 +421,7 @@ def feed(config: FeederConfig) -> int:
         with feeder:
             while not feeder.join(timeout=POLL_INTERVAL_S):
                 if received:
-                    logging.info("Pipe feeder: signal %d, stopping", received[0])
+                    logging.debug("Pipe feeder: signal %d, stopping", received[0])
                     return SIGNAL_EXIT_BASE + received[0]
         return 0
     finally:

@@ -16,6 +16,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import pytest
 import tensorflow as tf
+from absl import logging as absl_logging
 
 from input_pipeline import pipe, pipe_feeder, schema
 from tests import command_line
@@ -230,6 +231,33 @@ class PipeFeederTest(tf.test.TestCase):
         self.assertTrue(feeder.join(timeout=WAIT_S))
         self.assertEqual(feeder.epochs_written, {"a": 2})
 
+    def test_routine_lines_are_debug_records_and_a_failure_an_error(self):
+        # The feeder runs beside a job whose console is the job's own record: its
+        # routine lines appear with --verbosity 1 only.
+        path = self.write_bytes("x.bin", BIG_FILE_BYTES, seed=7)
+        with self.assertLogs(absl_logging.get_absl_logger(), level="DEBUG") as logs:
+            feeder = started_feeder(self, self.base_dir, {"a": [path]}, epochs=2)
+            self.read_fifo("a", 0, limit=100)
+            self.read_fifo("a", 1)
+            self.assertTrue(feeder.join(timeout=WAIT_S))
+        routine = [(record.levelname, record.getMessage()) for record in logs.records]
+        self.assertEqual({"DEBUG"}, {level for level, _ in routine}, routine)
+        messages = "\n".join(message for _, message in routine)
+        self.assertIn("Pipe feeder started under %s: a (1 files), 2 epoch(s)" % os.path.abspath(self.base_dir),
+                      messages)
+        self.assertRegex(messages, r"the reader of .*a_0 closed it after \d+ bytes; epoch ended early")
+        self.assertIn("Pipe feeder: channel a epoch 1: %d bytes" % BIG_FILE_BYTES, messages)
+
+        with self.assertLogs(absl_logging.get_absl_logger(), level="DEBUG") as logs:
+            feeder = started_feeder(self, self.base_dir, {"a": [path]}, epochs=1)
+            os.remove(path)
+            self.read_fifo("a", 0)
+            with self.assertRaises(pipe_feeder.FeederError):
+                feeder.join(timeout=WAIT_S)
+        failures = [record for record in logs.records if record.levelname != "DEBUG"]
+        self.assertEqual(["ERROR"], [record.levelname for record in failures])
+        self.assertRegex(failures[0].getMessage(), r"^Pipe feeder: channel a failed: .*x\.bin")
+
     def test_stop_while_writing_returns_promptly_and_removes_fifos(self):
         path = self.write_bytes("x.bin", BIG_FILE_BYTES, seed=6)
         feeder = started_feeder(self, self.base_dir, {"a": [path]}, epochs=3)
@@ -303,8 +331,10 @@ class PipeFeederTest(tf.test.TestCase):
         ids = example_ids(pipe.open_channel("train_0", self.base_dir, WAIT_S, epochs=epochs)
                           .as_numpy_iterator())
         self.assertEqual(ids, list(range(30)) * epochs)
-        _, err = feeder.communicate(timeout=PROCESS_TIMEOUT_S)
+        out, err = feeder.communicate(timeout=PROCESS_TIMEOUT_S)
         self.assertEqual(feeder.returncode, 0, err[-3000:])
+        # Silent but for errors: a feeder beside a training run leaves its console to the run.
+        self.assertEqual(("", ""), (out, err))
         self.assertEqual(fifos_in(self.base_dir), [])
         self.assertTrue(os.path.exists(first))
 
@@ -312,13 +342,17 @@ class PipeFeederTest(tf.test.TestCase):
     def test_command_line_sigterm_removes_fifos(self):
         path = write_examples(os.path.join(self.data_dir, "part-0.tfrecord"), range(5))
         feeder = start_process(self, ["-m", "input_pipeline.pipe_feeder", "--base_dir", self.base_dir,
-                                      "--channel", "a=%s" % path, "--channel", "b=%s" % path, "--epochs", "3"])
+                                      "--channel", "a=%s" % path, "--channel", "b=%s" % path, "--epochs", "3",
+                                      "--verbosity", "1"])
         wait_until(lambda: fifos_in(self.base_dir) == ["a_0", "b_0"] or feeder.poll() is not None,
                    "the feeder's FIFOs")
         feeder.send_signal(signal.SIGTERM)
         _, err = feeder.communicate(timeout=PROCESS_TIMEOUT_S)
         self.assertEqual(feeder.returncode, pipe_feeder.SIGNAL_EXIT_BASE + signal.SIGTERM, err[-3000:])
         self.assertEqual(fifos_in(self.base_dir), [])
+        # --verbosity 1 shows the routine lines.
+        self.assertIn("Pipe feeder started under", err)
+        self.assertIn("Pipe feeder: signal %d, stopping" % signal.SIGTERM, err)
 
     @pytest.mark.slow
     def test_command_line_missing_file(self):

@@ -8,6 +8,7 @@ and skip with the reason otherwise.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -42,6 +43,9 @@ MIN_AUC = 0.6
 # Without --feature_size: the job finds the dataset's sizes in its channels.
 LOG_EVERY = 20
 WITHOUT_SIZES = HYPERPARAMETERS[:-2] + ("--log_every_n_steps", str(LOG_EVERY))
+# A raw absl record (`I1128 09:06:11.827495 140448693765824 pipe_feeder.py:269] ...`): a job's console
+# carries the library's own lines only; the hosts' detail is in their logs.
+ABSL_RECORD = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]", re.MULTILINE)
 
 
 def missing_requirements():
@@ -104,6 +108,7 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         process = self.start(output_dir, *args, hyperparameters=hyperparameters)
         out, err = process.communicate(timeout=JOB_TIMEOUT_S + 60)
         self.assertEqual(0, process.returncode, "stdout:\n%s\nstderr:\n%s" % (out[-3000:], err[-5000:]))
+        self.assertEqual([], ABSL_RECORD.findall(out + err), "raw log records on the console:\n%s" % err[-3000:])
         self.assert_no_leftovers(process.pid)
         return output_dir, out
 
