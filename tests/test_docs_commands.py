@@ -490,12 +490,16 @@ class LargeBatchTest(DocsPage, tf.test.TestCase):
     NEEDS_SYNTHETIC = True
 
 
+class ManyCoresTest(DocsPage, tf.test.TestCase):
+    PAGE = "docs/many_cores.md"
+
+
+class PredictingTest(DocsPage, tf.test.TestCase):
+    PAGE = "docs/predicting.md"
+
+
 class SageMakerTest(DocsPage, tf.test.TestCase):
     PAGE = "docs/sagemaker.md"
-
-
-class ScalingTest(DocsPage, tf.test.TestCase):
-    PAGE = "docs/scaling.md"
 
 
 class StrategiesTest(DocsPage, tf.test.TestCase):
