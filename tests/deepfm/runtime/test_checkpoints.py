@@ -142,5 +142,29 @@ class CheckpointsTest(tf.test.TestCase):
             self.assertIsNone(checkpoints.unreadable_reason(latest))
 
 
+class LargeTensorTest(tf.test.TestCase):
+
+    def _saved(self):
+        with tf.Graph().as_default():
+            tf.compat.v1.get_variable("table", [1000, 8], initializer=tf.compat.v1.ones_initializer())
+            tf.compat.v1.get_variable("bias", [8], initializer=tf.compat.v1.zeros_initializer())
+            saver = tf.compat.v1.train.Saver()
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                return saver.save(session, os.path.join(self.create_tempdir().full_path, "model.ckpt"))
+
+    def test_a_tensor_over_the_bound_is_checked_by_the_data_files_size_not_read(self):
+        path = self._saved()
+        # 1000 x 8 floats: 32,000 bytes, over a bound of 100 bytes; the bias (32 bytes) is read back.
+        self.assertIsNone(checkpoints.unreadable_reason(path, read_whole_bytes=100))
+        data_file = path + ".data-00000-of-00001"
+        with open(data_file, "r+b") as f:
+            f.truncate(os.path.getsize(data_file) - 4)
+        self.assertRegex(checkpoints.unreadable_reason(path, read_whole_bytes=100),
+                         r"DataLossError: the data files of \S+ hold \d+ bytes, fewer than the 32032 its tensors need")
+        # Under the default bound the table is read back, and the read finds it short.
+        self.assertIsNotNone(checkpoints.unreadable_reason(path))
+
+
 if __name__ == "__main__":
     tf.test.main()
