@@ -50,7 +50,7 @@ bench: setup $(DATA_DIR)/metadata.json
 
 # The long soak (docs/reliability.md#soak), outside CI: every multi-process strategy under 20 faults,
 # checked to lose nothing; 30 minutes or more. Writes benchmarks/results/soak.{md,json}.
-SOAK_FLAGS := --strategies ps,hybrid,horovod --faults 20 --references 2 --rows 60000 --epochs 3 --ps_epochs 9
+SOAK_FLAGS := --strategies ps,hybrid,horovod --faults 20 --references 2 --rows 540000 --epochs 1
 
 soak: setup
 	$(PY) -m benchmarks.soak $(SOAK_FLAGS)

@@ -50,6 +50,7 @@ import argparse
 import dataclasses
 import glob
 import json
+import math
 import os
 import re
 import shutil
@@ -63,7 +64,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import psutil
 
-from benchmarks import common
+from benchmarks import common, soak_view
 from benchmarks import soak_faults as faults_lib
 from benchmarks.soak_config import (  # noqa: F401  (the soak's names, read here by the tests and the docs)
     AUC_TOLERANCE,
@@ -76,6 +77,7 @@ from benchmarks.soak_config import (  # noqa: F401  (the soak's names, read here
     DEFAULT_ROWS,
     DEFAULT_SEED,
     DEFAULT_WAIT_S,
+    LOGLOSS_TOLERANCE,
     NAME,
     STRATEGIES,
     WORK_DIR_MARK,
@@ -83,6 +85,7 @@ from benchmarks.soak_config import (  # noqa: F401  (the soak's names, read here
     epochs_of,
 )
 from benchmarks.soak_report import combine, lscpu, report, write, write_combined  # noqa: F401
+from input_pipeline import schema
 from jobs.local import processes
 
 LOG_EVERY_STEPS = 5
@@ -95,9 +98,13 @@ INTERRUPTED = "the soak was interrupted during this job"
 # How long a launcher stopped by the soak (after a failure) may take to stop its tasks.
 STOP_WAIT_S = 120
 # The model and the optimizer of every job: small enough for two cores, its checkpoint large enough
-# (feature_size x (embedding + 1) x 3 floats with Adam's two slots) that a save takes some milliseconds.
-MODEL_FLAGS = ("--embedding_size", "8", "--deep_layers", "32,16", "--dropout", "0,0", "--learning_rate", "0.005",
-               "--intra_op_threads", "1")
+# (feature_size x (embedding + 1) x 3 floats with Adam's two slots) that a save takes some milliseconds. One pass
+# at this learning rate: more passes, or a higher rate, overfit the rare ids (the validation log loss then rises
+# above the base rate's while the AUC barely moves).
+MODEL_LEARNING_RATE = 0.001
+MODEL_L2_REG = 0.0001
+MODEL_FLAGS = ("--embedding_size", "8", "--deep_layers", "32,16", "--dropout", "0,0", "--learning_rate",
+               str(MODEL_LEARNING_RATE), "--l2_reg", str(MODEL_L2_REG), "--intra_op_threads", "1")
 LAUNCH_FLAGS = {
     "ps": ("--strategy", "ps", "--num_ps", "2"),
     "horovod": ("--strategy", "horovod", "--np", "2"),
@@ -105,6 +112,8 @@ LAUNCH_FLAGS = {
 }
 PARTIAL_NAMES = (faults_lib.CHECKPOINT_TEMP, faults_lib.EXPORT_TEMP)
 NETNS_DIR = "/run/netns"
+# The files of a split whose lines begin with their label (`dataprep.writers`).
+LIBSVM_SUFFIX = ".libsvm"
 
 
 @dataclasses.dataclass
@@ -185,12 +194,13 @@ def run_job(config: SoakConfig, strategy: str, data_dir: str, schedule: Sequence
     with open(dirs["output"], "wb") as output:
         process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=job_environment(dirs["tmp"]),
                                    cwd=root, start_new_session=True)
-    view = faults_lib.JobView(process, dirs["output"], dirs["logs"], dirs["model"], dirs["progress"], strategy)
+    view = soak_view.JobView(process, dirs["output"], dirs["logs"], dirs["model"], dirs["progress"], strategy)
     try:
         if faulted:
             if examples_budget is None:
                 raise ValueError("a faulted job needs the examples of its fault-free run")
-            injector = faults_lib.Injector(view, examples_budget, dirs["export"], dirs["slots"], config.wait_s, log)
+            injector = faults_lib.Injector(view, examples_budget, dirs["export"], dirs["slots"], config.wait_s, log,
+                                           validation_dir=os.path.join(data_dir, schema.VALIDATION_SPLIT))
             try:
                 injector.run(schedule)
             finally:
@@ -228,11 +238,11 @@ def run_job(config: SoakConfig, strategy: str, data_dir: str, schedule: Sequence
             result.metrics = json.load(f)
         result.final_step = result.metrics.get("global_step")
         if result.final_step is not None:
-            result.examples = faults_lib.examples_at(dirs["model"], result.final_step)
+            result.examples = soak_view.examples_at(dirs["model"], result.final_step)
     return result
 
 
-def unexpected_restarts(view: faults_lib.JobView, faults: Sequence[dict]) -> List[str]:
+def unexpected_restarts(view: soak_view.JobView, faults: Sequence[dict]) -> List[str]:
     """Each restart of the launcher that no fault caused: its failed task and the end of that task's log.
 
     The log is the one of the attempt the task failed in (the attempt
@@ -245,12 +255,12 @@ def unexpected_restarts(view: faults_lib.JobView, faults: Sequence[dict]) -> Lis
             continue
         log = os.path.join(view.attempt_dir(number - 1), task + ".log")
         tail = processes.log_tail(log, lines=UNEXPECTED_LOG_LINES) if os.path.isfile(log) else "(no log)"
-        found.append("restart %d no fault caused: task %s failed with %s; its log ends:\n%s" % (
+        found.append("restart %d no fault caused: task %s %s; its log ends:\n%s" % (
             number, task, how, tail))
     return found
 
 
-def leftovers(view: faults_lib.JobView, dirs: Dict[str, str]) -> Dict[str, List[str]]:
+def leftovers(view: soak_view.JobView, dirs: Dict[str, str]) -> Dict[str, List[str]]:
     """What the job left behind, by kind (empty lists: nothing)."""
     found: Dict[str, List[str]] = {"processes": [], "ports": [], "fifos": [], "network namespaces": [],
                                    "temporary files": []}
@@ -310,11 +320,13 @@ def _namespaces_left(seen: Dict[str, str]) -> List[str]:
 
 # --- checks -----------------------------------------------------------------------------------------------
 def check_job(config: SoakConfig, strategy: str, references: Sequence[JobResult], soak: JobResult,
-              planned: int) -> List[Check]:
+              planned: int, base_rate: float) -> List[Check]:
     """Every check of a faulted job against its fault-free references (see the module docstring).
 
     Args:
       planned: the faults of its schedule (each must have landed).
+      base_rate: the validation log loss of predicting the positive rate
+        (`base_rate_logloss`).
     """
     reference = references[0]
     checks = [Check("the job succeeded after one restart per fault",
@@ -335,6 +347,8 @@ def check_job(config: SoakConfig, strategy: str, references: Sequence[JobResult]
         checks.append(Check("it ended at its budget", False, "no final step (no metrics file)"))
     checks.append(check_checkpoints(config, soak.dirs["model"]))
     checks.append(check_auc(strategy, references, soak))
+    checks.append(check_base_rate(references, base_rate))
+    checks.append(check_logloss(strategy, references, soak))
     late = ["fault %d resumed at %s, before the checkpoint at %s" % (
         f["number"], f["resume_step"], f["checkpoint_at_fault"]) for f in soak.faults
         if f["resume_step"] is None or f["resume_step"] < (f["checkpoint_at_fault"] or 0)]
@@ -384,6 +398,65 @@ def check_auc(strategy: str, references: Sequence[JobResult], soak: JobResult) -
     return Check(name, abs(auc - nearest) <= AUC_TOLERANCE, detail)
 
 
+def base_rate_logloss(data_dir: str) -> float:
+    """The validation log loss of a model that predicts the validation split's positive rate for every row.
+
+    A model that does not beat it learned nothing from the features (or
+    overfit them), and faults cannot be told from its noise.
+
+    Raises:
+      ValueError: no labelled rows (`<split>/*.libsvm`) in the validation split.
+    """
+    positives = rows = 0
+    for path in sorted(glob.glob(os.path.join(data_dir, schema.VALIDATION_SPLIT, "*" + LIBSVM_SUFFIX))):
+        with open(path) as f:
+            for line in f:
+                label = line.split(" ", 1)[0]
+                if label.strip():
+                    rows += 1
+                    positives += float(label) > 0
+    if not rows or positives in (0, rows):
+        raise ValueError("no base rate in %s: %d labelled row(s), %d positive, in its %s/*%s files; generate the "
+                         "data with common.ensure_data" % (data_dir, rows, positives, schema.VALIDATION_SPLIT,
+                                                          LIBSVM_SUFFIX))
+    rate = positives / rows
+    return -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+
+
+def check_base_rate(references: Sequence[JobResult], base_rate: float) -> Check:
+    """Every fault-free run's validation log loss is below the base rate's: the model learned, not overfit."""
+    name = "fault-free log loss below the base rate's"
+    if any(r.metrics.get("logloss") is None for r in references):
+        return Check(name, False, "no log loss in a fault-free run")
+    losses: List[float] = [r.metrics["logloss"] for r in references]
+    return Check(name, max(losses) < base_rate, "%s against %.4f (predicting the positive rate)" % (
+        ", ".join("%.4f" % loss for loss in losses), base_rate))
+
+
+def check_logloss(strategy: str, references: Sequence[JobResult], soak: JobResult) -> Check:
+    """The faulted job's log loss against the nearest fault-free run's (as `check_auc`, lower is better).
+
+    Synchronous jobs: within `LOGLOSS_TOLERANCE` either way. Asynchronous
+    `ps`: at most `LOGLOSS_TOLERANCE` above (see `check_auc` for why it may
+    end better).
+    """
+    loss = soak.metrics.get("logloss")
+    reference_losses: List[float] = [r.metrics["logloss"] for r in references
+                                     if r.metrics.get("logloss") is not None]
+    asynchronous = strategy == "ps"
+    name = ("log loss at most %.3f above the reference's" if asynchronous
+            else "log loss within %.3f of the reference") % LOGLOSS_TOLERANCE
+    if loss is None or not reference_losses:
+        return Check(name, False, "no log loss")
+    nearest = min(reference_losses, key=lambda value: abs(value - loss))
+    detail = "%.4f against %.4f (%+.4f)" % (loss, nearest, loss - nearest)
+    if len(reference_losses) > 1:
+        detail += " (fault-free runs: %s)" % ", ".join("%.4f" % value for value in reference_losses)
+    if asynchronous:
+        return Check(name, loss - nearest <= LOGLOSS_TOLERANCE, detail)
+    return Check(name, abs(loss - nearest) <= LOGLOSS_TOLERANCE, detail)
+
+
 def steps_per_task(progress_dir: str) -> Dict[str, int]:
     """The steps each task trained over every start of the job, from its progress file (`{task}.jsonl`).
 
@@ -426,7 +499,8 @@ def check_checkpoints(config: SoakConfig, model_dir: str) -> Check:
     from deepfm import models
     from deepfm.runtime import checkpoints
     model = config_lib.ModelConfig(feature_size=config.feature_size, embedding_size=8, deep_layers=(32, 16),
-                                   dropout=(0.0, 0.0), learning_rate=0.005)
+                                   dropout=(0.0, 0.0), learning_rate=MODEL_LEARNING_RATE,
+                                   l2_reg=MODEL_L2_REG)
     # Rank 0's bundles; a `hybrid` checkpoint's shard files (`<prefix>.shard-<rank>-of-<ranks>`) go with theirs.
     paths = sorted((path for path in glob.glob(os.path.join(model_dir, "model.ckpt-*.index"))
                     if CHECKPOINT_INDEX.match(os.path.basename(path))),
@@ -453,17 +527,20 @@ def check_checkpoints(config: SoakConfig, model_dir: str) -> Check:
 def soak_strategy(config: SoakConfig, strategy: str, data_dir: str, log=log_line) -> dict:
     """The fault-free references and the faulted job of one strategy, and their checks."""
     schedule = faults_lib.schedule(config.seed, strategy, config.faults, config.export_kill,
-                                   config.kinds.get(strategy), config.last_point)
+                                   config.kinds.get(strategy), config.last_point, config.fault_kinds)
     references = []
     for index in range(config.references):
         log("%s: fault-free job %d of %d" % (strategy, index + 1, config.references))
         reference = run_job(config, strategy, data_dir, [], None, log,
                             name="reference" if not index else "reference_%d" % (index + 1))
-        log("%s: fault-free job ended with exit code %s after %.0f s, AUC %s, %s examples" % (
-            strategy, reference.returncode, reference.seconds, reference.metrics.get("auc"), reference.examples))
+        log("%s: fault-free job ended with exit code %s after %.0f s, AUC %s, log loss %s, %s examples" % (
+            strategy, reference.returncode, reference.seconds, reference.metrics.get("auc"),
+            reference.metrics.get("logloss"), reference.examples))
         references.append(reference)
+    base_rate = base_rate_logloss(data_dir)
     result: Dict[str, Any] = {"strategy": strategy, "schedule": [dataclasses.asdict(f) for f in schedule],
-              "references": [dataclasses.asdict(r) for r in references], "faulted": None}
+                              "references": [dataclasses.asdict(r) for r in references], "faulted": None,
+                              "base_rate_logloss": base_rate}
     failed = [r for r in references if r.returncode != 0 or r.examples is None]
     result["interrupted"] = any(r.error == INTERRUPTED for r in references)
     if failed:
@@ -472,7 +549,7 @@ def soak_strategy(config: SoakConfig, strategy: str, data_dir: str, log=log_line
         return result
     log("%s: faulted job, schedule: %s" % (strategy, "; ".join(f.describe() for f in schedule)))
     soak = run_job(config, strategy, data_dir, schedule, references[0].examples, log)
-    checks = check_job(config, strategy, references, soak, len(schedule))
+    checks = check_job(config, strategy, references, soak, len(schedule), base_rate)
     for check in checks:
         log("%s: %s %s: %s" % (strategy, "PASS" if check.passed else "FAIL", check.name, check.detail))
     result.update(faulted=dataclasses.asdict(soak), checks=[dataclasses.asdict(c) for c in checks],
@@ -509,6 +586,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--checkpoint_steps", type=int, default=DEFAULT_CHECKPOINT_STEPS)
     parser.add_argument("--wait_s", type=float, default=DEFAULT_WAIT_S)
     parser.add_argument("--references", type=int, default=1, help="Fault-free runs of each job.")
+    parser.add_argument("--fault_kinds", default="", help="Only these kinds (comma-separated) in every drawn "
+                        "schedule, e.g. memory,kill_in_restore,kill_in_evaluation; a kind a strategy has not is "
+                        "left out of its schedule.")
     parser.add_argument("--kinds", default="", help="Per strategy, the kinds of its faults in order, e.g. "
                         "ps=lose_ps+kill_in_checkpoint,hybrid=resize+resize (default: drawn from the seed).")
     parser.add_argument("--no_export_kill", action="store_true", help="Do not end each faulted job with a kill "
@@ -540,6 +620,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             batch_size=args.batch_size, checkpoint_steps=args.checkpoint_steps,
                             work_dir=os.path.abspath(work_dir), wait_s=args.wait_s, ps_workers=args.ps_workers,
                             references=args.references, kinds=parse_kinds(args.kinds),
+                            fault_kinds=tuple(kind for kind in args.fault_kinds.split(",") if kind),
                             export_kill=not args.no_export_kill, last_point=args.last_point)
         start = time.monotonic()
         data_dir = os.path.join(config.work_dir, "data")

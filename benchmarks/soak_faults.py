@@ -39,49 +39,55 @@ The kinds (`KINDS`):
 Linux only (inotify, /proc).
 """
 
-import ctypes
-import ctypes.util
 import dataclasses
-import glob
-import json
 import os
 import random
 import re
-import select
 import signal
-import struct
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
-import psutil
-
-from jobs.local import processes
+from benchmarks import soak_memory
+from benchmarks.soak_view import RESUME_LINE, DirectoryWatch, JobView, examples_at, open_files, state_step
+from jobs.local import memory as memory_lib
 
 KILL_TASK = "kill_task"
 TERM_TASK = "term_task"
 KILL_IN_CHECKPOINT = "kill_in_checkpoint"
 KILL_IN_EXPORT = "kill_in_export"
+KILL_IN_RESTORE = "kill_in_restore"
+KILL_IN_EVALUATION = "kill_in_evaluation"
+MEMORY = "memory"
 LOSE_PS = "lose_ps"
 RESIZE = "resize"
-KINDS = (KILL_TASK, TERM_TASK, KILL_IN_CHECKPOINT, KILL_IN_EXPORT, LOSE_PS, RESIZE)
+KINDS = (KILL_TASK, TERM_TASK, KILL_IN_CHECKPOINT, KILL_IN_EXPORT, KILL_IN_RESTORE, KILL_IN_EVALUATION, MEMORY,
+         LOSE_PS, RESIZE)
 # The kinds each strategy's schedule draws from (every one of them comes at least once when the
 # schedule is long enough), the export kill aside.
 KINDS_OF = {
-    "ps": (KILL_TASK, TERM_TASK, KILL_IN_CHECKPOINT, LOSE_PS),
-    "horovod": (KILL_TASK, TERM_TASK, KILL_IN_CHECKPOINT),
-    "hybrid": (RESIZE, KILL_TASK, TERM_TASK, KILL_IN_CHECKPOINT),
+    "ps": (KILL_TASK, TERM_TASK, KILL_IN_CHECKPOINT, LOSE_PS, KILL_IN_RESTORE, KILL_IN_EVALUATION, MEMORY),
+    "horovod": (KILL_TASK, TERM_TASK, KILL_IN_CHECKPOINT, KILL_IN_RESTORE, KILL_IN_EVALUATION, MEMORY),
+    "hybrid": (RESIZE, KILL_TASK, TERM_TASK, KILL_IN_CHECKPOINT, KILL_IN_RESTORE, KILL_IN_EVALUATION, MEMORY),
 }
+# Kinds that land in the restart of the fault before them (never first), and those that land at the job's end
+# (after every fault that lands in training, in the order drawn, before the export kill).
+AFTER_A_RESTART = (KILL_IN_RESTORE,)
+AT_THE_END = (KILL_IN_EVALUATION,)
 # Faults land between these fractions of the example budget, spread evenly with a random jitter.
 FIRST_POINT, LAST_POINT = 0.08, 0.92
 POLL_S = 0.05
+# How often the log of a restart (`kill_in_restore`) and the chief's open files (`kill_in_evaluation`) are read.
+WINDOW_POLL_S = 0.01
+EVALUATION_POLL_S = 0.002
+# How long a squeezed cgroup (`memory`) is given to need more than its limit before it is squeezed again.
+SQUEEZE_INTERVAL_S = 2.0
+# The chief's log: where its training ends, and a restart at its budget (`deepfm.runtime.trainer`).
+TRAINING_TO_LINE = re.compile(r"training to global step (\d+)")
+BUDGET_HELD_LINE = re.compile(r"already holds the budget's \d+ examples: no step to train")
 # The ranks a hybrid job alternates between.
 HYBRID_SIZES = (2, 3)
 CHECKPOINT_TEMP = re.compile(r"^(?P<prefix>.+)-(?P<step>\d+)_temp$")
 EXPORT_TEMP = re.compile(r"^temp-(?P<stamp>\d+)$")
-STATE_STEP = re.compile(r'^model_checkpoint_path: ".*-(\d+)"$', re.M)
-RESTART_LINE = re.compile(r"^restart (\d+) of \d+: task (\S+) failed with (.*?); every task was stopped", re.M)
-RESUME_LINE = re.compile(r"resuming from the checkpoint in .* at global step (\d+)")
-RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK")
 
 
 class SoakError(RuntimeError):
@@ -107,12 +113,17 @@ class Fault:
     size: int = 0
 
     def describe(self) -> str:
+        if self.kind in AFTER_A_RESTART:
+            return "%s in the restart of the fault before" % self.kind
+        if self.kind in AT_THE_END + (KILL_IN_EXPORT,):
+            return "%s at the end" % self.kind
         extra = " to %d ranks" % self.size if self.kind == RESIZE else ""
         return "%s%s at %.0f%% of the budget" % (self.kind, extra, 100 * self.point)
 
 
 def schedule(seed: int, strategy: str, count: int, export_kill: bool = True,
-             kinds: Optional[Sequence[str]] = None, last_point: float = LAST_POINT) -> List[Fault]:
+             kinds: Optional[Sequence[str]] = None, last_point: float = LAST_POINT,
+             only: Sequence[str] = ()) -> List[Fault]:
     """The seeded schedule of `count` faults for a job of `strategy` (see the module docstring).
 
     Every kind of the strategy comes once before any comes twice (in an order
@@ -120,10 +131,20 @@ def schedule(seed: int, strategy: str, count: int, export_kill: bool = True,
     the sizes; with `export_kill` the last fault is `kill_in_export`. Faults
     land between `FIRST_POINT` and `last_point` of the budget (one near the
     end can be overtaken by it: the job ends before a signalled rank stops).
+    Drawn kinds are then arranged: `kill_in_evaluation` faults go to the end
+    (before the export kill), a `kill_in_restore` first changes places with
+    the first fault that lands in training (`kill_task` where there is none),
+    and in a `hybrid` schedule one `kill_in_restore` follows a `resize`, so
+    that it lands while the ranks re-shard. A `kill_in_restore` takes the
+    point of the fault before it (it lands in that fault's restart); a
+    `kill_in_evaluation` has point 1.0, as the export kill. `only`, when
+    given, restricts the kinds drawn to those of it the strategy has.
 
     Raises:
       ValueError: an unknown strategy, a count below 1, a kind the
-        strategy has not, or `last_point` outside (FIRST_POINT, 1].
+        strategy has not, given kinds out of that order (a `kill_in_restore`
+        first, a `kill_in_evaluation` before a fault that lands in
+        training), or `last_point` outside (FIRST_POINT, 1].
     """
     if strategy not in KINDS_OF:
         raise ValueError("no soak schedule for strategy %r (one of %s)" % (strategy, ", ".join(KINDS_OF)))
@@ -139,17 +160,33 @@ def schedule(seed: int, strategy: str, count: int, export_kill: bool = True,
             raise ValueError("strategy %s: kinds %s must be %d of %s" % (
                 strategy, ", ".join(kinds), body, ", ".join(KINDS_OF[strategy])))
         kinds = list(kinds)
+        if kinds and kinds[0] in AFTER_A_RESTART:
+            raise ValueError("strategy %s: kinds %s: %s lands in the restart of the fault before it; put another "
+                             "fault first" % (strategy, ", ".join(kinds), kinds[0]))
+        ends = [index for index, kind in enumerate(kinds) if kind in AT_THE_END]
+        if ends and ends[-1] - ends[0] + 1 != len(ends) or ends and ends[-1] != len(kinds) - 1:
+            raise ValueError("strategy %s: kinds %s: %s lands at the job's end; put it after every other fault"
+                             % (strategy, ", ".join(kinds), " and ".join(AT_THE_END)))
     else:
+        pool = [kind for kind in KINDS_OF[strategy] if not only or kind in only]
+        if not pool:
+            raise ValueError("strategy %s has none of the kinds %s (its kinds: %s)" % (
+                strategy, ", ".join(only), ", ".join(KINDS_OF[strategy])))
         kinds = []
         while len(kinds) < body:
-            kinds += rng.sample(KINDS_OF[strategy], len(KINDS_OF[strategy]))
-        kinds = kinds[:body]
-    spacing = (last_point - FIRST_POINT) / max(1, body)
-    faults = []
+            kinds += rng.sample(pool, len(pool))
+        kinds = arrange(kinds[:body])
+    training = [kind for kind in kinds if kind not in AT_THE_END]
+    spacing = (last_point - FIRST_POINT) / max(1, len(training))
+    faults: List[Fault] = []
     size = HYBRID_SIZES[0]
     for index, kind in enumerate(kinds):
         point = FIRST_POINT + spacing * (index + rng.uniform(0.1, 0.9))
         target = rng.randrange(1 << 16)
+        if kind in AT_THE_END:
+            point = 1.0
+        elif kind in AFTER_A_RESTART:
+            point = faults[-1].point
         if kind == RESIZE:
             size = HYBRID_SIZES[1] if size == HYBRID_SIZES[0] else HYBRID_SIZES[0]
         faults.append(Fault(kind, round(point, 4), target, size if kind == RESIZE else 0))
@@ -158,215 +195,22 @@ def schedule(seed: int, strategy: str, count: int, export_kill: bool = True,
     return faults
 
 
-class DirectoryWatch:
-    """The names created in (or moved into) one directory, from inotify.
-
-    Args:
-      path: an existing directory.
-    """
-
-    IN_MOVED_TO = 0x00000080
-    IN_CREATE = 0x00000100
-    IN_NONBLOCK = 0o4000
-    IN_CLOEXEC = 0o2000000
-    EVENT = struct.Struct("iIII")
-
-    def __init__(self, path: str):
-        self._libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        self._fd = self._libc.inotify_init1(self.IN_NONBLOCK | self.IN_CLOEXEC)
-        if self._fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        if self._libc.inotify_add_watch(self._fd, os.fsencode(path), self.IN_CREATE | self.IN_MOVED_TO) < 0:
-            error = ctypes.get_errno()
-            os.close(self._fd)
-            raise OSError(error, "inotify_add_watch %s failed" % path)
-
-    def names(self, timeout: float) -> List[str]:
-        """The names created since the last call, waiting up to `timeout` seconds for the first."""
-        ready, _, _ = select.select([self._fd], [], [], timeout)
-        if not ready:
-            return []
-        try:
-            data = os.read(self._fd, 64 * 1024)
-        except BlockingIOError:
-            return []
-        names = []
-        offset = 0
-        while offset < len(data):
-            _, _, _, length = self.EVENT.unpack_from(data, offset)
-            offset += self.EVENT.size
-            names.append(data[offset:offset + length].rstrip(b"\0").decode())
-            offset += length
-        return names
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-    def __enter__(self) -> "DirectoryWatch":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def network_namespace(pid) -> Optional[str]:
-    """`net:[<inode>]` of a process (None: gone)."""
-    try:
-        return os.readlink("/proc/%s/ns/net" % pid)
-    except OSError:
-        return None
-
-
-OWN_NETWORK_NAMESPACE = network_namespace("self")
-
-
-def state_step(model_dir: str) -> Optional[int]:
-    """The step of the latest checkpoint the state file names (None: none)."""
-    try:
-        with open(os.path.join(model_dir, "checkpoint")) as f:
-            match = STATE_STEP.search(f.read())
-    except OSError:
-        return None
-    return int(match.group(1)) if match else None
-
-
-def examples_at(model_dir: str, step: int) -> int:
-    """The examples the job trained by global step `step`, from its `input_position.json` record."""
-    with open(os.path.join(model_dir, "input_position.json")) as f:
-        segments = sorted(json.load(f)["segments"], key=lambda s: s["from_step"])
-    total, edge = 0, step
-    for segment in reversed([s for s in segments if s["from_step"] < step]):
-        total += (edge - segment["from_step"]) * segment["examples_per_step"]
-        edge = segment["from_step"]
-    return total
-
-
-class JobView:
-    """What can be seen of a running launcher job from outside: its output, tasks, progress and checkpoints.
-
-    Args:
-      process: the launcher (`subprocess.Popen`), in its own process group.
-      output_path: the file its output goes to.
-      log_dir: its `--log_dir`.
-      model_dir: the job's `--model_dir`.
-      progress_dir: where every task writes its `--progress_file`.
-      strategy: `ps`, `horovod` or `hybrid`.
-    """
-
-    def __init__(self, process, output_path: str, log_dir: str, model_dir: str, progress_dir: str, strategy: str):
-        self.process = process
-        self.output_path = output_path
-        self.log_dir = log_dir
-        self.model_dir = model_dir
-        self.progress_dir = progress_dir
-        self.strategy = strategy
-        self.seen: Dict[Tuple[int, float], psutil.Process] = {}
-        self.listening_ports: Dict[int, str] = {}
-        # Network namespaces the job's processes were in other than this process's own.
-        self.network_namespaces: Dict[str, str] = {}
-        self._offsets: Dict[str, int] = {}
-        self.last_progress: Optional[dict] = None
-
-    def running(self) -> bool:
-        return self.process.poll() is None
-
-    def output(self) -> str:
-        with open(self.output_path, errors="replace") as f:
-            return f.read()
-
-    def restarts(self) -> List[Tuple[int, str, str]]:
-        """(k, failed task, how it failed) of every restart the launcher logged."""
-        return [(int(k), task, how) for k, task, how in RESTART_LINE.findall(self.output())]
-
-    def attempt_dir(self, attempt: int) -> str:
-        return self.log_dir if attempt == 0 else os.path.join(self.log_dir, "restart_%d" % attempt)
-
-    def resume_step(self, attempt: int) -> Optional[int]:
-        """The step attempt `attempt`'s chief resumed from (None: not yet logged, or a new model directory)."""
-        directory = self.attempt_dir(attempt)
-        paths = ([os.path.join(directory, "chief_0.log")] if self.strategy == "ps"
-                 else glob.glob(os.path.join(directory, "ranks", "**", "rank.0", "*"), recursive=True))
-        for path in paths:
-            try:
-                with open(path, errors="replace") as f:
-                    match = RESUME_LINE.search(f.read())
-            except OSError:
-                continue
-            if match:
-                return int(match.group(1))
-        return None
-
-    def track(self) -> None:
-        """Records every process of the job (psutil checks pid reuse) and the ports they listen on."""
-        try:
-            tree = psutil.Process(self.process.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            tree = []
-        for process in tree:
-            try:
-                key = (process.pid, process.create_time())
-                self.seen.setdefault(key, process)
-                for connection in process.connections(kind="inet"):
-                    if connection.status == psutil.CONN_LISTEN:
-                        self.listening_ports.setdefault(connection.laddr.port, " ".join(process.cmdline()[:4]))
-                namespace = network_namespace(process.pid)
-                if namespace and namespace != OWN_NETWORK_NAMESPACE:
-                    self.network_namespaces.setdefault(namespace, " ".join(process.cmdline()[:4]))
-            except (psutil.Error, OSError):
-                continue
-
-    def alive(self) -> List[psutil.Process]:
-        """Processes of the job still running."""
-        return processes.still_running(self.seen.values())
-
-    def progress(self) -> Optional[dict]:
-        """The newest progress record of any task (read incrementally)."""
-        for path in glob.glob(os.path.join(self.progress_dir, "*.jsonl")):
-            offset = self._offsets.get(path, 0)
-            with open(path) as f:
-                f.seek(offset)
-                data = f.read()
-            complete = data[:data.rfind("\n") + 1]
-            self._offsets[path] = offset + len(complete.encode())
-            for line in complete.splitlines():
-                if line.strip():
-                    record = json.loads(line)
-                    if self.last_progress is None or record["time"] >= self.last_progress["time"]:
-                        self.last_progress = record
-        return self.last_progress
-
-    def training_pids(self) -> List[int]:
-        """The training processes of the current attempt: the chief first, then workers or ranks by rank."""
-        if self.strategy == "ps":
-            pids = self._task_pids()
-            return [pids[name] for name in sorted(pids, key=lambda n: (not n.startswith("chief"), n))
-                    if not name.startswith("ps_")]
-        ranks = {}
-        for process in list(self.seen.values()):
-            try:
-                cmdline = process.cmdline()
-                if process.is_running() and "deepfm.train" in cmdline:
-                    env = process.environ()
-                    rank = next((env[v] for v in RANK_VARIABLES if v in env), None)
-                    if rank is not None:
-                        ranks[int(rank)] = process.pid
-            except psutil.Error:
-                continue
-        return [ranks[rank] for rank in sorted(ranks)]
-
-    def ps_pids(self) -> List[int]:
-        pids = self._task_pids()
-        return [pids[name] for name in sorted(pids) if name.startswith("ps_")]
-
-    def _task_pids(self) -> Dict[str, int]:
-        directory = self.attempt_dir(len(self.restarts()))
-        pids = {}
-        for path in glob.glob(os.path.join(directory, "*.pid")):
-            with open(path) as f:
-                text = f.read().strip()
-            if text:
-                pids[os.path.basename(path)[:-len(".pid")]] = int(text)
-        return pids
+def arrange(kinds: Sequence[str]) -> List[str]:
+    """Drawn kinds in an order a job can take (see `schedule`): deterministic, from the drawn order alone."""
+    ordered = [kind for kind in kinds if kind not in AT_THE_END] + [kind for kind in kinds if kind in AT_THE_END]
+    last = len([kind for kind in ordered if kind not in AT_THE_END])
+    restores = [index for index in range(last) if ordered[index] in AFTER_A_RESTART]
+    resizes = [index for index in range(last - 1) if ordered[index] == RESIZE]
+    if restores and resizes and not any(ordered[index + 1] in AFTER_A_RESTART for index in resizes):
+        restore = ordered.pop(restores[0])
+        ordered.insert(resizes[0] + (1 if restores[0] > resizes[0] else 0), restore)
+    if ordered and ordered[0] in AFTER_A_RESTART:
+        others = [index for index in range(last) if ordered[index] not in AFTER_A_RESTART]
+        if others:
+            ordered[0], ordered[others[0]] = ordered[others[0]], ordered[0]
+        else:
+            ordered[0] = KILL_TASK
+    return ordered
 
 
 @dataclasses.dataclass
@@ -417,11 +261,14 @@ class Injector:
       slots_file: `resize`: the host-discovery file the launcher reads.
       timeout_s: how long any one wait may take before the soak fails.
       log: where progress lines go.
+      validation_dir: the validation split the job evaluates on
+        (`kill_in_evaluation` looks for its files open in the chief).
     """
 
     def __init__(self, view: JobView, examples_budget: int, export_dir: str, slots_file: Optional[str],
-                 timeout_s: float, log=print):
+                 timeout_s: float, log=print, validation_dir: str = ""):
         self.view = view
+        self.validation_dir = os.path.realpath(validation_dir) if validation_dir else ""
         self.examples_budget = examples_budget
         self.export_dir = export_dir
         self.slots_file = slots_file
@@ -431,6 +278,8 @@ class Injector:
         self.records: List[FaultRecord] = []
         # When the current attempt was seen training (the next fault counts progress from then).
         self._attempt_since = 0.0
+        # The cgroup a `memory` fault squeezed, its limit restored once the restart is logged.
+        self._squeeze: Optional[soak_memory.Squeeze] = None
 
     def run(self, faults: Sequence[Fault]) -> List[FaultRecord]:
         """Applies every fault in order; returns what happened to each.
@@ -444,7 +293,10 @@ class Injector:
             self.records.append(record)
             self._arm(fault)
             self._inject(fault, record)
-            self._await_restart(record)
+            following = faults[number].kind if number < len(faults) else None
+            # The restart of a fault at the job's end trains no step; one a `kill_in_restore` lands in, not yet.
+            self._await_restart(record, train_again=fault.kind not in (KILL_IN_EXPORT, KILL_IN_EVALUATION)
+                                and following not in AFTER_A_RESTART)
             self._attempt_since = time.time()
             self.log("fault %d/%d %s: %s; %s; resumed at step %s (%s step(s) lost)" % (
                 number, len(faults), fault.kind, record.target, record.placement, record.resume_step,
@@ -467,7 +319,7 @@ class Injector:
 
     def _arm(self, fault: Fault) -> None:
         """Waits until the job has trained `fault.point` of its budget in the current attempt."""
-        if fault.kind == KILL_IN_EXPORT:
+        if fault.kind in (KILL_IN_EXPORT, KILL_IN_EVALUATION) + AFTER_A_RESTART:
             return
         target = fault.point * self.examples_budget
 
@@ -505,6 +357,12 @@ class Injector:
                                  "a checkpoint")
         elif fault.kind == KILL_IN_EXPORT:
             self._kill_in_window(record, self.export_dir, EXPORT_TEMP, self._export_incomplete, "the export")
+        elif fault.kind == KILL_IN_RESTORE:
+            self._kill_in_restore(record)
+        elif fault.kind == KILL_IN_EVALUATION:
+            self._kill_in_evaluation(record)
+        elif fault.kind == MEMORY:
+            self._squeeze_memory(record)
         else:
             raise ValueError("unknown fault kind %r" % fault.kind)
 
@@ -577,7 +435,130 @@ class Injector:
         raise SoakError("no write of %s within %.0f s" % (what, self.timeout_s))
 
     # --- the restart ---------------------------------------------------------------------------------
-    def _await_restart(self, record: FaultRecord) -> None:
+    def _kill_in_restore(self, record: FaultRecord) -> None:
+        """SIGKILL of the chief of the restart the fault before caused, between its resume line and its first step.
+
+        The chief's log says it resumes from a checkpoint (`RESUME_LINE`: it
+        found the checkpoint and goes on to build its graph, restore the
+        variables, and in a `hybrid` job re-shard the tables it reads at
+        another number of ranks); no task of the restart has reported a step
+        yet. The chief is stopped (SIGSTOP) at once, and killed if still no
+        step is reported; otherwise the window was missed and the soak fails.
+        """
+        attempt = len(self.view.restarts())
+        if attempt == 0:
+            raise SoakError("fault %d (%s) lands in a restart, and the job has not restarted" % (
+                record.number, record.fault.kind))
+
+        def window():
+            line = RESUME_LINE.search(self.view.chief_log(attempt))
+            if line is None:
+                return None
+            pids = self.view.training_pids()
+            return (line.group(0), pids[0]) if pids else None
+        seen, chief = self._wait("restart %d's chief to resume from its checkpoint" % attempt, window,
+                                 poll_s=WINDOW_POLL_S)
+        detected = time.perf_counter()
+        os.kill(chief, signal.SIGSTOP)
+        stopped_ms = 1000 * (time.perf_counter() - detected)
+        if self._trained_since_restart():
+            os.kill(chief, signal.SIGCONT)
+            raise SoakError("fault %d: restart %d reported a step before its chief was stopped in its restore"
+                            % (record.number, attempt))
+        checkpoint_files = sorted({os.path.basename(path) for path in open_files(chief)
+                                   if path.startswith(self.view.model_dir + os.sep) and ".ckpt-" in path})
+        record.target = "chief pid %d" % chief
+        record.placement = "inside restart %d's restore: its log said \"%s\", no step of the restart reported; " \
+            "stopped %.2f ms after the soak saw it%s" % (attempt, seen, stopped_ms,
+                                    "; open: " + ", ".join(checkpoint_files) if checkpoint_files else "")
+        self._send(chief, signal.SIGKILL, record)
+
+    def _trained_since_restart(self) -> bool:
+        progress = self.view.progress()
+        return progress is not None and progress["time"] >= self._attempt_since
+
+    def _kill_in_evaluation(self, record: FaultRecord) -> None:
+        """SIGKILL of the chief while it reads the validation rows of the final evaluation.
+
+        The window opens once the attempt has trained its last step (the
+        chief's progress reached the step its log says training goes to) or
+        its log says the restored checkpoint holds the budget already; then
+        the chief's open files are watched until one of the validation split
+        is open. The chief is stopped (SIGSTOP) and killed while there is no
+        metrics file and no export under way yet.
+        """
+        if not self.validation_dir:
+            raise SoakError("%s needs the job's validation directory" % KILL_IN_EVALUATION)
+        attempt = len(self.view.restarts())
+
+        def trained():
+            log = self.view.chief_log(attempt)
+            if BUDGET_HELD_LINE.search(log):
+                return "its log says the checkpoint holds the budget"
+            final = TRAINING_TO_LINE.search(log)
+            progress = self.view.progress()
+            if final and progress is not None and progress["time"] >= self._attempt_since \
+                    and progress["global_step"] >= int(final.group(1)):
+                return "training reached global step %d" % progress["global_step"]
+            return None
+        ended = self._wait("the end of training", trained, poll_s=WINDOW_POLL_S)
+        chief = self._wait("the chief", lambda: next(iter(self.view.training_pids()), None))
+
+        def reading():
+            return next((path for path in open_files(chief)
+                         if path.startswith(self.validation_dir + os.sep)), None)
+        path = self._wait("the chief to read the validation rows", reading, poll_s=EVALUATION_POLL_S)
+        detected = time.perf_counter()
+        os.kill(chief, signal.SIGSTOP)
+        stopped_ms = 1000 * (time.perf_counter() - detected)
+        exports = [name for name in os.listdir(self.export_dir) if EXPORT_TEMP.match(name)]
+        if exports:
+            os.kill(chief, signal.SIGCONT)
+            raise SoakError("fault %d: the export had begun (%s) when the chief was stopped in its evaluation"
+                            % (record.number, ", ".join(exports)))
+        record.target = "chief pid %d" % chief
+        record.placement = "inside the final evaluation: %s; stopped %.2f ms after %s was open in the chief; no " \
+            "export begun" % (ended, stopped_ms, os.path.relpath(path, os.path.dirname(self.validation_dir)))
+        self._send(chief, signal.SIGKILL, record)
+
+    def _squeeze_memory(self, record: FaultRecord) -> None:
+        """Lowers the memory limit of the tasks' host cgroup below their need until the kernel kills one."""
+        pids = self._wait("the training tasks", self.view.training_pids)
+        try:
+            controller = memory_lib.find_controller()
+            squeeze = soak_memory.Squeeze(soak_memory.task_cgroup(pids[0], controller), controller)
+        except (memory_lib.MemoryLimitError, soak_memory.SqueezeError) as e:
+            raise SoakError("fault %d (%s): %s" % (record.number, MEMORY, e)) from e
+        progress = self.view.progress()
+        record.step_at_fault = progress["global_step"] if progress else 0
+        record.time = time.time()
+        record.elapsed = record.time - self.start_time
+        record.signal = "OOM kill"
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while not squeeze.killed():
+                if time.monotonic() > deadline or not self.view.running():
+                    raise SoakError("fault %d (%s): no process was killed for memory within %.0f s: %s" % (
+                        record.number, MEMORY, self.timeout_s, squeeze.describe()))
+                try:
+                    squeeze.tighten()
+                except soak_memory.SqueezeError as e:
+                    if squeeze.killed():
+                        break
+                    raise SoakError("fault %d (%s): %s" % (record.number, MEMORY, e)) from e
+                wait_until = time.monotonic() + SQUEEZE_INTERVAL_S
+                while not squeeze.killed() and time.monotonic() < wait_until:
+                    time.sleep(POLL_S)
+            record.target = "host cgroup %s (%d process(es) killed)" % (os.path.basename(squeeze.path),
+                                                                          squeeze.killed())
+            record.placement = "armed at %.0f%% of the budget; %s %.1f s after the injection" % (
+                100 * record.fault.point, squeeze.describe(), time.time() - record.time)
+            self._squeeze = squeeze
+        except BaseException:
+            squeeze.restore()
+            raise
+
+    def _await_restart(self, record: FaultRecord, train_again: bool = True) -> None:
         number = record.number
 
         def restarted():
@@ -587,14 +568,19 @@ class Injector:
         if len(self.view.restarts()) != number:
             raise SoakError("fault %d caused %d restarts, expected one: %s"
                             % (number, len(self.view.restarts()) - number + 1, self.view.restarts()))
-        record.restart = "restart %d: task %s failed with %s" % (k, task, how)
+        record.restart = "restart %d: task %s %s" % (k, task, how)
+        squeeze, self._squeeze = self._squeeze, None
+        if squeeze is not None:
+            restored = squeeze.restore()
+            record.placement += "; after the restart line its limit %s" % (
+                "was restored" if restored else "went with its attempt (the restart has a cgroup of its own)")
         record.resume_step = self._wait("the restart's resume step", lambda: self.view.resume_step(number),
-                                        poll_s=0.2)
+                                        poll_s=WINDOW_POLL_S)
 
         def training_again():
             progress = self.view.progress()
             return progress is not None and progress["time"] > record.time
-        if record.fault.kind != KILL_IN_EXPORT:
+        if train_again:
             self._wait("restart %d to train" % number, training_again, poll_s=0.2)
         record.restart_seconds = time.time() - record.time
         record.steps_lost = max(0, record.step_at_fault - record.resume_step)

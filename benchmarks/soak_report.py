@@ -1,6 +1,7 @@
 """The report of a soak (`benchmarks/results/<name>.md` and `.json`), and one report from several runs (`combine`)."""
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -9,6 +10,7 @@ from typing import Any, Dict, List, Sequence
 
 from benchmarks import common
 from benchmarks.soak_config import STRATEGIES, WORK_DIR_MARK, SoakConfig, epochs_of
+from benchmarks.soak_faults import KINDS
 
 
 def lscpu() -> str:
@@ -34,17 +36,25 @@ def report(config: SoakConfig, command: str, results: List[dict], seconds: float
         reference_aucs = [r["metrics"]["auc"] for r in result["references"] if r["metrics"].get("auc") is not None]
         nearest = min(reference_aucs, key=lambda value: abs(value - auc)) if auc is not None and reference_aucs \
             else None
+        loss = soak.get("metrics", {}).get("logloss")
+        reference_losses = [r["metrics"]["logloss"] for r in result["references"]
+                            if r["metrics"].get("logloss") is not None]
+        base_rate = result.get("base_rate_logloss")
         rows.append([result["strategy"], str(len(soak.get("faults", []))), str(soak.get("restarts", "-")),
                      "%d (max %d)" % (sum(lost), max(lost)) if lost else "-",
                      " / ".join("%.4f" % a for a in reference_aucs) or "-",
                      "%.4f" % auc if auc is not None else "-",
                      "%+.4f" % (auc - nearest) if nearest is not None else "-",
+                     " / ".join("%.4f" % value for value in reference_losses) or "-",
+                     "%.4f" % loss if loss is not None else "-",
+                     "%.4f" % base_rate if base_rate is not None else "-",
                      "%s / %.0f" % (" / ".join("%.0f" % r["seconds"] for r in result["references"]),
                                     soak.get("seconds", 0)),
                      "%d/%d" % (sum(c["passed"] for c in result["checks"]), len(result["checks"]))])
     lines += [common.markdown_table(["strategy", "faults", "restarts", "steps lost (total)", "AUC fault-free",
-                                     "AUC faulted", "difference (nearest)", "seconds (fault-free / faulted)",
-                                     "checks passed"], rows), ""]
+                                     "AUC faulted", "AUC difference (nearest)", "log loss fault-free",
+                                     "log loss faulted", "log loss of the base rate",
+                                     "seconds (fault-free / faulted)", "checks passed"], rows), ""]
     for result in results:
         lines += ["## %s" % result["strategy"], ""]
         soak = result["faulted"] or {}
@@ -55,6 +65,9 @@ def report(config: SoakConfig, command: str, results: List[dict], seconds: float
                                str(f["step_at_fault"]), str(f["checkpoint_at_fault"]), f["placement"], f["restart"],
                                str(f["resume_step"]), str(f["steps_lost"])])
         if fault_rows:
+            counts = collections.Counter(f["fault"]["kind"] for f in soak.get("faults", []))
+            lines += ["Faults by kind: %s." % ", ".join("%s %d" % (kind, counts[kind]) for kind in KINDS
+                                                       if counts[kind]), ""]
             lines += [common.markdown_table(["#", "fault", "target", "signal", "at s", "step", "checkpoint then",
                                              "placement", "restart", "resumed at", "steps lost"], fault_rows), ""]
         lines += [common.markdown_table(["check", "result", "detail"],

@@ -1,0 +1,171 @@
+"""The soak's `memory` fault: the memory cgroup of a job's host squeezed below its tasks' need while it runs.
+
+`deepfm.launch` puts every task of an attempt in one memory cgroup of its
+host (`jobs.local.memory`; without `--host_memory` it has no limit, for the
+host's peak and its OOM kills). `Squeeze` lowers that cgroup's limit to the
+lowest value the kernel takes:
+
+* cgroup v2 (`memory.max`): half the cgroup's anonymous memory; the kernel
+  reclaims what it can and then kills a process of the cgroup for memory.
+* cgroup v1 (`memory.limit_in_bytes`): the kernel refuses a limit it cannot
+  reclaim down to (EBUSY) rather than killing, so the limit goes down to
+  the cgroup's anonymous memory plus a margin of `MARGINS`, the smallest the
+  kernel takes: nothing reclaimable is left, and the tasks' next pages take
+  the kernel's OOM killer.
+
+Either way the kernel, not the soak, kills a task, and counts it in the
+cgroup (`oom_kill`), which the launcher reports as a task killed for memory.
+`restore` writes the limit back. This module never imports TensorFlow.
+"""
+
+import errno
+import os
+from typing import List, Optional
+
+from jobs.local import memory as memory_lib
+
+PROC_CGROUP = "/proc/%d/cgroup"
+MIB = 1024 * 1024
+# Above the anonymous memory, the margins tried from the largest down (v1): the smallest the kernel takes stays.
+MARGINS = (256 * MIB, 64 * MIB, 16 * MIB, 4 * MIB, MIB, 0)
+# cgroup v2: the limit as a fraction of the cgroup's anonymous memory.
+V2_FRACTION = 0.5
+# The anonymous memory of a cgroup, in its `memory.stat`.
+V1_ANONYMOUS = ("total_rss", "total_rss_huge")
+V2_ANONYMOUS = ("anon",)
+STAT_FILE = "memory.stat"
+V1_USAGE_FILE = "memory.usage_in_bytes"
+V2_USAGE_FILE = "memory.current"
+
+
+class SqueezeError(RuntimeError):
+    """The host's memory cgroup cannot be found or limited; the message says why."""
+
+
+def task_cgroup(pid: int, controller: memory_lib.Controller, proc_cgroup: str = PROC_CGROUP) -> str:
+    """The directory of the host memory cgroup process `pid` runs in (one the launcher made).
+
+    Raises:
+      SqueezeError: the process is gone, or not in a host cgroup of a
+        launcher (`jobs.local.memory.CGROUP_PREFIX`).
+    """
+    try:
+        with open(proc_cgroup % pid) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise SqueezeError("process %d is gone: %s" % (pid, e)) from e
+    for line in lines:
+        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        ours = (memory_lib.MEMORY_CONTROLLER in controllers.split(",") if controller.version == memory_lib.CGROUP_V1
+                else number == "0" and controllers == "")
+        if not ours:
+            continue
+        name = os.path.basename(path.rstrip("/"))
+        directory = os.path.join(controller.parent, name)
+        if name.startswith(memory_lib.CGROUP_PREFIX + "-") and os.path.isdir(directory):
+            return directory
+        raise SqueezeError("process %d is in memory cgroup %s, not in a host cgroup of the launcher (%s-*) under %s"
+                           % (pid, path, memory_lib.CGROUP_PREFIX, controller.parent))
+    raise SqueezeError("process %d has no memory cgroup in %s" % (pid, proc_cgroup % pid))
+
+
+class Squeeze:
+    """Lowers one host cgroup's limit below its processes' need (see the module docstring), and restores it.
+
+    Args:
+      path: the cgroup's directory (`task_cgroup`).
+      controller: its memory controller.
+    """
+
+    def __init__(self, path: str, controller: memory_lib.Controller):
+        self.path = path
+        self.controller = controller
+        self.files = controller.files
+        self.original = self._read(self.files.limit).strip()
+        self.kills_before = self.oom_kills()
+        self.limit: Optional[int] = None
+        self.anonymous_at_squeeze: Optional[int] = None
+        self.usage_at_squeeze: Optional[int] = None
+
+    def _read(self, name: str) -> str:
+        with open(os.path.join(self.path, name)) as f:
+            return f.read()
+
+    def _write(self, name: str, value: str) -> None:
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(value)
+
+    def anonymous(self) -> int:
+        """The anonymous memory of the cgroup's processes in bytes (what no reclaim frees without swap)."""
+        keys = V1_ANONYMOUS if self.controller.version == memory_lib.CGROUP_V1 else V2_ANONYMOUS
+        total = 0
+        for line in self._read(STAT_FILE).splitlines():
+            key, _, value = line.partition(" ")
+            if key in keys:
+                total += int(value)
+        return total
+
+    def usage(self) -> int:
+        name = V1_USAGE_FILE if self.controller.version == memory_lib.CGROUP_V1 else V2_USAGE_FILE
+        return int(self._read(name).strip())
+
+    def oom_kills(self) -> int:
+        """The cgroup's count of processes the kernel killed for memory."""
+        for line in self._read(self.files.events).splitlines():
+            key, _, value = line.partition(" ")
+            if key == memory_lib.OOM_KILL_KEY:
+                return int(value)
+        return 0
+
+    def killed(self) -> int:
+        """Processes killed for memory since the squeeze began (0 where the cgroup is gone)."""
+        try:
+            return self.oom_kills() - self.kills_before
+        except OSError:
+            return 0
+
+    def tighten(self) -> int:
+        """Sets the lowest limit the kernel takes (see the module docstring); returns it.
+
+        Raises:
+          SqueezeError: the kernel took no limit at all.
+        """
+        self.anonymous_at_squeeze, self.usage_at_squeeze = self.anonymous(), self.usage()
+        if self.controller.version == memory_lib.CGROUP_V2:
+            candidates: List[int] = [max(memory_lib.MINIMUM_BYTES, int(V2_FRACTION * self.anonymous_at_squeeze))]
+        else:
+            candidates = [max(memory_lib.MINIMUM_BYTES, self.anonymous_at_squeeze + margin) for margin in MARGINS]
+        taken = None
+        for limit in candidates:
+            if self.limit is not None and limit >= self.limit:
+                continue
+            try:
+                self._write(self.files.limit, str(limit))
+            except OSError as e:
+                if e.errno in (errno.EBUSY, errno.EINVAL):
+                    break
+                raise SqueezeError("cannot limit memory cgroup %s to %d bytes: %s" % (self.path, limit, e)) from e
+            taken = self.limit = limit
+        if taken is None and self.limit is None:
+            raise SqueezeError("memory cgroup %s took no limit down to its anonymous memory (%s); usage %s" % (
+                self.path, memory_lib.format_size(self.anonymous_at_squeeze),
+                memory_lib.format_size(self.usage_at_squeeze)))
+        assert self.limit is not None
+        return self.limit
+
+    def restore(self) -> bool:
+        """Writes the limit the cgroup had back; False where the cgroup is gone (its attempt ended)."""
+        try:
+            self._write(self.files.limit, self.original)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            if not os.path.isdir(self.path):
+                return False
+            raise
+        return True
+
+    def describe(self) -> str:
+        return "limit of %s lowered to %s (its anonymous memory then %s, usage %s)" % (
+            os.path.basename(self.path), memory_lib.format_size(self.limit),
+            memory_lib.format_size(self.anonymous_at_squeeze), memory_lib.format_size(self.usage_at_squeeze))
