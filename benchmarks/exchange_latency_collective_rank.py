@@ -45,7 +45,7 @@ import json
 import os
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, TypedDict
 
 import numpy as np
 from absl import app, flags
@@ -75,7 +75,14 @@ def define_flags() -> None:
     flags.mark_flag_as_required("output_dir")
 
 
-def cluster_from_env() -> Dict[str, object]:
+class Cluster(TypedDict):
+    """A rank's cluster: the workers' addresses, in rank order, and its own task index."""
+
+    workers: List[str]
+    index: int
+
+
+def cluster_from_env() -> Cluster:
     """This rank's `TF_CONFIG`: its cluster (one `worker` job) and its task index.
 
     Raises:
@@ -122,7 +129,7 @@ def received_from(variant: str, result: np.ndarray, size: int, rows: int) -> Lis
 
 def session_config(rank: int):
     """The rank's ConfigProto: the collective runtime's leader, its own devices, one thread per op and pool."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
     config.experimental.collective_group_leader = "/job:%s/replica:0/task:0" % JOB
     config.device_filters.append("/job:%s/task:%d" % (JOB, rank))
@@ -130,9 +137,9 @@ def session_config(rank: int):
 
 
 def run_variants(workers: List[str], rank: int, rows: int, width: int, iterations: int,
-                 warmup: int) -> Dict[str, dict]:
+                 warmup: int) -> Dict[str, object]:
     """Times every variant on this rank, after checking each collective's values; every rank must call it."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     size = len(workers)
     config = session_config(rank)
     server = tf.distribute.Server(tf.train.ClusterSpec({JOB: workers}), job_name=JOB, task_index=rank,

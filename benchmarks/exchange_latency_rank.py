@@ -75,10 +75,10 @@ def run_variants(controller: str, rows: int, width: int, iterations: int, warmup
     """Times every variant on this rank; every rank must call it."""
     comm = None
     if controller == "mpi":
-        from mpi4py import MPI  # pylint: disable=import-outside-toplevel
+        from mpi4py import MPI
         comm = MPI.COMM_WORLD
-    import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
     hvd.init()
     size = hvd.size()
     rng = np.random.RandomState(hvd.rank())

@@ -46,7 +46,7 @@ BOOL, INTEGER, FLOAT, STRING, ENUM, LIST = "bool", "integer", "float", "string",
 ITEM_NAMES = {int: "integers", float: "numbers", str: "strings"}
 
 
-def metadata(help: str, flag: Optional[str] = None,  # pylint: disable=redefined-builtin
+def metadata(help: str, flag: Optional[str] = None,
              choices: Optional[Sequence] = None, flag_default: Any = _SAME) -> Dict[str, Any]:
     """The metadata of a field that is a flag (see `field`)."""
     meta: Dict[str, Any] = {HELP: help}
@@ -59,7 +59,7 @@ def metadata(help: str, flag: Optional[str] = None,  # pylint: disable=redefined
     return meta
 
 
-def field(default: Any = dataclasses.MISSING, help: str = "",  # pylint: disable=redefined-builtin
+def field(default: Any = dataclasses.MISSING, help: str = "",
           flag: Optional[str] = None, choices: Optional[Sequence] = None, flag_default: Any = _SAME) -> Any:
     """A dataclass field that is also a command-line flag.
 

@@ -128,10 +128,10 @@ def import_tensorflow(detail: bool, stderr_fd: int = 2):
     if not os.environ.get(TF_CPP_LEVEL_ENV):
         os.environ[TF_CPP_LEVEL_ENV] = DETAILED_TF_CPP_LEVEL if detail else QUIET_TF_CPP_LEVEL
     if detail or "tensorflow" in sys.modules:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
         return tf
     with filtered_fd(stderr_fd, IMPORT_NOISE):
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
     return tf
 
 
@@ -202,7 +202,7 @@ def configure_logging(detail: bool, task_logs: bool = False) -> None:
         lines (cluster start-up, the end of training, ...) are kept there;
         TensorFlow's stay at WARNING.
     """
-    from absl import logging  # pylint: disable=import-outside-toplevel
+    from absl import logging
     global _configured
     _configured = True
     tf_logger = std_logging.getLogger(TENSORFLOW_LOGGER)
@@ -220,7 +220,7 @@ def configure_logging(detail: bool, task_logs: bool = False) -> None:
 # Errors a user causes with bad flags, values or files: reported by their message alone.
 def user_errors() -> tuple:
     """The exception types `run_main` reports without a traceback."""
-    from absl import app  # pylint: disable=import-outside-toplevel
+    from absl import app
     errors: List[type] = [app.UsageError, ValueError, FileNotFoundError]
     tf = sys.modules.get("tensorflow")
     if tf is not None:
@@ -258,7 +258,7 @@ def run_main(main: Callable[[List[str]], object], argv: List[str], program: str,
     """
     try:
         return main(argv)
-    except user_errors() as e:  # pylint: disable=catching-non-exception
+    except user_errors() as e:
         if detail():
             raise
         report_user_error(program, e)
@@ -290,7 +290,7 @@ def help_text(main_module: str, full: bool) -> str:
     (absl's own `--help` lists the flags of `__main__`, which for a
     console script is pip's wrapper: none).
     """
-    from absl import flags  # pylint: disable=import-outside-toplevel
+    from absl import flags
     module = sys.modules.get(main_module)
     doc = ((module.__doc__ if module else None) or "").strip()
     if full:
@@ -319,7 +319,7 @@ def parse_flags(argv: List[str], program: str, main_module: str = "__main__") ->
     Returns:
       The arguments left after the flags.
     """
-    from absl import app, flags  # pylint: disable=import-outside-toplevel
+    from absl import app, flags
     wanted = requested_help(argv)
     if wanted is not None:
         sys.stdout.write(help_text(main_module, full=wanted == FULL_HELP_FLAG))
@@ -382,7 +382,7 @@ def run(main: Callable[[List[str]], object], program: str, define_flags: Optiona
         `TENSORFLOW_BEFORE_FLAGS` (the flags' definitions need it).
       argv: the command line (default `sys.argv`).
     """
-    from absl import app  # pylint: disable=import-outside-toplevel
+    from absl import app
     if tensorflow not in TENSORFLOW_TIMINGS:
         raise ValueError("tensorflow must be one of %s, got %r" % (TENSORFLOW_TIMINGS, tensorflow))
     argv = list(sys.argv if argv is None else argv)

@@ -14,7 +14,7 @@ arguments), with the tunable added to `GLIBC_TUNABLES`.
 It does so only where it helps and nothing decided otherwise: tables of at
 least `MIN_TABLE_BYTES`, the kernel in `madvise` mode, glibc 2.35 or later,
 and no `GLIBC_TUNABLES` in the environment (any value of it, e.g.
-`glibc.malloc.hugetlb=0`, keeps the process as it is). docs/scaling.md,
+`glibc.malloc.hugetlb=0`, keeps the process as it is). docs/large_tables.md,
 "Tables larger than a host", has the measurements.
 """
 

@@ -60,7 +60,7 @@ def convert_file(path: str, target: str, field_size: int, source_format: formats
       tf.errors.InvalidArgumentError: a bad record; the message names its
         file (and line, for LibSVM).
     """
-    from input_pipeline import pipeline  # pylint: disable=import-outside-toplevel
+    from input_pipeline import pipeline
     config = pipeline.PipelineConfig(data_format=source_format, field_size=field_size, num_parallel_reads=1)
     batches = source_format.decoded_batches([path], config, LINES_PER_BATCH)
     rows = 0
@@ -119,7 +119,7 @@ def define_flags() -> None:
 def main(argv: Sequence[str]) -> None:
     """Converts the files named by the flags."""
     del argv
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     cfg = flags.FLAGS
     try:
         convert(cfg.input, cfg.field_size, cfg.output_dir, cfg.overwrite, cfg.input_format, cfg.output_format)

@@ -39,7 +39,7 @@ import os
 # allocator returns what is freed. Read once, when TensorFlow is first
 # imported, so it is set here, before any module of the package imports it;
 # `TF_ONEDNN_USE_SYSTEM_ALLOCATOR=0` in the environment keeps oneDNN's.
-# docs/scaling.md, "Tables larger than a host", has the measurements.
+# docs/large_tables.md, "Tables larger than a host", has the measurements.
 SYSTEM_ALLOCATOR_ENV = "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"
 os.environ.setdefault(SYSTEM_ALLOCATOR_ENV, "1")
 

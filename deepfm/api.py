@@ -47,14 +47,14 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
       ValueError: a bad configuration, found before training starts (the
         parts are checked together as a `deepfm.JobConfig`).
     """
-    from cli import entry  # pylint: disable=import-outside-toplevel
+    from cli import entry
     entry.drop_deprecation_notices()
-    import strategies  # pylint: disable=import-outside-toplevel
-    from deepfm import job_config  # pylint: disable=import-outside-toplevel
-    from deepfm.runtime import console as console_lib  # pylint: disable=import-outside-toplevel
-    from deepfm.runtime import trainer  # pylint: disable=import-outside-toplevel
-    from input_pipeline import pipeline  # pylint: disable=import-outside-toplevel
-    from strategies import topology as topology_lib  # pylint: disable=import-outside-toplevel
+    import strategies
+    from deepfm import job_config
+    from deepfm.runtime import console as console_lib
+    from deepfm.runtime import trainer
+    from input_pipeline import pipeline
+    from strategies import topology as topology_lib
 
     input_config = input_config or pipeline.PipelineConfig(field_size=model.field_size)
     adapter = strategy if isinstance(strategy, strategies.Strategy) else strategies.get(

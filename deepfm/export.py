@@ -56,7 +56,7 @@ def define_flags() -> None:
 
 def _model_fn(name: str, model: str):
     """The model function a run recorded (`module.name`), or the built-in one of `model`."""
-    from deepfm import models  # pylint: disable=import-outside-toplevel
+    from deepfm import models
     module, _, attribute = name.rpartition(".")
     try:
         return getattr(importlib.import_module(module), attribute)
@@ -71,11 +71,11 @@ def export(config: ExportConfig) -> str:
       ValueError: no run configuration or no checkpoint in the model
         directory.
     """
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
 
-    import strategies  # pylint: disable=import-outside-toplevel
-    from deepfm.job_config import JobConfig  # pylint: disable=import-outside-toplevel
-    from deepfm.runtime import run_config, trainer  # pylint: disable=import-outside-toplevel
+    import strategies
+    from deepfm.job_config import JobConfig
+    from deepfm.runtime import run_config, trainer
 
     record = run_config.read(config.model_dir)
     if record is None:

@@ -161,7 +161,7 @@ def _as_field(annotation: Any, value: Any) -> Any:
 
 def _strategy_from_record(section: Mapping[str, Any], source: str) -> StrategyConfig:
     """The strategy section as a `StrategyConfig`: its common fields, and the adapter's options it names."""
-    import strategies  # pylint: disable=import-outside-toplevel  (registers the adapters)
+    import strategies  # registers the adapters
     options = section.get(OPTIONS_FIELD) or {}
     common = section_values(StrategyConfig, {k: v for k, v in section.items() if k != OPTIONS_FIELD}, STRATEGY,
                             source)

@@ -117,11 +117,11 @@ def run_render(hyperparameter_args) -> int:
 
 def run_local(extra_args) -> int:
     """Runs a rendered manifest on emulated hosts; returns the job's exit code."""
-    from jobs.kubernetes.local import faults  # pylint: disable=import-outside-toplevel
-    from jobs.kubernetes.local import run as kubernetes_local  # pylint: disable=import-outside-toplevel
-    from jobs.local import hosts as hosts_lib  # pylint: disable=import-outside-toplevel
-    from jobs.local import memory as memory_lib  # pylint: disable=import-outside-toplevel
-    from jobs.local import processes  # pylint: disable=import-outside-toplevel
+    from jobs.kubernetes.local import faults
+    from jobs.kubernetes.local import run as kubernetes_local
+    from jobs.local import hosts as hosts_lib
+    from jobs.local import memory as memory_lib
+    from jobs.local import processes
     if extra_args:
         raise app.UsageError("local takes no arguments after --: the manifest holds the job's (got %s)"
                              % " ".join(extra_args))

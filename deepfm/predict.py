@@ -52,9 +52,9 @@ def serving_signature(saved_model: str):
       ValueError: `saved_model` is not a SavedModel with the DeepFM serving
         signature (`feat_ids`, `feat_vals` -> `prob`).
     """
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
 
-    from deepfm.models import ctr  # pylint: disable=import-outside-toplevel
+    from deepfm.models import ctr
 
     if not tf.saved_model.contains_saved_model(saved_model):
         raise ValueError("--saved_model %r holds no SavedModel (saved_model.pb); pass one timestamped "
@@ -80,9 +80,9 @@ def serving_signature(saved_model: str):
 def batches(paths: Sequence[str], data_format: formats.DataFormat, field_size: int, batch_size: int,
             labelled: bool):
     """The batches of `paths` in input order, every row once: `(features, labels)`, or `features` alone."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
 
-    from input_pipeline import pipeline  # pylint: disable=import-outside-toplevel
+    from input_pipeline import pipeline
 
     config = pipeline.PipelineConfig(data_format=data_format, field_size=field_size, num_parallel_reads=1,
                                      drop_remainder=False)
@@ -94,7 +94,7 @@ def batches(paths: Sequence[str], data_format: formats.DataFormat, field_size: i
 
 def predict_rows(signature, dataset, labelled: bool) -> Iterator[Tuple[List, Optional[List]]]:
     """Yields `(probabilities, labels or None)` per batch of `dataset`."""
-    from deepfm.models import ctr  # pylint: disable=import-outside-toplevel
+    from deepfm.models import ctr
     for element in dataset:
         features, labels = element if labelled else (element, None)
         prob = signature(**{schema.FEAT_IDS: features[schema.FEAT_IDS],
@@ -113,7 +113,7 @@ def write_predictions(saved_model: str, data: Sequence[str], data_format: format
       ValueError: a bad SavedModel, an unknown format, no data files, files
         of another field size than the model's, or an existing `output`.
     """
-    from input_pipeline import files  # pylint: disable=import-outside-toplevel
+    from input_pipeline import files
 
     if batch_size < 1:
         raise ValueError("--batch_size must be >= 1, got %r" % batch_size)

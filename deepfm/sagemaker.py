@@ -112,7 +112,7 @@ def auto_choice(flag_values, command: str, instance_type: str) -> auto_distribut
 
 def run_local(spec: spec_lib.JobSpec) -> int:
     """Runs the job on emulated hosts; returns its exit code."""
-    from jobs.sagemaker import local as sagemaker_local  # pylint: disable=import-outside-toplevel
+    from jobs.sagemaker import local as sagemaker_local
     if not FLAGS.output_dir:
         raise app.UsageError("local needs --output_dir")
     try:

@@ -105,5 +105,5 @@ def model_fn(features, labels, mode, params):
 if __name__ == "__main__":
     # The command line of examples/train_from_python.py (the script beside this one), with this model_fn.
     # Imported here, so that a job that imports this module for its model_fn alone needs only this file.
-    import train_from_python  # pylint: disable=import-outside-toplevel
+    import train_from_python
     train_from_python.main(model_fn=model_fn)

@@ -53,7 +53,7 @@ def main(model_fn=None) -> None:
     except sagemaker_env.ContractError as e:
         sys.exit("sagemaker_entry_point: %s" % e)
     # Imported here: the mapping above needs no TensorFlow, and fails fast.
-    from deepfm import train  # pylint: disable=import-outside-toplevel
+    from deepfm import train
     train.run([sys.argv[0]] + args, model_fn=model_fn)
 
 

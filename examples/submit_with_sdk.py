@@ -62,8 +62,8 @@ def main(argv=None) -> None:
     # The SDK, imported quietly (or a message saying how to install it). Its session's SageMaker
     # client is stubbed in a dry run; every CreateTrainingJob request it makes is captured.
     sagemaker_submit.import_sdk()
-    from sagemaker.inputs import TrainingInput  # pylint: disable=import-outside-toplevel
-    from sagemaker.tensorflow import TensorFlow  # pylint: disable=import-outside-toplevel
+    from sagemaker.inputs import TrainingInput
+    from sagemaker.tensorflow import TensorFlow
     answer = {"TrainingJobArn": sagemaker_submit.dry_run_arn(args.region, "training-job", job_name)}
     sdk = sagemaker_submit.open_session(args.region, args.bucket, sagemaker_submit.TRAINING_JOB_OPERATION,
                                         dry_run=dry_run, dry_run_responses=[answer])

@@ -298,7 +298,7 @@ def _describe_read_error(paths: Sequence[str], config, role: str, error: tf.erro
 
 def _first_bad_record(path: str, data_format, field_size: int) -> Optional[str]:
     """The first record of a TFRecord file (packed or not) that is not a row of the layout, as `record N: why`."""
-    from google.protobuf.message import DecodeError  # pylint: disable=import-outside-toplevel
+    from google.protobuf.message import DecodeError
     try:
         records = list(tf.compat.v1.io.tf_record_iterator(path))
     except tf.errors.OpError:
@@ -334,7 +334,7 @@ def _bad_id(ids, feature_size: int):
 
 def _bad_value(values, labels):
     """The rows holding a value or a label that is not finite, and a description of the first."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     bad_values = ~np.isfinite(values)
     bad_labels = ~np.isfinite(labels)
     rows = bad_values.any(axis=1) | bad_labels

@@ -270,7 +270,7 @@ class DataFormat(abc.ABC):
         Returns:
           A dataset of what `decode_batch` returns.
         """
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
 
         def decode(*batch):
             return self.decode_batch(batch, config, file_names=paths, labelled=labelled)
@@ -289,7 +289,7 @@ class DataFormat(abc.ABC):
         Unbatched, they are `records`; cut by `Dataset.rebatch`, `batches`.
         Arguments as for `records`.
         """
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
 
         sizes = [os.path.getsize(path) for path in paths] if sizes is None else sizes
         indices = range(len(paths)) if indices is None else indices
@@ -407,16 +407,16 @@ class TFRecordFormat(DataFormat):
         return data
 
     def check_first_record(self, path: str, field_size: int) -> None:
-        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders
         decoders.check_example(path, self.read_first_record(path), field_size)
 
     def has_labels(self, path: str) -> bool:
         """Whether the first record holds the `label` feature."""
-        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders
         return decoders.example_has_label(path, self.read_first_record(path))
 
     def encode(self, labels, ids, values) -> bytes:
-        from input_pipeline import encoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import encoders
         return encoders.encode_tfrecord(labels, ids, values)
 
     def _file_chunks(self, path, size, index, config):
@@ -432,9 +432,9 @@ class TFRecordFormat(DataFormat):
         so the file is first opened by a one-byte probe outside it: a missing
         file fails with TensorFlow's `NotFoundError`, which names it.
         """
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
 
-        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders
 
         empty = tf.zeros([0], tf.string)
         probe = tf.data.FixedLengthRecordDataset(path, record_bytes=PROBE_BYTES, buffer_size=PROBE_BYTES)
@@ -471,7 +471,7 @@ class TFRecordFormat(DataFormat):
 
     def _checked(self, chunks, config):
         """With `max_corrupted_records`: counts damaged files; warns within it, fails beyond it."""
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
 
         budget = config.max_corrupted_records
         if not budget:
@@ -498,7 +498,7 @@ class TFRecordFormat(DataFormat):
         return chunks.scan(tf.constant(0, tf.int64), count)
 
     def decode_batch(self, batch, config, file_names=(), labelled=True):
-        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders
         (serialized,) = batch
         if labelled:
             return decoders.decode_tfrecord(serialized, config.field_size)
@@ -526,16 +526,16 @@ class PackedTFRecordFormat(TFRecordFormat):
           ValueError: the file ends inside a record, or a record is not a
             packed `tf.train.Example` (the message names the file).
         """
-        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders
         return sum(decoders.packed_example_rows(path, data, number)
                    for number, data in enumerate(self._walk_records(path, read_data=True)))
 
     def check_first_record(self, path: str, field_size: int) -> None:
-        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders
         decoders.check_packed_example(path, self.read_first_record(path), field_size)
 
     def encode(self, labels, ids, values) -> bytes:
-        from input_pipeline import encoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import encoders
         return encoders.encode_tfrecord_packed(labels, ids, values, PACKED_ROWS_PER_RECORD)
 
     def _records_per_chunk(self) -> int:
@@ -544,12 +544,12 @@ class PackedTFRecordFormat(TFRecordFormat):
 
     def _chunk_element(self, chunk, index):
         """Records with their file's index, so that a bad record's error names its file."""
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
         return chunk, tf.fill(tf.shape(chunk), index)
 
     def decode_batch(self, batch, config, file_names=(), labelled=True):
         """Decodes records (with their file indices in File mode) into all their rows."""
-        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders
         serialized, file_index = batch if len(batch) == 2 else (batch[0], None)
         return decoders.decode_tfrecord_packed(serialized, config.field_size, labelled=labelled,
                                                file_index=file_index, file_names=file_names)
@@ -585,7 +585,7 @@ class LibSVMFormat(DataFormat):
         return line.decode("utf-8", errors="replace").rstrip("\r\n")
 
     def check_first_record(self, path: str, field_size: int) -> None:
-        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders
         decoders.check_libsvm_line(path, self.read_first_record(path), field_size)
 
     def suggestion(self, paths: Sequence[str], field_size: int) -> str:
@@ -611,7 +611,7 @@ class LibSVMFormat(DataFormat):
                 % (CONVERTER_MODULE, field_size, " ".join(inputs), TFRECORD.name))
 
     def encode(self, labels, ids, values) -> bytes:
-        from input_pipeline import encoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import encoders
         return encoders.encode_libsvm(labels, ids, values)
 
     def fixed_width_line_bytes(self, paths: Sequence[str], sizes: Sequence[int], field_size: int) -> Optional[int]:
@@ -621,7 +621,7 @@ class LibSVMFormat(DataFormat):
         `field_size` pairs (`decoders.fixed_width_line_bytes`), all of one
         length, and each file's size (`sizes`) is a whole number of lines.
         """
-        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders
         width = None
         for path, size in zip(paths, sizes):
             with open(path, "rb") as f:
@@ -644,7 +644,7 @@ class LibSVMFormat(DataFormat):
         The file is read in records of `READ_CHUNK_RECORDS` lines, then the
         lines left at its end as one record.
         """
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
 
         block = width * READ_CHUNK_RECORDS
         tail = size % block
@@ -662,7 +662,7 @@ class LibSVMFormat(DataFormat):
 
     def _file_chunks(self, path, size, index, config):
         """Chunks of `(lines, file index, 1-based line numbers)`."""
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
 
         del size  # Text lines need no byte accounting.
         lines = tf.data.TextLineDataset(path, buffer_size=config.read_buffer_bytes)
@@ -675,7 +675,7 @@ class LibSVMFormat(DataFormat):
         return lines.batch(READ_CHUNK_RECORDS).enumerate().map(number)
 
     def decode_batch(self, batch, config, file_names=(), labelled=True):
-        from input_pipeline import decoders  # pylint: disable=import-outside-toplevel
+        from input_pipeline import decoders
         lines, file_index, line_number = batch
         if lines.dtype == "uint8":  # fixed-width rows (`_fixed_width_chunks`)
             features, labels = decoders.decode_libsvm_rows(lines, config.field_size, file_index=file_index,
@@ -740,7 +740,7 @@ def extensions() -> Mapping[str, str]:
 
 
 def _damage_report(path, consumed, unread, budget: int) -> "tf.Tensor":
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     return tf.strings.join([
         "TFRecord file ", path, " could not be read to its end: read ", tf.strings.as_string(consumed),
         " of ", tf.strings.as_string(consumed + unread), " bytes (a corrupt or truncated record, or the "

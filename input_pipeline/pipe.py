@@ -258,9 +258,9 @@ def open_channel(channel: str, base_dir: Optional[str] = None,
     # Imported here: the feeder side of this module (paths, the input data
     # config) needs no TensorFlow; the `pipe` extra is optional, and importing
     # it loads its op library.
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     try:
-        from sagemaker_tensorflow import PipeModeDataset  # pylint: disable=import-outside-toplevel
+        from sagemaker_tensorflow import PipeModeDataset
     except ImportError as e:
         raise ImportError("Pipe mode needs sagemaker-tensorflow (pip install '.[pipe]'): %s" % e) from e
 

@@ -273,7 +273,7 @@ class PipeFeeder:
                 with self._lock:
                     self._epochs_written[channel] = epoch + 1
                 logging.debug("Pipe feeder: channel %s epoch %d: %d bytes", channel, epoch, written)
-        except Exception as e:  # pylint: disable=broad-except
+        except Exception as e:
             logging.error("Pipe feeder: channel %s failed: %s", channel, e)
             with self._lock:
                 self._errors[channel] = e

@@ -30,7 +30,7 @@ DEFAULT_REGION = "us-east-1"
 LOCAL_INSTANCE_TYPE = "local"
 JOB_NAME_PREFIX = "deepfm"
 # Open MPI's parameter that makes a rank waiting for its peers yield its core, and the option setting it, which
-# an MPI job passes before the user's own (docs/scaling.md: Horovod over MPI spins on the cores TensorFlow's
+# an MPI job passes before the user's own (docs/levers.md: Horovod over MPI spins on the cores TensorFlow's
 # threads fill; a `hybrid` job of 2 hosts of 1 core ran x1.37 faster with it).
 MPI_YIELD_PARAMETER = "mpi_yield_when_idle"
 MPI_YIELD_OPTIONS = "-mca %s 1" % MPI_YIELD_PARAMETER

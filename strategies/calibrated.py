@@ -4,7 +4,7 @@
 alone cannot tell; `strategies.host_layout` uses them with `REFERENCE_STEP`
 where nothing is measured (a launcher choosing processes per host). Refit
 them with `deepfm.advise --fit_to` and `--fit_cores_to`; the figures behind
-each are in docs/scaling.md ("Predicting before running").
+each are in docs/predicting.md ("Predicting before running").
 This module imports no TensorFlow.
 """
 

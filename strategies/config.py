@@ -38,7 +38,7 @@ class StrategyConfig:
         gather, scatter back), so each embedding row moves once per step and
         duplicate gradient rows are summed before any exchange. Off by
         default: on one core the extra ops cost more step time than they
-        save (docs/scaling.md).
+        save (docs/levers.md).
       train_channels: Pipe-mode training channels, one per worker on a host,
         assigned to workers by local rank in this order; empty in File mode.
         The input mode is the input pipeline's one setting

@@ -86,7 +86,7 @@ LR_NONE, LR_LINEAR, LR_SQRT, LR_CAPPED = LR_SCALINGS
 DEFAULT_LR_SCALE_CAP = 1.5
 # The best-practice text: raise the learning rate with the workers, but not by their number
 # (0.001 to 0.0015 even with four or more). Measured: at 2 ranks it keeps Horovod's AUC within
-# 0.005 of one process's after the same examples, unscaled it does not (docs/scaling.md).
+# 0.005 of one process's after the same examples, unscaled it does not (docs/levers.md).
 DEFAULT_LR_SCALING = LR_CAPPED
 MIN_LR_SCALE_CAP = 1.0
 HVD_COMPRESSIONS = ("none", "fp16")
@@ -118,7 +118,7 @@ def import_horovod():
         message says how to install it.
     """
     try:
-        import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+        import horovod.tensorflow as hvd
     except ImportError as e:
         raise ImportError("--strategy horovod needs Horovod (%s): %s" % (e, INSTALL_HINT)) from e
     return hvd

@@ -10,7 +10,7 @@ the strategy and R; `for_host` picks R for a strategy already chosen (a
 launcher's), from a measured step or `calibrated.REFERENCE_STEP`, and says
 why. The measurements behind the constants: one process on 4 vCPUs ran
 2.36x one vCPU, and 4 `hybrid` ranks of 4 vCPUs on 16 gave 2.0-2.7x one
-4-vCPU process (issue 33's 16-vCPU figures, docs/scaling.md).
+4-vCPU process (issue 33's 16-vCPU figures, docs/predicting.md).
 
 `ps` keeps SageMaker's layout: one worker (and one parameter server) per
 host, the worker on the host's cores. Hyperthreads are not modelled as

@@ -293,7 +293,7 @@ class HybridStrategy(horovod.HorovodStrategy):
         def sharded(features, labels, mode, params):
             tables = context_lib.ModelContext.of(params).embedding_factory
             pipeline = self._pipeline(features, labels, mode) if isinstance(tables, _Tables) else None
-            if pipeline is not None:
+            if isinstance(tables, _Tables) and pipeline is not None:
                 tables.pipeline = pipeline
                 features, labels = pipeline.current()
             spec = model_fn(features, labels, mode, params)

@@ -30,7 +30,7 @@ def check_at_least(flag: str, value, minimum) -> None:
         raise ValueError("--%s must be >= %g, got %r" % (flag, minimum, value))
 
 
-def option(default, help: str, choices: Optional[Sequence] = None):  # pylint: disable=redefined-builtin
+def option(default, help: str, choices: Optional[Sequence] = None):
     """A field of an options dataclass, with the help text (and choices) its command-line flag shows.
 
     The field's name is the flag's name (`cli.config_flags.field`).

@@ -7,7 +7,7 @@ a variable that a sparse update or lookup put in copy-on-read mode (every
 embedding table and its slots, after the first step) is copied whole by
 every save. Measured on a 5M-id DeepFM (1.98 GB of weights and `lazy_adam`
 slots): each save after the first step took the process from 2.4 to 4.3 GB
-(docs/scaling.md, "Tables larger than a host").
+(docs/large_tables.md, "Tables larger than a host").
 
 `no_copy_saver` builds the Estimator's usual saver (sharded, relative
 paths, the same names and slices) from saveables whose read runs after the

@@ -121,7 +121,7 @@ def start(command: Command, cwd: str, env: Optional[Mapping[str, str]] = None,
 
 
 def run(command: Command, cwd: str, env: Optional[Mapping[str, str]] = None, timeout: float = DEFAULT_TIMEOUT_S,
-        input: Optional[str] = None) -> subprocess.CompletedProcess:  # pylint: disable=redefined-builtin
+        input: Optional[str] = None) -> subprocess.CompletedProcess:
     """Runs `command` as a user would (see `start`) and returns its status and output (text).
 
     The whole process group is killed if the command outlives `timeout`

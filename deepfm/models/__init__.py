@@ -17,7 +17,7 @@ def get(name: str) -> Callable:
       ValueError: no such model; the message lists the built-in ones.
     """
     # Imported here: the package's name list is read by TensorFlow-free code.
-    from deepfm.models import dcn, deepfm  # pylint: disable=import-outside-toplevel
+    from deepfm.models import dcn, deepfm
     model_fns = {config_lib.DEEPFM: deepfm.model_fn, config_lib.DCN: dcn.model_fn}
     if name not in model_fns:
         raise ValueError("--model must be one of %s, got %r" % (", ".join(sorted(model_fns)), name))

@@ -12,7 +12,7 @@ into a constant (`OwnedSlots`). TF's own slot initializers (`zeros`, a
 constant accumulator) become constants of the slot's whole size; the slot's
 variable then shares that constant's buffer, and its first sparse update
 copies the slot while the constant stays: one more copy of every slot for
-the life of the session (docs/scaling.md, "Tables larger than a host").
+the life of the session (docs/large_tables.md, "Tables larger than a host").
 """
 
 import functools
@@ -53,7 +53,7 @@ class UnfoldedFill:
         return tf.ensure_shape(filled, tf.TensorShape(shape))
 
 
-class OwnedSlots:
+class OwnedSlots(tf.compat.v1.train.Optimizer):
     """Optimizer slots initialized by `UnfoldedFill`: each slot variable owns its buffer.
 
     Mix in before a `tf.compat.v1.train.Optimizer` class. Slots of variables

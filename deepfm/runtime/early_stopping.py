@@ -261,7 +261,8 @@ class EvaluateInSessionHook(tf.estimator.SessionRunHook):
         self._every_n_steps = every_n_steps
         self._report = report
         self._global_step = None
-        self._next = None
+        # The step of the next evaluation; `after_create_session` sets it from the restored global step.
+        self._next = max_steps
         self.stopped_early = False
 
     def begin(self):

@@ -44,7 +44,7 @@ INSTALL_HINT = ("--metrics_port needs the prometheus-client package: pip install
 
 def _prometheus():
     try:
-        import prometheus_client  # pylint: disable=import-outside-toplevel
+        import prometheus_client
     except ImportError as e:
         raise ValueError(INSTALL_HINT) from e
     return prometheus_client
@@ -71,7 +71,7 @@ class LastEvaluation:
 
     @staticmethod
     def _scan(files) -> Tuple[Optional[float], Optional[float]]:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        import tensorflow as tf
         best_step, auc, logloss = -1, None, None
         for path in files:
             try:

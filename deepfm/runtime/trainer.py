@@ -380,7 +380,7 @@ def export(estimator: tf.estimator.Estimator, export_dir: str, field_size: int,
         with tf.Graph().as_default():
             tf.compat.v1.train.get_or_create_global_step()
             receiver = receiver_fn()
-            estimator._call_model_fn(receiver.features, None, tf.estimator.ModeKeys.PREDICT,  # pylint: disable=protected-access
+            estimator._call_model_fn(receiver.features, None, tf.estimator.ModeKeys.PREDICT,
                                      estimator.config)
             weights = sharded_checkpoint.export_weights(checkpoint_path, tf.compat.v1.global_variables(),
                                                         os.path.join(weights_dir, os.path.basename(checkpoint_path)))

@@ -47,7 +47,7 @@ def exit_on_lost(name: str, address: str, reason: str) -> None:
         handler.flush()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(PEER_LOST_EXIT_CODE)  # pylint: disable=protected-access
+    os._exit(PEER_LOST_EXIT_CODE)
 
 
 class PeerWatchdog:

@@ -169,7 +169,7 @@ class Resources:
 
     def to_model(self):
         """The container's `V1ResourceRequirements` (None when nothing is requested)."""
-        from kubernetes import client  # pylint: disable=import-outside-toplevel
+        from kubernetes import client
         amounts = {key: value for key, value in (("cpu", self.cpu), ("memory", self.memory)) if value}
         limits = dict(amounts)
         if self.gpus:
@@ -326,7 +326,7 @@ def hostfile(hosts: Sequence[str], slots: int) -> str:
 
 
 def _client():
-    from kubernetes import client  # pylint: disable=import-outside-toplevel
+    from kubernetes import client
     return client
 
 
@@ -409,7 +409,7 @@ def _tf_replicas(job: KubernetesJob) -> List[Tuple[str, int]]:
 
 
 def _run_policy(job: KubernetesJob):
-    from kubeflow.training import models  # pylint: disable=import-outside-toplevel
+    from kubeflow.training import models
     scheduling = None
     if job.elastic:
         fixed = job.num_ps if job.spec.distribution == spec_lib.DISTRIBUTION_PS else 1
@@ -420,7 +420,7 @@ def _run_policy(job: KubernetesJob):
 
 def tfjob(job: KubernetesJob) -> dict:
     """The TFJob of a parameter-server (or single-process) job."""
-    from kubeflow.training import models  # pylint: disable=import-outside-toplevel
+    from kubeflow.training import models
     specs = {}
     for replica_type, count in _tf_replicas(job):
         annotations = _scrape_annotations(job) if replica_type == CHIEF else {}
@@ -446,7 +446,7 @@ def _ssh_mount():
 
 def mpijob(job: KubernetesJob) -> dict:
     """The MPIJob (v2beta1) of a Horovod job: workers run sshd; the operator adds the hostfile and ssh keys."""
-    from kubeflow.training import models  # pylint: disable=import-outside-toplevel
+    from kubeflow.training import models
     launcher = _container(job, MPI_CONTAINER, entry_command(), mpirun_command(job))
     worker = _container(job, MPI_CONTAINER, SSHD_COMMAND, resources=job.resources.to_model())
     specs = {
@@ -527,7 +527,7 @@ def missing_fields(expected, actual, path: str = "") -> List[str]:
 
 def jobset(job: KubernetesJob) -> List[dict]:
     """The JobSet of the job, after the objects it needs: its headless Service (and the MPI hostfile)."""
-    from kubeflow_trainer_api import models  # pylint: disable=import-outside-toplevel
+    from kubeflow_trainer_api import models
     client = _client()
     roles = _jobset_roles(job)
     replicated = []

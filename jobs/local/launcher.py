@@ -145,10 +145,10 @@ class LaunchConfig:
                             ("np", self.num_processes)):
             if value < 1:
                 raise ValueError("--%s must be >= 1, got %r" % (flag, value))
-        for flag, value in (("timeout_s", self.timeout_s), ("max_restarts", self.max_restarts),
-                            ("stop_grace_s", self.stop_grace_s)):
-            if value < 0:
-                raise ValueError("--%s must be >= 0, got %r" % (flag, value))
+        for flag, amount in (("timeout_s", self.timeout_s), ("max_restarts", self.max_restarts),
+                             ("stop_grace_s", self.stop_grace_s)):
+            if amount < 0:
+                raise ValueError("--%s must be >= 0, got %r" % (flag, amount))
         count = self.workers
         bounds = self.elastic_range
         if not bounds.minimum <= count <= bounds.maximum:
@@ -339,7 +339,7 @@ def horovod_controller_args(controller: str) -> List[str]:
     where `mpirun` is installed, and asks for Gloo otherwise. A rank's
     threads fill its cores (`strategies.host_layout`), so an MPI wait that
     spins takes a core from the rank's TensorFlow threads:
-    `MPI_YIELD_ARGS` makes it give the core up (docs/scaling.md: a `hybrid`
+    `MPI_YIELD_ARGS` makes it give the core up (docs/levers.md: a `hybrid`
     job of 2 ranks on 2 cores x1.43 examples/sec over MPI).
     """
     if controller == "auto":
@@ -422,6 +422,9 @@ def launch(config: LaunchConfig, train_args: Sequence[str], environ: Optional[Ma
                 return attempt
             except processes.TaskFailedError as e:
                 if attempt >= config.max_restarts:
+                    if config.max_restarts:
+                        print("no restart left (--max_restarts %d): task %s %s; the job ends" % (
+                            config.max_restarts, e.task, e.cause), flush=True)
                     raise
                 attempt += 1
                 print("restart %d of %d: task %s %s; every task was stopped; restarting the job "

@@ -103,6 +103,8 @@ V1_FILES = Files(limit="memory.limit_in_bytes", swap="memory.memsw.limit_in_byte
 V2_FILES = Files(limit="memory.max", swap="memory.swap.max", swap_is_total=False, peak="memory.peak",
                  events="memory.events")
 OOM_KILL_KEY = "oom_kill"
+# A limit file's value from which on it means no limit (cgroup v1 writes 2**63 less a page; v2 writes `max`).
+UNLIMITED_FROM = 1 << 62
 
 
 def parse_size(text: str, flag: str = "--host_memory") -> int:
@@ -350,14 +352,29 @@ class HostMemory:
             pass
         return 0
 
+    def current_limit(self) -> Optional[int]:
+        """The limit in the cgroup now, in bytes (None: none, or unreadable); another program may have lowered it."""
+        try:
+            value = int(_read(self._file(self._files.limit)).strip())
+        except (OSError, ValueError):
+            return None
+        return value if value < UNLIMITED_FROM else None
+
     def take_event(self) -> Optional[MemoryEvent]:
-        """A `MemoryEvent` when processes were OOM-killed since the last call, else None."""
+        """A `MemoryEvent` when processes were OOM-killed since the last call, else None.
+
+        Its limit is the cgroup's own at that moment: one lowered while the
+        host ran (the soak's `memory` fault) is reported as such.
+        """
         kills = self.oom_kills()
         if kills <= self._reported:
             return None
         new, self._reported = kills - self._reported, kills
-        return MemoryEvent(host=self.host, peak=self.peak(), limit=self.limit, limit_text=self.limit_text,
-                           oom_kills=new, hint=self._hint)
+        limit, limit_text = self.current_limit(), self.limit_text
+        if limit != self.limit and limit is not None:
+            limit_text = "lowered on the cgroup while the host ran"
+        return MemoryEvent(host=self.host, peak=self.peak(), limit=limit if limit is not None else self.limit,
+                           limit_text=limit_text, oom_kills=new, hint=self._hint)
 
     def remove(self, wait_s: float = REMOVE_WAIT_S) -> bool:
         """Removes the cgroup once its processes are gone, killing those still there after `wait_s`.

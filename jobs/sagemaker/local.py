@@ -390,7 +390,7 @@ class LocalJob:
 
     def feeders(self):
         """Pipe mode: one feeder per host, streaming that host's share of every Pipe-mode channel."""
-        from input_pipeline import pipe_feeder  # pylint: disable=import-outside-toplevel
+        from input_pipeline import pipe_feeder
         started = []
         for index, host in enumerate(self.spec.hosts):
             channels = {}

@@ -214,7 +214,7 @@ def run_conversion(config: ConversionConfig, python: str = sys.executable) -> st
 
 def build_processor(spec: ProcessingJobSpec, role: str, session):
     """The SDK's `Processor` of the job, bound to `session`."""
-    from sagemaker import processing  # pylint: disable=import-outside-toplevel
+    from sagemaker import processing
     return processing.Processor(
         role=role, image_uri=spec.image_uri, instance_count=spec.instance_count, instance_type=spec.instance_type,
         entrypoint=list(spec.entrypoint), volume_size_in_gb=spec.volume_size_gb,
@@ -224,7 +224,7 @@ def build_processor(spec: ProcessingJobSpec, role: str, session):
 
 def sdk_run_arguments(spec: ProcessingJobSpec) -> dict:
     """The `Processor.run` arguments of the job: its `ProcessingInput`s, `ProcessingOutput`s and arguments."""
-    from sagemaker import processing  # pylint: disable=import-outside-toplevel
+    from sagemaker import processing
     return dict(
         inputs=[processing.ProcessingInput(source=item.source, destination=item.destination, input_name=item.name,
                                            s3_data_distribution_type=item.distribution) for item in spec.inputs],
@@ -248,7 +248,7 @@ def submit_conversion(config: ConversionConfig) -> List[dict]:
         raise ValueError("submit needs --role (the IAM role the jobs run as)")
     role = config.role
     sagemaker_submit.import_sdk()
-    from sagemaker import image_uris  # pylint: disable=import-outside-toplevel
+    from sagemaker import image_uris
     image_uri = config.image_uri or image_uris.retrieve(
         IMAGE_FRAMEWORK, region=config.region, version=sagemaker_submit.FRAMEWORK_VERSION,
         py_version=sagemaker_submit.PY_VERSION, instance_type=config.instance_type, image_scope=IMAGE_SCOPE)

@@ -123,7 +123,7 @@ class ParameterRange:
         low, _, high = spec.partition(RANGE_SEPARATOR)
         try:
             kind = INTEGER if all(_is_integer(value) for value in (low, high)) else CONTINUOUS
-            float(low), float(high)  # pylint: disable=expression-not-assigned
+            float(low), float(high)
         except ValueError as e:
             raise ValueError("--tune %r: MIN and MAX must be numbers" % text) from e
         return cls(name, kind, (low, high), scaling)
@@ -280,9 +280,9 @@ def import_sdk():
         # The SDK's configuration logger writes to the stdout it sees at import:
         # keep stdout for the request.
         with contextlib.redirect_stdout(sys.stderr):
-            import boto3  # pylint: disable=import-outside-toplevel
-            import sagemaker  # pylint: disable=import-outside-toplevel
-            from sagemaker import inputs, tensorflow  # pylint: disable=import-outside-toplevel
+            import boto3
+            import sagemaker
+            from sagemaker import inputs, tensorflow
             importlib.import_module("sagemaker.tuner")  # `sagemaker.tuner`, read by build_tuner
     except ImportError as e:
         raise ImportError("%s (%s)" % (INSTALL_HINT, e)) from e
@@ -422,8 +422,8 @@ def open_session(region: str, default_bucket: str, operation: str, dry_run: bool
     client.meta.events.register("provide-client-params.sagemaker.%s" % operation, capture)
     stubber = None
     if dry_run:
-        from botocore import xform_name  # pylint: disable=import-outside-toplevel
-        from botocore.stub import Stubber  # pylint: disable=import-outside-toplevel
+        from botocore import xform_name
+        from botocore.stub import Stubber
         stubber = Stubber(client)
         for response in dry_run_responses:
             # botocore validates the request against the API model before the stub answers it.

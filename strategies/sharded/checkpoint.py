@@ -377,8 +377,8 @@ class ShardedCheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
         if self._restore.restore(session):
             # The step rank 0 restored, the same on every rank (the others' sessions start at 0 until the broadcast).
             self._skip_rows_at = self._restore.restored_step
-        if self._restore._broadcast is not None:  # pylint: disable=protected-access
-            session.run(self._restore._broadcast)  # pylint: disable=protected-access
+        if self._restore._broadcast is not None:
+            session.run(self._restore._broadcast)
         super().after_create_session(session, coord)
 
     def _save(self, session, step):

@@ -255,7 +255,7 @@ def rows_by_table(tables: Sequence[ShardedEmbedding], returned: tf.Tensor, routi
         rows = tf.reshape(exchange.rows_of_batch(part, routing.batch_positions),
                           tf.concat([routing.ids_shape, list(table.row_shape)], axis=0))
         rows.set_shape(routing.static_ids_shape.concatenate(table.row_shape))
-        table._last_stats = routing.stats  # pylint: disable=protected-access
+        table._last_stats = routing.stats
         looked_up.append(rows)
     return looked_up
 

@@ -488,7 +488,7 @@ class WorkersTest(CriteoTestCase, parameterized.TestCase):
         with mock.patch.object(writing.os, "copy_file_range", create=True,
                                side_effect=None if kernel_copy else OSError(errno.EXDEV, "across devices"),
                                wraps=os.copy_file_range if kernel_copy else None):
-            writing._join_pieces(writing._JoinTask(target, list(pieces)))  # pylint: disable=protected-access
+            writing._join_pieces(writing._JoinTask(target, list(pieces)))
         with open(target, "rb") as f:
             self.assertEqual(f.read(), b"".join(pieces.values()))
         self.assertEqual(os.listdir(out), [os.path.basename(target)])

@@ -30,7 +30,7 @@ class ApiDocTest(tf.test.TestCase):
     def test_the_short_model_fn_trains(self):
         (source,) = [block for block in CODE_BLOCK.findall(read_doc()) if "def model_fn(" in block]
         namespace = {}
-        exec(compile(source, API_DOC, "exec"), namespace)  # pylint: disable=exec-used
+        exec(compile(source, API_DOC, "exec"), namespace)
         data = deepfm.Dataset.open(examples_testing.shared_dataset())
         model_dir = self.create_tempdir().full_path
         result = deepfm.train_and_evaluate(

@@ -22,7 +22,7 @@ class MetadataReads:
         self._patches = []
 
     def __enter__(self):
-        schema._load_metadata.cache_clear()  # pylint: disable=protected-access
+        schema._load_metadata.cache_clear()
         read, load = schema.DatasetMetadata.read.__func__, schema.load_metadata
 
         def counting_read(cls, path):
@@ -42,7 +42,7 @@ class MetadataReads:
     def __exit__(self, *exc_info):
         for patch in self._patches:
             patch.stop()
-        schema._load_metadata.cache_clear()  # pylint: disable=protected-access
+        schema._load_metadata.cache_clear()
 
 
 class DatasetTest(tf.test.TestCase):

@@ -155,7 +155,7 @@ class DocumentedLifecycleTest(tf.test.TestCase):
         os.chdir(self.create_tempdir().full_path)
         self.addCleanup(os.chdir, previous)
         with contextlib.redirect_stdout(output):
-            exec(compile(source, STRATEGIES_DOC, "exec"), {})  # pylint: disable=exec-used
+            exec(compile(source, STRATEGIES_DOC, "exec"), {})
         self.assertEqual(["2 True", "100 runs/lifecycle"], output.getvalue().splitlines())
 
 

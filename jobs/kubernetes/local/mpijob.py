@@ -61,7 +61,7 @@ class MPIJobOperator(Operator):
         container = dict(container)
         mounts = list(container.get("volumeMounts", []))
         volumes = list(template["spec"].get("volumes", []))
-        files = {"ssh-auth": {}}
+        files: Dict[str, Dict[str, str]] = {"ssh-auth": {}}
         volumes.append({"name": "ssh-auth", "secret": {"secretName": "ssh"}})
         mounts.append({"name": "ssh-auth", "mountPath": ssh_path})
         if config is not None:

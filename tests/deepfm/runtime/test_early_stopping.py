@@ -288,8 +288,8 @@ class CriteoDefaultsTest(tf.test.TestCase):
     """
 
     def test_defaults_with_early_stopping_reach_the_deepctr_auc_on_unseen_rows(self):
-        from dataprep import criteo  # pylint: disable=import-outside-toplevel
-        from deepfm import predict  # pylint: disable=import-outside-toplevel
+        from dataprep import criteo
+        from deepfm import predict
 
         source = os.path.join(CRITEO_DIR, CRITEO_TSV)
         if not os.path.isfile(source):

@@ -208,8 +208,8 @@ class BadInputTest(tf.test.TestCase):
                        check_data=False)
 
     def test_a_model_fn_without_the_reported_metrics_is_named(self):
-        import deepfm  # pylint: disable=import-outside-toplevel
-        from deepfm.models import deepfm as deepfm_model  # pylint: disable=import-outside-toplevel
+        import deepfm
+        from deepfm.models import deepfm as deepfm_model
 
         def auc_only(features, labels, mode, params):
             spec = deepfm_model.model_fn(features, labels, mode, params)

@@ -40,12 +40,12 @@ ONE_OF_FIELD = "actual_instance"
 
 
 def _training_models():
-    from kubeflow.training import models  # pylint: disable=import-outside-toplevel
+    from kubeflow.training import models
     return models
 
 
 def _trainer_models():
-    from kubeflow_trainer_api import models  # pylint: disable=import-outside-toplevel
+    from kubeflow_trainer_api import models
     return models
 
 

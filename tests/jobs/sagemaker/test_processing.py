@@ -400,7 +400,7 @@ class SubmitDryRunTest(tf.test.TestCase):
     def setUp(self):
         super().setUp()
         try:
-            import sagemaker  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+            import sagemaker  # noqa: F401
         except ImportError as e:
             self.skipTest("the SageMaker Python SDK (the 'sdk' extra) is not installed: %s" % e)
 

@@ -21,7 +21,7 @@ JOB = "deepfm-dry-run"
 
 def sdk_missing():
     try:
-        import sagemaker  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        import sagemaker  # noqa: F401
     except ImportError as e:
         return str(e)
     return None

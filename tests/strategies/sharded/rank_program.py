@@ -129,7 +129,7 @@ def rank_loss(rows: Dict[str, tf.Tensor], dense: tf.Tensor, step: int, rank: int
 
 def make_optimizer(name: str):
     """The optimizer of a case."""
-    from deepfm.models.optimizers import LazyAdamOptimizer  # pylint: disable=import-outside-toplevel
+    from deepfm.models.optimizers import LazyAdamOptimizer
     if name == SGD:
         return tf.compat.v1.train.GradientDescentOptimizer(LEARNING_RATE)
     if name == ADAM:
@@ -324,10 +324,10 @@ def run_pipeline_variants(data_dir: str, result_dir: str, first_steps: int, last
     Writes `<result_dir>/<variant>-rank-<R>.npz`: `losses`, every step's
     training loss on this rank (both runs, in order), and `global_steps`.
     """
-    import deepfm  # pylint: disable=import-outside-toplevel
-    import strategies  # pylint: disable=import-outside-toplevel
-    from deepfm.runtime import hooks  # pylint: disable=import-outside-toplevel
-    from input_pipeline import dataset  # pylint: disable=import-outside-toplevel
+    import deepfm
+    import strategies
+    from deepfm.runtime import hooks
+    from input_pipeline import dataset
 
     data = dataset.Dataset.open([data_dir], [])
     model = deepfm.ModelConfig(feature_size=data.metadata.feature_size, field_size=data.metadata.field_size,
@@ -353,7 +353,7 @@ def run_pipeline_variants(data_dir: str, result_dir: str, first_steps: int, last
 
 
 def _rank() -> int:
-    import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+    import horovod.tensorflow as hvd
     return hvd.rank()
 
 
@@ -372,7 +372,7 @@ def define_flags() -> None:
 
 def main(argv):
     del argv
-    import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+    import horovod.tensorflow as hvd
     hvd.init()
     os.makedirs(FLAGS.result_dir, exist_ok=True)
     if FLAGS.mode == "lookup":

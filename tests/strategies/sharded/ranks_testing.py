@@ -39,7 +39,7 @@ def tempdir(test: tf.test.TestCase) -> str:
 def import_horovod(test: tf.test.TestCase):
     """`horovod.tensorflow`, initialized in this process (one rank); skips the test without Horovod."""
     try:
-        import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+        import horovod.tensorflow as hvd
     except ImportError as e:
         test.skipTest("Horovod is not installed: %s" % e)
     hvd.init()
