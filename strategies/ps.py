@@ -31,10 +31,8 @@ workers train, the `ps` tasks hold the variables.
 """
 
 import dataclasses
-import errno
-import socket
 import time
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -42,7 +40,7 @@ from absl import logging
 from input_pipeline import sharding
 from strategies import cluster as cluster_lib
 from strategies import context as context_lib
-from strategies import lifecycle, memory_estimate, registry, strategy, tower
+from strategies import lifecycle, memory_estimate, registry, server_ports, strategy, tower
 from strategies import options as options_lib
 from strategies import strategy_names as names
 from strategies import tables as tables_lib
@@ -213,7 +211,8 @@ class ParameterServerStrategy(strategy.Strategy):
                     logging.info("parameter server %d: worker %d finished training (%d of %d)",
                                  cluster.task_index, worker, done, cluster.num_workers)
         start = time.monotonic()
-        still_up = wait_until_all_closed(cluster.training_tasks, exit_timeout_seconds, TRAINING_EXIT_POLL_SECONDS)
+        still_up = server_ports.wait_until_all_closed(cluster.training_tasks, exit_timeout_seconds,
+                                                      TRAINING_EXIT_POLL_SECONDS)
         if still_up:
             logging.warning("parameter server %d: %s still up %.0f s after the end of training; exiting anyway",
                             cluster.task_index, ", ".join(still_up), exit_timeout_seconds)
@@ -234,7 +233,7 @@ class ParameterServerStrategy(strategy.Strategy):
                                         task_index=cluster.task_index, config=self.session_config(), start=True)
         except tf.errors.UnknownError as e:
             port = int(cluster.task_address.rsplit(":", 1)[1])
-            if not port_taken(port):
+            if not server_ports.port_taken(port):
                 raise
             raise RuntimeError("%s cannot listen at %s: port %d is taken on this machine by another program; start "
                                "the job again on free ports (deepfm.launch draws new ones at every start)"
@@ -364,8 +363,8 @@ class ParameterServerStrategy(strategy.Strategy):
                          time.monotonic() - start)
             return
         start = time.monotonic()
-        still_up = wait_until_all_closed({cluster.chief_job: cluster.jobs[cluster.chief_job][0]},
-                                         CHIEF_EXIT_TIMEOUT_SECONDS)
+        still_up = server_ports.wait_until_all_closed({cluster.chief_job: cluster.jobs[cluster.chief_job][0]},
+                                                      CHIEF_EXIT_TIMEOUT_SECONDS, CHIEF_EXIT_POLL_SECONDS)
         logging.info("%s: the chief's process %s (waited %.1f s); this host's ps may stop",
                      cluster.task_name, "is still up" if still_up else "exited", time.monotonic() - start)
 
@@ -423,54 +422,6 @@ def workers_closed_queue(num_workers: int) -> tf.queue.FIFOQueue:
     with tf.device("/job:%s/task:0" % cluster_lib.PS):
         return tf.queue.FIFOQueue(max(1, num_workers - 1), tf.int32, shapes=[[]],
                                   shared_name=WORKERS_CLOSED_QUEUE_NAME, name="workers_closed")
-
-
-def accepts_connections(address: str, timeout_seconds: float) -> bool:
-    """Whether something accepts a TCP connection at `host:port` within `timeout_seconds`."""
-    host, port = address.rsplit(":", 1)
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_seconds):
-            return True
-    except OSError:
-        return False
-
-
-def port_taken(port: int) -> bool:
-    """Whether another socket holds TCP `port` on some address of this machine, as a server's bind finds it.
-
-    The check binds the IPv4 wildcard address with `SO_REUSEADDR`, as
-    TensorFlow's gRPC server does, so a port held only by closed
-    connections (`TIME_WAIT`) counts as free.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError as e:
-            return e.errno == errno.EADDRINUSE
-    return False
-
-
-def wait_until_all_closed(addresses: Mapping[str, str], timeout_seconds: float,
-                          poll_seconds: float = CHIEF_EXIT_POLL_SECONDS) -> List[str]:
-    """Waits until nothing accepts TCP connections at any of `addresses`.
-
-    Args:
-      addresses: name -> `host:port`.
-      timeout_seconds: the longest wait (0: look once).
-      poll_seconds: time between looks (also each connection's timeout).
-
-    Returns:
-      The names of the addresses still accepting connections at the end,
-      sorted; empty once all are closed.
-    """
-    deadline = time.monotonic() + timeout_seconds
-    open_names = sorted(addresses)
-    while True:
-        open_names = [name for name in open_names if accepts_connections(addresses[name], poll_seconds)]
-        if not open_names or time.monotonic() >= deadline:
-            return open_names
-        time.sleep(poll_seconds)
 
 
 def chief_ready_queue() -> tf.queue.FIFOQueue:

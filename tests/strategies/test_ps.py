@@ -26,7 +26,7 @@ from deepfm.models import deepfm as model_lib
 from input_pipeline import schema
 from jobs.local import processes
 from strategies import cluster as cluster_lib
-from strategies import ps
+from strategies import ps, server_ports
 from tests.jobs.local import launch_testing
 
 CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3", "localhost:4"]}
@@ -375,7 +375,7 @@ class ServeUntilTrainingExitsTest(tf.test.TestCase):
     def report_both_done(self):
         """Both training tasks' tokens, as `TrainingDoneHook` puts them, from a session on the ps alone."""
         deadline = time.monotonic() + SERVE_TIMEOUT_S
-        while not ps.accepts_connections(self.jobs["ps"][0], 1.0) and time.monotonic() < deadline:
+        while not server_ports.accepts_connections(self.jobs["ps"][0], 1.0) and time.monotonic() < deadline:
             time.sleep(0.1)
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps/task:0"])
         with tf.Graph().as_default():
@@ -393,11 +393,11 @@ class ServeUntilTrainingExitsTest(tf.test.TestCase):
 
     def test_wait_until_all_closed_names_what_is_still_up(self):
         addresses = {task: address for task, (address,) in self.jobs.items() if task != "ps"}
-        self.assertEqual(["chief", "worker"], ps.wait_until_all_closed(addresses, 0.3, 0.1))
+        self.assertEqual(["chief", "worker"], server_ports.wait_until_all_closed(addresses, 0.3, 0.1))
         self.listeners["worker"].close()
-        self.assertEqual(["chief"], ps.wait_until_all_closed(addresses, 0.3, 0.1))
+        self.assertEqual(["chief"], server_ports.wait_until_all_closed(addresses, 0.3, 0.1))
         self.close_listeners()
-        self.assertEqual([], ps.wait_until_all_closed(addresses, 0.3, 0.1))
+        self.assertEqual([], server_ports.wait_until_all_closed(addresses, 0.3, 0.1))
         self.report_both_done()  # lets the ps of setUp return
 
 

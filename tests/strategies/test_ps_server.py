@@ -15,7 +15,7 @@ import tensorflow as tf
 import strategies
 from jobs.local import processes
 from strategies import cluster as cluster_lib
-from strategies import ps
+from strategies import server_ports
 
 # Another address of this machine: Linux routes the whole of 127.0.0.0/8 to the loopback interface.
 OTHER_ADDRESS = "127.0.0.2"
@@ -29,7 +29,7 @@ class PSServerStartTest(tf.test.TestCase):
         self.addCleanup(held.close)
         held.bind((OTHER_ADDRESS, port))
         held.listen()
-        self.assertTrue(ps.port_taken(port))
+        self.assertTrue(server_ports.port_taken(port))
         tf_config = {"cluster": {"chief": ["localhost:%d" % other], "ps": ["localhost:%d" % port]},
                      "task": {"type": "ps", "index": 0}}
         with mock.patch.dict(os.environ, {cluster_lib.TF_CONFIG_VARIABLE: json.dumps(tf_config)}):
@@ -41,7 +41,7 @@ class PSServerStartTest(tf.test.TestCase):
 
     def test_a_free_port_is_not_taken(self):
         port, = processes.free_ports(1)
-        self.assertFalse(ps.port_taken(port))
+        self.assertFalse(server_ports.port_taken(port))
 
 
 if __name__ == "__main__":
