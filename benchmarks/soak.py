@@ -50,7 +50,6 @@ import argparse
 import dataclasses
 import glob
 import json
-import math
 import os
 import re
 import shutil
@@ -60,11 +59,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import psutil
 
-from benchmarks import common, soak_view
+from benchmarks import common, soak_checks, soak_view
 from benchmarks import soak_faults as faults_lib
 from benchmarks.soak_config import (  # noqa: F401  (the soak's names, read here by the tests and the docs)
     AUC_TOLERANCE,
@@ -113,7 +112,6 @@ LAUNCH_FLAGS = {
 PARTIAL_NAMES = (faults_lib.CHECKPOINT_TEMP, faults_lib.EXPORT_TEMP)
 NETNS_DIR = "/run/netns"
 # The files of a split whose lines begin with their label (`dataprep.writers`).
-LIBSVM_SUFFIX = ".libsvm"
 
 
 @dataclasses.dataclass
@@ -133,13 +131,6 @@ class JobResult:
     leftovers: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
     error: str = ""
     dirs: Dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass
-class Check:
-    name: str
-    passed: bool
-    detail: str
 
 
 def log_line(text: str) -> None:
@@ -320,7 +311,7 @@ def _namespaces_left(seen: Dict[str, str]) -> List[str]:
 
 # --- checks -----------------------------------------------------------------------------------------------
 def check_job(config: SoakConfig, strategy: str, references: Sequence[JobResult], soak: JobResult,
-              planned: int, base_rate: float) -> List[Check]:
+              planned: int, base_rate: float) -> List[soak_checks.Check]:
     """Every check of a faulted job against its fault-free references (see the module docstring).
 
     Args:
@@ -329,7 +320,7 @@ def check_job(config: SoakConfig, strategy: str, references: Sequence[JobResult]
         (`base_rate_logloss`).
     """
     reference = references[0]
-    checks = [Check("the job succeeded after one restart per fault",
+    checks = [soak_checks.Check("the job succeeded after one restart per fault",
                     soak.returncode == 0 and not soak.error and soak.restarts == len(soak.faults) == planned,
                     "exit code %s, %d restart(s) for %d fault(s) of %d planned%s%s" % (
                         soak.returncode, soak.restarts, len(soak.faults), planned,
@@ -340,150 +331,30 @@ def check_job(config: SoakConfig, strategy: str, references: Sequence[JobResult]
     slack = config.batch_size * (config.ps_workers if strategy == "ps" else
                                  max(faults_lib.HYBRID_SIZES) - 1 if strategy == "hybrid" else 0)
     if soak.examples is not None and reference.examples is not None:
-        checks.append(Check("it ended at its budget", abs(soak.examples - reference.examples) <= slack,
+        checks.append(soak_checks.Check("it ended at its budget", abs(soak.examples - reference.examples) <= slack,
                             "%d examples by global step %s; the reference %d by step %s (%d examples of slack)" % (
                                 soak.examples, soak.final_step, reference.examples, reference.final_step, slack)))
     else:
-        checks.append(Check("it ended at its budget", False, "no final step (no metrics file)"))
+        checks.append(soak_checks.Check("it ended at its budget", False, "no final step (no metrics file)"))
     checks.append(check_checkpoints(config, soak.dirs["model"]))
-    checks.append(check_auc(strategy, references, soak))
-    checks.append(check_base_rate(references, base_rate))
-    checks.append(check_logloss(strategy, references, soak))
+    checks.append(soak_checks.check_auc(strategy, references, soak))
+    checks.append(soak_checks.check_base_rate(references, base_rate))
+    checks.append(soak_checks.check_logloss(strategy, references, soak))
     late = ["fault %d resumed at %s, before the checkpoint at %s" % (
         f["number"], f["resume_step"], f["checkpoint_at_fault"]) for f in soak.faults
         if f["resume_step"] is None or f["resume_step"] < (f["checkpoint_at_fault"] or 0)]
     lost = [f["steps_lost"] or 0 for f in soak.faults]
-    checks.append(Check("steps lost at most those since the last checkpoint", not late,
+    checks.append(soak_checks.Check("steps lost at most those since the last checkpoint", not late,
                         "; ".join(late) or "steps lost per fault: %s" % ", ".join(map(str, lost))))
     left: Dict[str, List[str]] = {}
     for job in list(references) + [soak]:
         for kind, items in job.leftovers.items():
             if items:
                 left.setdefault("%s: %s" % (os.path.basename(os.path.dirname(job.dirs["model"])), kind), items)
-    checks.append(Check("nothing left by any job", not left,
+    checks.append(soak_checks.Check("nothing left by any job", not left,
                         json.dumps(left) if left else "no process, port, FIFO, network namespace or temporary file "
                         "after any of the %d job(s)" % (len(references) + 1)))
     return checks
-
-
-def check_auc(strategy: str, references: Sequence[JobResult], soak: JobResult) -> Check:
-    """The faulted job's AUC against the nearest fault-free run's.
-
-    Synchronous jobs: within `AUC_TOLERANCE` either way. Asynchronous `ps`:
-    at most `AUC_TOLERANCE` below. Its workers' updates are stale by the
-    other workers' steps; after every start the chief trains alone until the
-    others have joined, and each task trains as fast as it can, so a job
-    restarted many times trains another share of its steps per task, with
-    less staleness, and ends above the uninterrupted job (docs/reliability.md:
-    one worker alone on the same budget ends 0.033 above two). The detail
-    gives the steps each task trained in both jobs.
-    """
-    auc = soak.metrics.get("auc")
-    reference_aucs: List[float] = [r.metrics["auc"] for r in references if r.metrics.get("auc") is not None]
-    asynchronous = strategy == "ps"
-    name = ("AUC at most %.3f below the reference's" if asynchronous else "AUC within %.3f of the reference") \
-        % AUC_TOLERANCE
-    if auc is None or not reference_aucs:
-        return Check(name, False, "no AUC")
-    nearest = min(reference_aucs, key=lambda value: abs(value - auc))
-    detail = "%.4f against %.4f (%+.4f)" % (auc, nearest, auc - nearest)
-    if len(reference_aucs) > 1:
-        detail += " (fault-free runs: %s, spread %.4f)" % (", ".join("%.4f" % a for a in reference_aucs),
-                                                           max(reference_aucs) - min(reference_aucs))
-    if asynchronous:
-        detail += "; steps per task: %s; fault-free: %s" % (
-            format_steps(steps_per_task(soak.dirs["progress"])),
-            format_steps(steps_per_task(references[0].dirs["progress"])))
-        return Check(name, auc - nearest >= -AUC_TOLERANCE, detail)
-    return Check(name, abs(auc - nearest) <= AUC_TOLERANCE, detail)
-
-
-def base_rate_logloss(data_dir: str) -> float:
-    """The validation log loss of a model that predicts the validation split's positive rate for every row.
-
-    A model that does not beat it learned nothing from the features (or
-    overfit them), and faults cannot be told from its noise.
-
-    Raises:
-      ValueError: no labelled rows (`<split>/*.libsvm`) in the validation split.
-    """
-    positives = rows = 0
-    for path in sorted(glob.glob(os.path.join(data_dir, schema.VALIDATION_SPLIT, "*" + LIBSVM_SUFFIX))):
-        with open(path) as f:
-            for line in f:
-                label = line.split(" ", 1)[0]
-                if label.strip():
-                    rows += 1
-                    positives += float(label) > 0
-    if not rows or positives in (0, rows):
-        raise ValueError("no base rate in %s: %d labelled row(s), %d positive, in its %s/*%s files; generate the "
-                         "data with common.ensure_data" % (data_dir, rows, positives, schema.VALIDATION_SPLIT,
-                                                          LIBSVM_SUFFIX))
-    rate = positives / rows
-    return -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
-
-
-def check_base_rate(references: Sequence[JobResult], base_rate: float) -> Check:
-    """Every fault-free run's validation log loss is below the base rate's: the model learned, not overfit."""
-    name = "fault-free log loss below the base rate's"
-    if any(r.metrics.get("logloss") is None for r in references):
-        return Check(name, False, "no log loss in a fault-free run")
-    losses: List[float] = [r.metrics["logloss"] for r in references]
-    return Check(name, max(losses) < base_rate, "%s against %.4f (predicting the positive rate)" % (
-        ", ".join("%.4f" % loss for loss in losses), base_rate))
-
-
-def check_logloss(strategy: str, references: Sequence[JobResult], soak: JobResult) -> Check:
-    """The faulted job's log loss against the nearest fault-free run's (as `check_auc`, lower is better).
-
-    Synchronous jobs: within `LOGLOSS_TOLERANCE` either way. Asynchronous
-    `ps`: at most `LOGLOSS_TOLERANCE` above (see `check_auc` for why it may
-    end better).
-    """
-    loss = soak.metrics.get("logloss")
-    reference_losses: List[float] = [r.metrics["logloss"] for r in references
-                                     if r.metrics.get("logloss") is not None]
-    asynchronous = strategy == "ps"
-    name = ("log loss at most %.3f above the reference's" if asynchronous
-            else "log loss within %.3f of the reference") % LOGLOSS_TOLERANCE
-    if loss is None or not reference_losses:
-        return Check(name, False, "no log loss")
-    nearest = min(reference_losses, key=lambda value: abs(value - loss))
-    detail = "%.4f against %.4f (%+.4f)" % (loss, nearest, loss - nearest)
-    if len(reference_losses) > 1:
-        detail += " (fault-free runs: %s)" % ", ".join("%.4f" % value for value in reference_losses)
-    if asynchronous:
-        return Check(name, loss - nearest <= LOGLOSS_TOLERANCE, detail)
-    return Check(name, abs(loss - nearest) <= LOGLOSS_TOLERANCE, detail)
-
-
-def steps_per_task(progress_dir: str) -> Dict[str, int]:
-    """The steps each task trained over every start of the job, from its progress file (`{task}.jsonl`).
-
-    A task's file gathers its records of every start; its own step count
-    starts again at each start (a record of no more steps than the one
-    before begins a start). The steps of a start after its last record
-    (fewer than `LOG_EVERY_STEPS`) are not counted.
-    """
-    steps: Dict[str, int] = {}
-    # Each line's "step" alone (`deepfm.runtime.hooks.read_progress_file` reads whole records, but imports
-    # TensorFlow, which the soak's own process does without).
-    for path in sorted(glob.glob(os.path.join(progress_dir, "*.jsonl"))):
-        total = last = 0
-        with open(path) as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                step = json.loads(line)["step"]
-                if step <= last:
-                    total += last
-                last = step
-        steps[os.path.basename(path)[:-len(".jsonl")]] = total + last
-    return steps
-
-
-def format_steps(steps: Mapping[str, int]) -> str:
-    return ", ".join("%s %d" % (task, count) for task, count in sorted(steps.items())) or "none recorded"
 
 
 def _checkpoint_step(index_path: str) -> int:
@@ -493,7 +364,7 @@ def _checkpoint_step(index_path: str) -> int:
     return int(match.group(1))
 
 
-def check_checkpoints(config: SoakConfig, model_dir: str) -> Check:
+def check_checkpoints(config: SoakConfig, model_dir: str) -> soak_checks.Check:
     """Every checkpoint in `model_dir` reads back whole and holds this model's variables."""
     from deepfm import config as config_lib
     from deepfm import models
@@ -519,7 +390,7 @@ def check_checkpoints(config: SoakConfig, model_dir: str) -> Check:
         if reason:
             bad.append("%s: %s" % (os.path.basename(prefix), reason))
     steps = [_checkpoint_step(p) for p in paths]
-    return Check("every checkpoint on disk restores", bool(paths) and not bad,
+    return soak_checks.Check("every checkpoint on disk restores", bool(paths) and not bad,
                  "; ".join(bad) or "%d checkpoint(s), steps %s" % (len(paths), ", ".join(map(str, steps))))
 
 
@@ -537,14 +408,14 @@ def soak_strategy(config: SoakConfig, strategy: str, data_dir: str, log=log_line
             strategy, reference.returncode, reference.seconds, reference.metrics.get("auc"),
             reference.metrics.get("logloss"), reference.examples))
         references.append(reference)
-    base_rate = base_rate_logloss(data_dir)
+    base_rate = soak_checks.base_rate_logloss(data_dir)
     result: Dict[str, Any] = {"strategy": strategy, "schedule": [dataclasses.asdict(f) for f in schedule],
                               "references": [dataclasses.asdict(r) for r in references], "faulted": None,
                               "base_rate_logloss": base_rate}
     failed = [r for r in references if r.returncode != 0 or r.examples is None]
     result["interrupted"] = any(r.error == INTERRUPTED for r in references)
     if failed:
-        result["checks"] = [dataclasses.asdict(Check("the fault-free jobs succeeded", False, "; ".join(
+        result["checks"] = [dataclasses.asdict(soak_checks.Check("the fault-free jobs succeeded", False, "; ".join(
             "exit code %s %s" % (r.returncode, r.error) for r in failed)))]
         return result
     log("%s: faulted job, schedule: %s" % (strategy, "; ".join(f.describe() for f in schedule)))

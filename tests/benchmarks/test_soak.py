@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
-from benchmarks import common, soak, soak_view
+from benchmarks import common, soak, soak_checks, soak_view
 from benchmarks import soak_faults as faults
 
 ROWS = 6000
@@ -137,19 +137,19 @@ class AucCheckTest(tf.test.TestCase):
 
     def test_the_steps_of_every_start_are_added_up(self):
         job = self.job(0.7, {"chief_0": [5, 10, 15, 5, 10], "worker_0": [5, 5, 5, 10]})
-        self.assertEqual({"chief_0": 25, "worker_0": 20}, soak.steps_per_task(job.dirs["progress"]))
+        self.assertEqual({"chief_0": 25, "worker_0": 20}, soak_checks.steps_per_task(job.dirs["progress"]))
 
     def test_a_synchronous_job_is_checked_both_ways_an_asynchronous_one_for_a_loss(self):
         references = [self.job(0.700, {"rank_0": [5]}), self.job(0.690, {"rank_0": [5]})]
         for strategy in ("horovod", "hybrid"):
-            self.assertTrue(soak.check_auc(strategy, references, self.job(0.704, {})).passed)
-            self.assertFalse(soak.check_auc(strategy, references, self.job(0.706, {})).passed)
-            self.assertFalse(soak.check_auc(strategy, references, self.job(0.684, {})).passed)
-        above = soak.check_auc("ps", references, self.job(0.730, {"chief_0": [5, 10], "worker_0": [5]}))
+            self.assertTrue(soak_checks.check_auc(strategy, references, self.job(0.704, {})).passed)
+            self.assertFalse(soak_checks.check_auc(strategy, references, self.job(0.706, {})).passed)
+            self.assertFalse(soak_checks.check_auc(strategy, references, self.job(0.684, {})).passed)
+        above = soak_checks.check_auc("ps", references, self.job(0.730, {"chief_0": [5, 10], "worker_0": [5]}))
         self.assertTrue(above.passed, above)
         self.assertIn("steps per task: chief_0 10, worker_0 5; fault-free: rank_0 5", above.detail)
-        self.assertFalse(soak.check_auc("ps", references, self.job(0.684, {})).passed)
-        self.assertFalse(soak.check_auc("ps", references, soak.JobResult(strategy="ps", faulted=True)).passed)
+        self.assertFalse(soak_checks.check_auc("ps", references, self.job(0.684, {})).passed)
+        self.assertFalse(soak_checks.check_auc("ps", references, soak.JobResult(strategy="ps", faulted=True)).passed)
 
 
 class LoglossCheckTest(tf.test.TestCase):
@@ -163,27 +163,27 @@ class LoglossCheckTest(tf.test.TestCase):
         for part, labels in enumerate(([1, 0, 0], [0])):
             with open(os.path.join(data_dir, "validation", "part-%05d.libsvm" % part), "w") as f:
                 f.writelines("%d 1:0.5 20:1\n" % label for label in labels)
-        self.assertAllClose(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), soak.base_rate_logloss(data_dir))
+        self.assertAllClose(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), soak_checks.base_rate_logloss(data_dir))
         with self.assertRaisesRegex(ValueError, "no base rate in .*0 labelled row"):
-            soak.base_rate_logloss(self.create_tempdir().full_path)
+            soak_checks.base_rate_logloss(self.create_tempdir().full_path)
 
     def test_every_fault_free_run_must_beat_the_base_rate(self):
-        self.assertTrue(soak.check_base_rate([self.job(0.49), self.job(0.50)], 0.5623).passed)
-        failed = soak.check_base_rate([self.job(0.49), self.job(0.57)], 0.5623)
+        self.assertTrue(soak_checks.check_base_rate([self.job(0.49), self.job(0.50)], 0.5623).passed)
+        failed = soak_checks.check_base_rate([self.job(0.49), self.job(0.57)], 0.5623)
         self.assertFalse(failed.passed)
         self.assertEqual("0.4900, 0.5700 against 0.5623 (predicting the positive rate)", failed.detail)
-        self.assertFalse(soak.check_base_rate([self.job(None)], 0.5623).passed)
+        self.assertFalse(soak_checks.check_base_rate([self.job(None)], 0.5623).passed)
 
     def test_a_synchronous_job_is_checked_both_ways_an_asynchronous_one_for_a_loss(self):
         references = [self.job(0.500), self.job(0.510)]
         for strategy in ("horovod", "hybrid"):
-            self.assertTrue(soak.check_logloss(strategy, references, self.job(0.496)).passed)
-            self.assertFalse(soak.check_logloss(strategy, references, self.job(0.494)).passed)
-            self.assertFalse(soak.check_logloss(strategy, references, self.job(0.516)).passed)
-        self.assertTrue(soak.check_logloss("ps", references, self.job(0.480)).passed)
-        self.assertTrue(soak.check_logloss("ps", references, self.job(0.514)).passed)
-        self.assertFalse(soak.check_logloss("ps", references, self.job(0.516)).passed)
-        self.assertFalse(soak.check_logloss("ps", references, self.job(None)).passed)
+            self.assertTrue(soak_checks.check_logloss(strategy, references, self.job(0.496)).passed)
+            self.assertFalse(soak_checks.check_logloss(strategy, references, self.job(0.494)).passed)
+            self.assertFalse(soak_checks.check_logloss(strategy, references, self.job(0.516)).passed)
+        self.assertTrue(soak_checks.check_logloss("ps", references, self.job(0.480)).passed)
+        self.assertTrue(soak_checks.check_logloss("ps", references, self.job(0.514)).passed)
+        self.assertFalse(soak_checks.check_logloss("ps", references, self.job(0.516)).passed)
+        self.assertFalse(soak_checks.check_logloss("ps", references, self.job(None)).passed)
 
 
 class ReportTest(tf.test.TestCase):
