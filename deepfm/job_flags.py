@@ -4,8 +4,9 @@ One training job is described by the same arguments wherever it runs:
 `--instance_count` hosts, `--distribution` (`none`, `parameter_server`,
 `mpi` with `--processes_per_host`, or `auto`), `--channel NAME=PATH`
 (repeatable), `--input_mode`, `--distribution_type` and the
-hyperparameters after `--`. `define_job_flags` defines them once;
-`parse_spec` turns them into a `jobs.spec.JobSpec`.
+hyperparameters after `--`. `define_job_flags` defines them once, those of
+`JobSpec`'s fields from the fields themselves; `parse_spec` turns them into
+a `jobs.spec.JobSpec`.
 """
 
 import os
@@ -13,40 +14,33 @@ from typing import Optional, Sequence, Tuple
 
 from absl import flags
 
+from cli import config_flags
 from jobs import auto_distribution
 from jobs import spec as spec_lib
+
+# The flags this module defines belong to the program that asked for them (their key flags, which its
+# --help lists), as if it had defined them itself.
+flags.disclaim_key_flags()
 
 CHANNEL_SEPARATOR = "="
 TRAIN_CHANNEL_PREFIX = "train"
 
 
 def define_job_flags() -> None:
-    """Defines the flags of a job (the program's own flags are defined by the program)."""
-    flags.DEFINE_string("job_name", None, "Training job name (default: deepfm-<time>).")
-    flags.DEFINE_integer("instance_count", 1, "Hosts (SageMaker: algo-1 .. algo-N; Kubernetes: training pods).")
-    flags.DEFINE_enum("distribution", spec_lib.DISTRIBUTION_NONE,
-                      list(spec_lib.DISTRIBUTIONS) + [auto_distribution.AUTO],
-                      "none, parameter_server, mpi (Horovod), or auto: the one deepfm.advise predicts fastest "
-                      "for the instances (measured on --auto_data).")
+    """Defines the flags of a job (the program's own flags are defined by the program).
+
+    The flags of `JobSpec`'s fields are generated from them (their defaults
+    are the fields'); the channels, which a spec holds as `Channel`s, and
+    `--auto_data` are the flags' own.
+    """
+    config_flags.define_flags([spec_lib.JobSpec])
     flags.DEFINE_string("auto_data", None, "--distribution auto: a local dataset root to measure a step on "
                         "(default: the train channel's directory, where it is one on this machine).")
-    flags.DEFINE_integer("processes_per_host", 1, "mpi: processes per host.")
-    flags.DEFINE_string("custom_mpi_options", "", "mpi: extra mpirun options, after '-mca mpi_yield_when_idle 1' "
-                        "(waits that yield the core), which is left out where they set mpi_yield_when_idle.")
     flags.DEFINE_multi_string("channel", [], "NAME=PATH; repeatable (where PATH lives depends on the command).")
-    flags.DEFINE_enum("input_mode", spec_lib.FILE_MODE, list(spec_lib.INPUT_MODES),
-                      "File or Pipe, for every channel without its own --channel_input_mode.")
     flags.DEFINE_multi_string("channel_input_mode", [], "NAME=File|Pipe: that channel's own input mode (e.g. "
                               "--input_mode Pipe --channel_input_mode validation=File); repeatable.")
-    flags.DEFINE_enum("distribution_type", spec_lib.FULLY_REPLICATED, list(spec_lib.S3_DISTRIBUTIONS),
+    flags.DEFINE_enum("distribution_type", spec_lib.CHANNEL_DISTRIBUTION, list(spec_lib.S3_DISTRIBUTIONS),
                       "S3 distribution of the training channels (train, train_<k>); others are replicated.")
-    flags.DEFINE_bool("checkpoints", True, "Configure a checkpoint location that a restarted job resumes from.")
-    flags.DEFINE_string("region", spec_lib.DEFAULT_REGION, "AWS region.")
-    flags.DEFINE_string("source_dir", None, "A directory of your own files (an entry-point script, a model "
-                        "module) shipped at the root of the job's source, beside this project's packages.")
-    flags.DEFINE_string("entry_point", spec_lib.ENTRY_POINT, "The script the container runs: this "
-                        "project's entry point, or a file of --source_dir (e.g. one that calls "
-                        "sagemaker_entry_point.main(model_fn=...)).")
 
 
 def _name_value_pairs(flag: str, values: Sequence[str], what: str) -> dict:
@@ -109,13 +103,12 @@ def parse_spec(flag_values, hyperparameter_args: Sequence[str], instance_type: s
     if choice is not None:
         distribution, processes_per_host = choice.distribution, choice.processes_per_host
         hyperparameters = dict(choice.hyperparameters, **hyperparameters)
-    return spec_lib.JobSpec(
-        job_name=f.job_name or spec_lib.default_job_name(), instance_count=f.instance_count,
-        instance_type=instance_type, distribution=distribution, processes_per_host=processes_per_host,
-        custom_mpi_options=f.custom_mpi_options, input_mode=f.input_mode,
-        channels=parse_channels(f.channel, f.distribution_type, f.channel_input_mode),
-        hyperparameters=hyperparameters, checkpoints=f.checkpoints, region=f.region, source_dir=f.source_dir,
-        entry_point=f.entry_point)
+    values = config_flags.values(spec_lib.JobSpec, f)
+    values.update(job_name=f.job_name or spec_lib.default_job_name(), instance_type=instance_type,
+                  distribution=distribution, processes_per_host=processes_per_host,
+                  channels=parse_channels(f.channel, f.distribution_type, f.channel_input_mode),
+                  hyperparameters=hyperparameters)
+    return spec_lib.JobSpec(**values)
 
 
 def auto_choice(flag_values, cores_per_host: int, link_gbps: float, data: Optional[str] = None,

@@ -32,7 +32,7 @@ from absl import app, flags
 
 from cli import entry
 from deepfm import job_flags
-from jobs import auto_distribution
+from jobs import spec as spec_lib
 from jobs.kubernetes import manifests
 from strategies import cost_model
 
@@ -87,7 +87,7 @@ def parse_job(flag_values, hyperparameter_args) -> manifests.KubernetesJob:
     """
     f = flag_values
     choice = None
-    if f.distribution == auto_distribution.AUTO:
+    if f.distribution == spec_lib.DISTRIBUTION_AUTO:
         resources = manifests.Resources(cpu=f.cpu)
         choice = job_flags.auto_choice(f, resources.cores() or 1, cost_model.DEFAULT_UNLIMITED_GBPS)
         print(choice.describe(), file=sys.stderr)

@@ -170,7 +170,7 @@ def main(argv):
     instance_type = FLAGS.instance_type if command == "submit" else spec_lib.LOCAL_INSTANCE_TYPE
     try:
         choice = None
-        if FLAGS.distribution == auto_distribution.AUTO:
+        if FLAGS.distribution == spec_lib.DISTRIBUTION_AUTO:
             choice = auto_choice(FLAGS, command, instance_type)
             print(choice.describe(), file=sys.stderr)
         spec = job_flags.parse_spec(FLAGS, hyperparameter_args, instance_type, choice)

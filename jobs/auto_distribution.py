@@ -34,7 +34,6 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 from jobs import spec as spec_lib
 from strategies import cost_model
 
-AUTO = "auto"
 ADVISE_MODULE = "deepfm.advise"
 ADVISE_TIMEOUT_S = 600
 SPARSE_AS_DENSE = "sparse_as_dense"

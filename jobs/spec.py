@@ -16,12 +16,18 @@ import re
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from cli import config_flags
+
 DISTRIBUTIONS = ("none", "parameter_server", "mpi")
 DISTRIBUTION_NONE, DISTRIBUTION_PS, DISTRIBUTION_MPI = DISTRIBUTIONS
+# Not a distribution of its own: the launchers resolve it to the one predicted fastest (`jobs.auto_distribution`).
+DISTRIBUTION_AUTO = "auto"
 INPUT_MODES = ("File", "Pipe")
 FILE_MODE, PIPE_MODE = INPUT_MODES
 S3_DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 FULLY_REPLICATED, SHARDED_BY_S3_KEY = S3_DISTRIBUTIONS
+# A channel's S3 distribution unless it says otherwise: each host gets every file.
+CHANNEL_DISTRIBUTION = FULLY_REPLICATED
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9\.\-_]+$")
 JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 # The script the container runs, at the root of the shipped source (`jobs.source`).
@@ -52,7 +58,7 @@ class Channel:
 
     name: str
     uri: str
-    distribution: str = FULLY_REPLICATED
+    distribution: str = CHANNEL_DISTRIBUTION
     input_mode: Optional[str] = None
 
     def __post_init__(self):
@@ -93,19 +99,31 @@ class JobSpec:
         `source_dir`.
     """
 
-    job_name: str
-    instance_count: int = 1
+    job_name: str = dataclasses.field(metadata=config_flags.metadata(
+        "Training job name (default: %s-<time>)." % JOB_NAME_PREFIX))
+    instance_count: int = config_flags.field(
+        1, "Hosts (SageMaker: algo-1 .. algo-N; Kubernetes: training pods).")
     instance_type: str = LOCAL_INSTANCE_TYPE
-    distribution: str = DISTRIBUTION_NONE
-    processes_per_host: int = 1
-    custom_mpi_options: str = ""
-    input_mode: str = FILE_MODE
+    distribution: str = config_flags.field(
+        DISTRIBUTION_NONE, "none, parameter_server, mpi (Horovod), or auto: the one deepfm.advise predicts "
+        "fastest for the instances (measured on --auto_data).", choices=DISTRIBUTIONS + (DISTRIBUTION_AUTO,))
+    processes_per_host: int = config_flags.field(1, "mpi: processes per host.")
+    custom_mpi_options: str = config_flags.field(
+        "", "mpi: extra mpirun options, after '%s' (waits that yield the core), which is left out where they "
+        "set %s." % (MPI_YIELD_OPTIONS, MPI_YIELD_PARAMETER))
+    input_mode: str = config_flags.field(
+        FILE_MODE, "File or Pipe, for every channel without its own --channel_input_mode.", choices=INPUT_MODES)
     channels: Tuple[Channel, ...] = ()
     hyperparameters: Mapping[str, object] = dataclasses.field(default_factory=dict)
-    checkpoints: bool = True
-    region: str = DEFAULT_REGION
-    source_dir: Optional[str] = None
-    entry_point: str = ENTRY_POINT
+    checkpoints: bool = config_flags.field(
+        True, "Configure a checkpoint location that a restarted job resumes from.")
+    region: str = config_flags.field(DEFAULT_REGION, "AWS region.")
+    source_dir: Optional[str] = config_flags.field(
+        None, "A directory of your own files (an entry-point script, a model module) shipped at the root of "
+        "the job's source, beside this project's packages.")
+    entry_point: str = config_flags.field(
+        ENTRY_POINT, "The script the container runs: this project's entry point, or a file of --source_dir "
+        "(e.g. one that calls sagemaker_entry_point.main(model_fn=...)).")
 
     def __post_init__(self):
         if not JOB_NAME.match(self.job_name):
