@@ -75,6 +75,8 @@ PROGRAM = "deepfm.launch"
 THREAD_FLAGS = ("--intra_op_threads", "--inter_op_threads")
 # The log directory of a job without --log_dir: a new one under the temporary directory.
 DEFAULT_LOG_DIR_PREFIX = "deepfm-launch-"
+# The strategy launched without --strategy: a cluster of parameter servers.
+DEFAULT_STRATEGY = names.PS
 
 FLAGS = flags.FLAGS
 
@@ -85,7 +87,7 @@ def define_flags() -> None:
     `--log_dir` is absl's own flag (defined by `absl.logging`): the launcher
     writes the task logs there, by default to a new temporary directory.
     """
-    flags.DEFINE_enum("strategy", local.STRATEGY_PS, list(local.STRATEGIES), "Distributed strategy to launch.")
+    flags.DEFINE_enum("strategy", DEFAULT_STRATEGY, list(names.MULTI_PROCESS), "Distributed strategy to launch.")
     flags.DEFINE_integer("num_ps", 1, "ps: parameter servers.")
     flags.DEFINE_integer("num_workers", 2, "ps: training tasks, the chief included.")
     flags.DEFINE_integer("np", 2, "horovod, hybrid: ranks on this host (0: as many as the cost model picks for this "
@@ -160,7 +162,7 @@ def ranks_from_cores(strategy: str, train_args: Sequence[str], vcpus: Optional[i
     Raises:
       ValueError: a strategy that is not Horovod ranks.
     """
-    if strategy not in names.HOROVOD_RANKS:
+    if names.launch_of(strategy).kind != names.RANKS:
         raise ValueError("--np 0 chooses the Horovod ranks of this host from its cores; --strategy %s takes "
                          "--num_workers" % strategy)
     vcpus = vcpus or len(os.sched_getaffinity(0))

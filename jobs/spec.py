@@ -17,8 +17,10 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from cli import config_flags
+from strategies import strategy_names
 
-DISTRIBUTIONS = ("none", "parameter_server", "mpi")
+# SageMaker's distributions, which every strategy's launch declaration names (`strategies.strategy_names`).
+DISTRIBUTIONS = strategy_names.DISTRIBUTIONS
 DISTRIBUTION_NONE, DISTRIBUTION_PS, DISTRIBUTION_MPI = DISTRIBUTIONS
 # Not a distribution of its own: the launchers resolve it to the one predicted fastest (`jobs.auto_distribution`).
 DISTRIBUTION_AUTO = "auto"

@@ -69,10 +69,6 @@ READ_WRITE_MANY = "ReadWriteMany"
 PYTHON = "python"
 TRAIN_MODULE = "deepfm.train"
 ENTRY_MODULE = "jobs.kubernetes.entry"
-STRATEGY_OF = {spec_lib.DISTRIBUTION_PS: names.PS, spec_lib.DISTRIBUTION_MPI: names.HOROVOD,
-               spec_lib.DISTRIBUTION_NONE: names.SINGLE}
-# The strategies a distribution may run instead of its own, chosen by the hyperparameter `strategy`.
-STRATEGY_CHOICES = {spec_lib.DISTRIBUTION_MPI: names.HOROVOD_RANKS}
 MODEL_DIR, EXPORT_DIR, METRICS_FILE = "model", "export", "metrics.json"
 TRAIN_CHANNEL, VALIDATION_CHANNEL = "train", "validation"
 STRATEGY_HYPERPARAMETER = "strategy"
@@ -247,7 +243,8 @@ class KubernetesJob:
             raise ValueError("--source_dir/--entry_point: a Kubernetes job runs the code of its image; add your "
                              "files to the image (the rendered Dockerfile) and pass their flags as hyperparameters")
         strategy = self.spec.hyperparameters.get(STRATEGY_HYPERPARAMETER)
-        allowed = STRATEGY_CHOICES.get(self.spec.distribution, ())
+        # The strategies a distribution may run instead of its own, chosen by the hyperparameter `strategy`.
+        allowed = names.choices_of(self.spec.distribution)
         if strategy is not None and strategy not in allowed:
             raise ValueError("hyperparameter --strategy %s: the manifests set it from --distribution %s%s" % (
                 strategy, self.spec.distribution,
@@ -291,7 +288,7 @@ class KubernetesJob:
     def train_args(self) -> List[str]:
         """The `deepfm.train` flags of every training process; hyperparameters win over derived ones."""
         derived: Dict[str, object] = {
-            "strategy": STRATEGY_OF[self.spec.distribution], "model_dir": self.job_path(MODEL_DIR),
+            "strategy": names.default_of(self.spec.distribution), "model_dir": self.job_path(MODEL_DIR),
             "export_dir": self.job_path(EXPORT_DIR), "metrics_file": self.job_path(METRICS_FILE)}
         for channel in self.spec.channels:
             flag = "train_data" if channel.name == TRAIN_CHANNEL else "val_data"

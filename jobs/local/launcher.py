@@ -40,10 +40,6 @@ from strategies import cluster as cluster_lib
 from strategies import cost_model
 from strategies import strategy_names as names
 
-STRATEGY_PS = names.PS
-STRATEGY_HOROVOD = names.HOROVOD
-# Parameter servers, or Horovod ranks (started by horovodrun) of one of these strategies.
-STRATEGIES = (STRATEGY_PS,) + names.HOROVOD_RANKS
 CONTROLLERS = ("auto", "gloo", "mpi")
 TRAIN_MODULE = "deepfm.train"
 HOROVODRUN = "horovodrun"
@@ -136,8 +132,8 @@ class LaunchConfig:
         if self.program and not os.path.isfile(self.program):
             raise ValueError("--program %r is not a file: give the path of the training script every task runs"
                              % self.program)
-        if self.strategy not in STRATEGIES:
-            raise ValueError("--strategy must be one of %s, got %r" % (", ".join(STRATEGIES), self.strategy))
+        if self.strategy not in names.MULTI_PROCESS:
+            raise ValueError("--strategy must be one of %s, got %r" % (", ".join(names.MULTI_PROCESS), self.strategy))
         if self.controller not in CONTROLLERS:
             raise ValueError("--horovod_controller must be one of %s, got %r"
                              % (", ".join(CONTROLLERS), self.controller))
@@ -163,13 +159,18 @@ class LaunchConfig:
                              "when it restarts" % (bounds.minimum, bounds.maximum))
 
     @property
+    def launch(self) -> names.Launch:
+        """How the strategy is launched: a cluster of parameter servers, chief and workers, or Horovod ranks."""
+        return names.launch_of(self.strategy)
+
+    @property
     def workers_flag(self) -> str:
-        return "num_workers" if self.strategy == STRATEGY_PS else "np"
+        return self.launch.workers_flag
 
     @property
     def workers(self) -> int:
-        """Training workers: ps tasks that train (the chief included), or Horovod ranks."""
-        return self.num_workers if self.strategy == STRATEGY_PS else self.num_processes
+        """Training workers: cluster tasks that train (the chief included), or Horovod ranks."""
+        return self.num_workers if self.launch.kind == names.TF_CLUSTER else self.num_processes
 
     @property
     def elastic_range(self) -> elastic.ElasticRange:
@@ -177,7 +178,7 @@ class LaunchConfig:
 
     def resized(self, workers: int) -> "LaunchConfig":
         """This job with `workers` training workers."""
-        if self.strategy == STRATEGY_PS:
+        if self.launch.kind == names.TF_CLUSTER:
             return dataclasses.replace(self, num_workers=workers)
         return dataclasses.replace(self, num_processes=workers)
 
@@ -304,10 +305,10 @@ def ps_tasks(config: LaunchConfig, train_args: Sequence[str], ports: Sequence[in
       no GPU.
     """
     jobs = cluster_lib.local_cluster(config.num_ps, config.num_workers, ports, host=config.host)
-    argv = train_command(STRATEGY_PS, train_args, python, config.program)
+    argv = train_command(config.strategy, train_args, python, config.program)
     base_env = task_environment(environ)
     specs = []
-    for job in (cluster_lib.PS, cluster_lib.CHIEF, cluster_lib.WORKER):
+    for job in config.launch.roles:
         for index in range(len(jobs.get(job, ()))):
             task = cluster_lib.ClusterInfo(jobs=jobs, task_type=job, task_index=index)
             env = dict(base_env, **{cluster_lib.TF_CONFIG_VARIABLE: task.to_tf_config()})
@@ -462,7 +463,7 @@ def _run_attempt(config: LaunchConfig, train_args: Sequence[str], environ: Mappi
     tmp_dir = tempfile.mkdtemp(prefix=ATTEMPT_TMP_PREFIX, dir=environ.get(TMPDIR_VARIABLE) or None)
     try:
         environ = dict(environ, **{TMPDIR_VARIABLE: tmp_dir})
-        if config.strategy == STRATEGY_PS:
+        if config.launch.kind == names.TF_CLUSTER:
             ports = processes.free_ports(config.num_ps + config.num_workers, host=config.host)
             specs = ps_tasks(config, train_args, ports, environ, python)
         else:

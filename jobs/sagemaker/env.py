@@ -23,7 +23,9 @@ environment supplies the rest (what the container has -> the flag):
   give a local `model_dir`; without a checkpoint location,
   `<base dir>/checkpoints`, kept in the container only;
 * `sagemaker_mpi_enabled` / `sagemaker_parameter_server_enabled` in
-  `SM_FRAMEWORK_PARAMS` / `TF_CONFIG` -> `--strategy horovod` / `ps`;
+  `SM_FRAMEWORK_PARAMS` / `TF_CONFIG` -> `--strategy horovod` / `ps`, the
+  strategy its distribution runs by default
+  (`strategies.strategy_names.default_of`);
 * `SM_NUM_CPUS`, this process's cores, processes per host ->
   `--intra_op_threads`.
 
@@ -45,8 +47,7 @@ import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from input_pipeline import schema
-from strategies import cluster
-from strategies import strategy_names as names
+from strategies import cluster, strategy_names
 
 DEFAULT_BASE_DIR = "/opt/ml"
 BASE_DIR_VARIABLE = "SAGEMAKER_BASE_DIR"
@@ -66,8 +67,6 @@ SHARDED_BY_S3_KEY = "ShardedByS3Key"
 MPI_ENABLED = "sagemaker_mpi_enabled"
 MPI_PROCESSES_PER_HOST = "sagemaker_mpi_num_of_processes_per_host"
 PS_ENABLED = "sagemaker_parameter_server_enabled"
-STRATEGY_HOROVOD = names.HOROVOD
-STRATEGY_PS = names.PS
 S3_SCHEME = "s3://"
 
 
@@ -282,9 +281,9 @@ def training_args(environ: Mapping[str, str], args: Sequence[str]) -> List[str]:
 
     if "strategy" not in given:
         if framework.get(MPI_ENABLED) or environ.get("OMPI_COMM_WORLD_SIZE"):
-            derived.append("--strategy=%s" % STRATEGY_HOROVOD)
+            derived.append("--strategy=%s" % strategy_names.default_of(strategy_names.DISTRIBUTION_MPI))
         elif framework.get(PS_ENABLED) and _names_parameter_servers(_json(environ, cluster.TF_CONFIG_VARIABLE, {})):
-            derived.append("--strategy=%s" % STRATEGY_PS)
+            derived.append("--strategy=%s" % strategy_names.default_of(strategy_names.DISTRIBUTION_PS))
     if "intra_op_threads" not in given:
         per_host = int(environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or framework.get(MPI_PROCESSES_PER_HOST) or 1)
         derived.append("--intra_op_threads=%d" % max(1, usable_cores(environ) // max(1, per_host)))

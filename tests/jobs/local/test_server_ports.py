@@ -19,6 +19,7 @@ from absl.testing import absltest
 
 from jobs.local import launcher, processes
 from strategies import cluster as cluster_lib
+from strategies import strategy_names
 from tests import command_line, paths
 
 # Another address of this machine: Linux routes the whole of 127.0.0.0/8 to the loopback interface.
@@ -74,7 +75,7 @@ class ServerPortsTest(absltest.TestCase):
         first = processes.free_ports(4, seed=SEED)
         self.hold_elsewhere(first[0])
         ports = processes.free_ports(4, seed=SEED)
-        config = launcher.LaunchConfig(strategy=launcher.STRATEGY_PS, log_dir=self.create_tempdir().full_path,
+        config = launcher.LaunchConfig(strategy=strategy_names.PS, log_dir=self.create_tempdir().full_path,
                                        num_ps=2, num_workers=2)
         specs = launcher.ps_tasks(config, ["--model_dir", self.create_tempdir().full_path], ports,
                                   command_line.environment())
