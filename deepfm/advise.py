@@ -19,14 +19,14 @@ share of the compute, waiting included; one set for Horovod's allgathers,
 one for parameter servers, one for the hybrid strategy's all-to-alls) is
 not measured by a step alone: it defaults to the costs fitted to two runs
 of the 2-host scale-out benchmark, at batches 1,024 and 8,192
-(`strategies.calibrated.FITTED_TO`). `--fit_to A.json,B.json` fits them to other runs of
+(`planner.calibrated.FITTED_TO`). `--fit_to A.json,B.json` fits them to other runs of
 `benchmarks.scale_out`, and `--check_against A.json,B.json` prints, for
 each 2-host variant measured there, the prediction next to the
 measurement and the error. Horovod's ranks talk over MPI with yielding
 waits by default (`--transport mpi`: SageMaker's `mpi` distribution, a
 Kubernetes MPIJob, `deepfm.launch` with `mpirun`), where the hybrid
 strategy has costs of its own, fitted to two runs of `hybrid+mpi_yield`
-(`strategies.calibrated.MPI_FITTED_TO`; `--fit_mpi_to` refits them); `--transport gloo` for
+(`planner.calibrated.MPI_FITTED_TO`; `--fit_mpi_to` refits them); `--transport gloo` for
 `horovodrun --gloo`. Runs at another per-replica batch than
 `--batch_size` are read with that batch's distinct ids, counted on
 `--data` (the runs' data).
@@ -34,11 +34,11 @@ strategy has costs of its own, fitted to two runs of `hybrid+mpi_yield`
 What a process's further cores give (`cost_model.CoreCosts`: the serial
 share of a step's compute, the share of the exchange's cost that spreads
 over a rank's cores) defaults to the figures of 16 vCPUs in
-`strategies.calibrated.CORES_FITTED_TO` (`benchmarks.multicore`'s format: one process on 4 vCPUs
+`planner.calibrated.CORES_FITTED_TO` (`benchmarks.multicore`'s format: one process on 4 vCPUs
 against one, and `horovod` at 2 hosts of 4 vCPUs against 2 of 1);
 `--fit_cores_to` fits them to other runs of `benchmarks.multicore`, whose
 results `--check_against` also reads (every distributed run at its layout).
-Reading, fitting and checking are `deepfm.benchmark_fit`'s.
+Reading, fitting and checking are `planner.benchmark_fit`'s.
 """
 
 import contextlib
@@ -51,10 +51,11 @@ from typing import List, Tuple
 from absl import app, flags
 
 from cli import entry
-from deepfm import benchmark_fit as fit_lib
 from deepfm import config as config_lib
 from input_pipeline import schema
-from strategies import cost_model, host_layout
+from planner import benchmark_fit as fit_lib
+from planner import cost_model
+from planner import layouts as layouts_lib
 
 PROGRAM = "deepfm.advise"
 
@@ -276,7 +277,7 @@ def layouts(profile: cost_model.StepProfile, cluster: cost_model.Cluster) -> Lis
     """The predictions to show: every strategy at the given processes per host, else at every layout."""
     if cluster.ranks_per_host:
         return cost_model.predict_all(profile, cluster)
-    return host_layout.predict_layouts(profile, cluster)
+    return layouts_lib.predict_layouts(profile, cluster)
 
 
 def advise_layout(profile: cost_model.StepProfile, cluster: cost_model.Cluster
@@ -285,7 +286,7 @@ def advise_layout(profile: cost_model.StepProfile, cluster: cost_model.Cluster
     if cluster.ranks_per_host:
         strategy, reason = cost_model.choose(profile, cluster)
         return cost_model.predict(strategy, profile, cluster), reason
-    return host_layout.choose_layout(profile, cluster)
+    return layouts_lib.choose_layout(profile, cluster)
 
 
 def run():

@@ -34,7 +34,7 @@ from cli import entry
 from deepfm import job_flags
 from jobs import spec as spec_lib
 from jobs.kubernetes import manifests
-from strategies import cost_model
+from planner import cost_model
 
 COMMANDS = ("render", "local")
 INSTANCE_TYPE = "kubernetes"

@@ -13,7 +13,7 @@ installed and Horovod was built with it)::
     python -m deepfm.launch --strategy horovod --np 2 -- --train_data data/synthetic --model_dir runs/hvd
 
 `--np 0` takes as many ranks as the cost model picks for this host's cores
-(`strategies.host_layout.for_host`), each with its share of the vCPUs as
+(`planner.layouts.for_host`), each with its share of the vCPUs as
 TensorFlow threads unless the flags after `--` set them, and prints why::
 
     python -m deepfm.launch --strategy hybrid --np 0 -- --train_data data/synthetic --model_dir runs/hybrid
@@ -68,7 +68,8 @@ from jobs import elastic
 from jobs.local import launcher as local
 from jobs.local import memory as memory_lib
 from jobs.local import processes
-from strategies import host_layout
+from planner import layouts
+from strategies import host_cores
 from strategies import strategy_names as names
 
 PROGRAM = "deepfm.launch"
@@ -146,7 +147,7 @@ def ranks_from_cores(strategy: str, train_args: Sequence[str], vcpus: Optional[i
                      cores: Optional[int] = None, controller: str = "auto") -> Tuple[int, List[str], str]:
     """`--np 0`: the ranks of `strategy` for this host's cores, the training flags with their threads, and why.
 
-    `strategies.host_layout.for_host` picks the ranks R that divide the
+    `planner.layouts.for_host` picks the ranks R that divide the
     host's physical cores; each rank gets vCPUs / R TensorFlow threads
     (`--intra_op_threads`, `--inter_op_threads`) unless `train_args` set them.
 
@@ -166,8 +167,8 @@ def ranks_from_cores(strategy: str, train_args: Sequence[str], vcpus: Optional[i
         raise ValueError("--np 0 chooses the Horovod ranks of this host from its cores; --strategy %s takes "
                          "--num_workers" % strategy)
     vcpus = vcpus or len(os.sched_getaffinity(0))
-    cores = cores or host_layout.physical_cores()
-    layout = host_layout.for_host(strategy, vcpus, cores=cores if vcpus % cores == 0 else vcpus,
+    cores = cores or host_cores.physical_cores()
+    layout = layouts.for_host(strategy, vcpus, cores=cores if vcpus % cores == 0 else vcpus,
                                   transport=local.horovod_transport(controller))
     given = any(arg.split("=")[0] in THREAD_FLAGS for arg in train_args)
     return layout.ranks_per_host, list(train_args) + ([] if given else layout.thread_flags()), layout.reason

@@ -44,7 +44,8 @@ from jobs.local import hosts as hosts_lib
 from jobs.local import memory as memory_lib
 from jobs.local import processes
 from jobs.sagemaker import submit as sagemaker_submit
-from strategies import cost_model, host_layout
+from planner import cost_model
+from strategies import host_cores
 
 PROGRAM = "deepfm.sagemaker"
 
@@ -101,7 +102,7 @@ def auto_choice(flag_values, command: str, instance_type: str) -> auto_distribut
     f = flag_values
     if command == "local":
         vcpus = f.cpus_per_host or max(1, (os.cpu_count() or 1) // f.instance_count)
-        return job_flags.auto_choice(f, host_layout.cores_of(vcpus), f.link_gbps or cost_model.DEFAULT_UNLIMITED_GBPS,
+        return job_flags.auto_choice(f, host_cores.cores_of(vcpus), f.link_gbps or cost_model.DEFAULT_UNLIMITED_GBPS,
                                      vcpus_per_host=vcpus)
     if f.instance_count == 1 and not f.auto_data:
         # Nothing to measure: one process, whatever the type's shape.

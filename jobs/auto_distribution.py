@@ -1,7 +1,7 @@
 """`--distribution auto`: the SageMaker distribution, processes per host and threads the cost model predicts fastest.
 
 The choice is `deepfm.advise`'s (the same measurement and cost model,
-`strategies.host_layout.choose_layout`), run as a child process: it
+`planner.layouts.choose_layout`), run as a child process: it
 measures a step of the default model on one core of this machine on a
 local dataset root and predicts every strategy for `instance_count` hosts
 of `cores_per_host` physical cores on a `link_gbps` link, at every number
@@ -22,7 +22,7 @@ per host gets its threads from the container, all the host's vCPUs):
 One instance without a dataset to measure on is `none`, one process on
 all its vCPUs (the training's own `--strategy auto` then picks towers or
 MirroredStrategy on the host). The reason is printed with the choice.
-This module imports no TensorFlow (`strategies.cost_model` is arithmetic): the child process does.
+This module imports no TensorFlow (`planner.cost_model` is arithmetic): the child process does.
 """
 
 import dataclasses
@@ -32,7 +32,7 @@ import sys
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from jobs import spec as spec_lib
-from strategies import cost_model
+from planner import cost_model
 
 ADVISE_MODULE = "deepfm.advise"
 ADVISE_TIMEOUT_S = 600

@@ -19,7 +19,7 @@ from jobs.spec import ENTRY_POINT
 ENTRY_POINT_SOURCE = "examples/sagemaker_entry_point.py"
 # The project's packages, the one list of what a job ships: the SageMaker source tarball and the
 # Kubernetes image's Dockerfile both copy exactly these (setup.cfg installs the same; a test checks).
-SOURCE_PACKAGES = ("deepfm", "strategies", "input_pipeline", "dataprep", "jobs", "cli")
+SOURCE_PACKAGES = ("deepfm", "strategies", "planner", "input_pipeline", "dataprep", "jobs", "cli")
 SOURCE_TARBALL = "sourcedir.tar.gz"
 # Reproducible tarballs: every member gets this modification time.
 TARBALL_MTIME = 0

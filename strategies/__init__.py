@@ -12,7 +12,7 @@ Where each concept lives:
 * `strategy_names.py`: the names and how each strategy's processes start, without TensorFlow.
 
 The names below are loaded on first use, so tools that need only
-`strategies.strategy_names`, `strategies.cluster` or `strategies.cost_model`
+`strategies.strategy_names`, `strategies.cluster` or `strategies.host_cores`
 (the launchers, the job layer) start without TensorFlow.
 """
 

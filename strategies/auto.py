@@ -17,7 +17,7 @@ scaling out, and on several hosts use what the job was launched for.
 
 Launched as one of several Horovod ranks on a host, with the threads left
 to TensorFlow, each rank gets its share of the host's vCPUs as intra- and
-inter-op threads (`strategies.host_layout.threads_for_rank`): otherwise
+inter-op threads (`strategies.host_cores.threads_for_rank`): otherwise
 every rank's thread pools would take all of them.
 """
 
@@ -29,7 +29,7 @@ from typing import Mapping, Tuple
 import tensorflow as tf
 from absl import logging
 
-from strategies import host_layout, registry
+from strategies import host_cores, registry
 from strategies import strategy_names as names
 from strategies.config import StrategyConfig
 
@@ -74,7 +74,7 @@ def with_rank_threads(config: StrategyConfig, environ: Mapping[str, str], vcpus:
     """
     if config.name not in names.HOROVOD_RANKS or config.intra_op_threads or config.inter_op_threads:
         return config
-    found = host_layout.threads_for_rank(environ, vcpus)
+    found = host_cores.threads_for_rank(environ, vcpus)
     if found is None:
         return config
     threads, reason = found

@@ -8,7 +8,7 @@ the ones below:
 
     0  input_pipeline (the read path), cli (the start of every command line)
     1  dataprep (data preparation), strategies, deepfm.config
-    2  deepfm.models
+    2  deepfm.models; planner (the cost model, its fits, the layouts it picks)
     3  deepfm.runtime (the training runtime); jobs (running jobs, beside it)
     4  deepfm (the package face: the API and the command lines)
 """
@@ -22,18 +22,18 @@ from absl.testing import parameterized
 
 from tests import command_line, paths
 
-PACKAGES = ("input_pipeline", "cli", "dataprep", "strategies", "deepfm", "jobs")
+PACKAGES = ("input_pipeline", "cli", "dataprep", "strategies", "planner", "deepfm", "jobs")
 # Module-name prefix -> layer; the longest matching prefix decides.
 LAYERS = {
     "input_pipeline": 0, "cli": 0,
     "dataprep": 1, "strategies": 1, "deepfm.config": 1,
-    "deepfm.models": 2,
+    "deepfm.models": 2, "planner": 2,
     "deepfm.runtime": 3, "jobs": 3,
     "deepfm": 4,
 }
 # Modules of the job layer (and those it uses) that must start without TensorFlow.
-TENSORFLOW_FREE = ("jobs", "cli", "strategies.strategy_names", "strategies.cluster", "strategies.cost_model",
-                   "strategies.calibrated", "strategies.host_layout",
+TENSORFLOW_FREE = ("jobs", "cli", "strategies.strategy_names", "strategies.cluster", "planner.cost_model",
+                   "planner.calibrated", "planner.layouts", "strategies.host_cores",
                    "input_pipeline.schema", "input_pipeline.formats", "input_pipeline.sharding",
                    "deepfm.config", "deepfm.launch", "deepfm.sagemaker", "deepfm.kubernetes")
 

@@ -36,8 +36,8 @@ from jobs import source as source_lib
 from jobs import spec as spec_lib
 from jobs.local import memory as memory_lib
 from jobs.local import processes
+from planner import cost_model
 from strategies import cluster as cluster_lib
-from strategies import cost_model
 from strategies import strategy_names as names
 
 CONTROLLERS = ("auto", "gloo", "mpi")
@@ -338,7 +338,7 @@ def horovod_controller_args(controller: str) -> List[str]:
 
     `auto` leaves the choice to horovodrun (MPI when it was built with MPI)
     where `mpirun` is installed, and asks for Gloo otherwise. A rank's
-    threads fill its cores (`strategies.host_layout`), so an MPI wait that
+    threads fill its cores (`planner.layouts`), so an MPI wait that
     spins takes a core from the rank's TensorFlow threads:
     `MPI_YIELD_ARGS` makes it give the core up (docs/levers.md: a `hybrid`
     job of 2 ranks on 2 cores x1.43 examples/sec over MPI).

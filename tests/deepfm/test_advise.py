@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from dataprep import synthetic
 from tests import command_line
-from tests.deepfm import test_benchmark_fit as fit_tests
+from tests.planner import test_benchmark_fit as fit_tests
 
 
 @pytest.mark.slow

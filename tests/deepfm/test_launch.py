@@ -10,7 +10,7 @@ import tensorflow as tf
 from dataprep import synthetic
 from deepfm import launch
 from jobs.local import memory
-from strategies import cost_model, host_layout
+from planner import cost_model, layouts
 from strategies import strategy_names as names
 from tests import command_line
 
@@ -21,13 +21,13 @@ class RanksFromCoresTest(tf.test.TestCase):
         for controller, transport in (("gloo", cost_model.GLOO), ("mpi", cost_model.MPI)):
             ranks, train_args, reason = launch.ranks_from_cores(names.HYBRID, ["--train_data", "d"], vcpus=16,
                                                                 cores=16, controller=controller)
-            expected = host_layout.for_host(names.HYBRID, 16, transport=transport)
+            expected = layouts.for_host(names.HYBRID, 16, transport=transport)
             self.assertEqual(expected.ranks_per_host, ranks)
             self.assertEqual(["--train_data", "d"] + expected.thread_flags(), train_args)
             self.assertEqual(expected.reason, reason)
         # The costs over MPI with yielding waits are lower: the same layout predicts more examples/sec.
-        gloo = host_layout.for_host(names.HYBRID, 16, transport=cost_model.GLOO).prediction
-        mpi = host_layout.for_host(names.HYBRID, 16, transport=cost_model.MPI).prediction
+        gloo = layouts.for_host(names.HYBRID, 16, transport=cost_model.GLOO).prediction
+        mpi = layouts.for_host(names.HYBRID, 16, transport=cost_model.MPI).prediction
         self.assertGreater(mpi.efficiency, gloo.efficiency)
 
     def test_threads_the_user_set_are_kept(self):
@@ -38,7 +38,7 @@ class RanksFromCoresTest(tf.test.TestCase):
 
     def test_hyperthreads_go_to_the_ranks_of_their_cores(self):
         ranks, train_args, _ = launch.ranks_from_cores(names.HYBRID, [], vcpus=16, cores=8)
-        self.assertEqual(host_layout.for_host(names.HYBRID, 16, cores=8).ranks_per_host, ranks)
+        self.assertEqual(layouts.for_host(names.HYBRID, 16, cores=8).ranks_per_host, ranks)
         self.assertIn("--intra_op_threads=%d" % (16 // ranks), train_args)
 
     def test_only_horovod_ranks(self):
@@ -101,7 +101,8 @@ class HostMemoryTest(tf.test.TestCase):
         self.assertEqual(launch.local.EXIT_FAILURE, process.returncode, output)
         self.assertRegex(output, r"launch failed: task (ps_0|chief_0) was killed for memory \(exit code -9 \(killed "
                                  r"by SIGKILL\)\): host localhost's processes peaked at \d+ MiB against its limit of "
-                                 r"200 MiB \(200m\)( \(\d+ processes killed\))?; raise --host_memory, or use more hosts")
+                                 r"200 MiB \(200m\)( \(\d+ processes killed\))?; raise --host_memory, or use more "
+                                 r"hosts")
         # The job's cgroup (named after the launcher's pid) is gone.
         owned = "%s-%d-" % (memory.CGROUP_PREFIX, process.pid)
         self.assertEqual([], [name for name in os.listdir(controller.parent) if name.startswith(owned)])

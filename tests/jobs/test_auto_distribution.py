@@ -9,7 +9,7 @@ from absl.testing import parameterized
 from dataprep import synthetic
 from jobs import auto_distribution
 from jobs import spec as spec_lib
-from strategies import cost_model
+from planner import cost_model
 from tests import command_line
 from tests.jobs.sagemaker import test_submit as test_sagemaker_submit
 

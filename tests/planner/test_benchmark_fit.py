@@ -1,4 +1,4 @@
-"""Tests of `deepfm.benchmark_fit`: the cost model fitted to and checked against benchmarks' results."""
+"""Tests of `planner.benchmark_fit`: the cost model fitted to and checked against benchmarks' results."""
 
 import dataclasses
 import json
@@ -6,8 +6,8 @@ import os
 
 import tensorflow as tf
 
-from deepfm import benchmark_fit as fit_lib
-from strategies import calibrated, cost_model
+from planner import benchmark_fit as fit_lib
+from planner import calibrated, cost_model
 from tests import paths
 
 # A step like the default model's on `synthetic_300k` (39 ids x batch 1,024, about 5,470 distinct).

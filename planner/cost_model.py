@@ -53,7 +53,7 @@ process's cores (Gloo's and Horovod's threads beside the step's:
 Rows per step are the distinct ids of a batch with `--dedup_lookups`,
 every id (batch x fields) without; `hybrid` always moves distinct ids.
 Efficiency = compute(T) / step (a process of a multi-process job against
-one process alone on the same cores). `strategies.host_layout` tries
+one process alone on the same cores). `planner.layouts` tries
 every number of processes per host that divides a host's cores.
 """
 

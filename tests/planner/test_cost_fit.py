@@ -1,8 +1,8 @@
-"""Tests of the cost model's fits (`strategies.cost_fit`): the constants that made the points come back."""
+"""Tests of the cost model's fits (`planner.cost_fit`): the constants that made the points come back."""
 
 import tensorflow as tf
 
-from strategies import cost_fit, cost_model
+from planner import cost_fit, cost_model
 
 
 class CoreCostsFitTest(tf.test.TestCase):

@@ -1,11 +1,11 @@
-"""Tests of the cost model's arithmetic (`strategies.cost_model`)."""
+"""Tests of the cost model's arithmetic (`planner.cost_model`)."""
 
 import dataclasses
 
 import tensorflow as tf
 from absl.testing import parameterized
 
-from strategies import cost_model
+from planner import cost_model
 
 # A small step: 10 ids of which 4 distinct, k = 3 (row bytes (3 + 1) x 4 = 16,
 # with two int64 indices 32), 100 dense parameters (400 bytes), tables of 50 rows (800 bytes).

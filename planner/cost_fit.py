@@ -3,7 +3,7 @@
 `calibrate` fits a strategy's `cost_model.StepCosts` to distributed steps;
 `fit_serial_fraction` and `fit_exchange_spread` fit `cost_model.CoreCosts`
 to one process's speed-ups on several cores and to the exchange's cost at
-several cores per rank. `deepfm.benchmark_fit` feeds them benchmark results.
+several cores per rank. `planner.benchmark_fit` feeds them benchmark results.
 This module imports no TensorFlow.
 """
 
@@ -12,7 +12,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-from strategies.cost_model import StepCosts
+from planner.cost_model import StepCosts
 
 
 def fit_serial_fraction(points: Sequence[Tuple[int, float]]) -> float:

@@ -1,14 +1,14 @@
 """The cost model's machine constants as fitted to this project's measured runs, and a reference step.
 
 `deepfm.advise` measures a step and uses these constants for what a step
-alone cannot tell; `strategies.host_layout` uses them with `REFERENCE_STEP`
+alone cannot tell; `planner.layouts` uses them with `REFERENCE_STEP`
 where nothing is measured (a launcher choosing processes per host). Refit
 them with `deepfm.advise --fit_to` and `--fit_cores_to`; the figures behind
 each are in docs/predicting.md ("Predicting before running").
 This module imports no TensorFlow.
 """
 
-from strategies import cost_model
+from planner import cost_model
 
 # What a distributed step costs beyond compute and the link (`cost_model.StepCosts`), fitted by
 # `cost_fit.calibrate` (`deepfm.advise --fit_to`) to these runs of benchmarks.scale_out at two batches

@@ -1,10 +1,8 @@
-"""Tests of the choice of processes per host and threads per process (`strategies.host_layout`)."""
-
-import os
+"""Tests of the choice of processes per host and threads per process (`planner.layouts`)."""
 
 import tensorflow as tf
 
-from strategies import cost_model, host_layout
+from planner import cost_model, layouts
 
 CORES = cost_model.CoreCosts(serial_fraction=0.25, exchange_spread=0.5)
 
@@ -19,40 +17,40 @@ class ChooseLayoutTest(tf.test.TestCase):
 
     def test_every_layout_is_tried_and_the_best_is_chosen(self):
         cluster = cost_model.Cluster(hosts=1, cores_per_host=4, link_gbps=1.0)
-        ranked = host_layout.predict_layouts(_profile(), cluster)
-        layouts = {(p.strategy, p.ranks_per_host) for p in ranked}
+        ranked = layouts.predict_layouts(_profile(), cluster)
+        found = {(p.strategy, p.ranks_per_host) for p in ranked}
         # single only as one process on the host's 4 cores; a distributed strategy needs 2 processes; ps keeps
         # one worker per host, so none on one host.
-        self.assertIn((cost_model.SINGLE, 1), layouts)
-        self.assertNotIn((cost_model.HOROVOD, 1), layouts)
-        self.assertNotIn(cost_model.PS, {strategy for strategy, _ in layouts})
+        self.assertIn((cost_model.SINGLE, 1), found)
+        self.assertNotIn((cost_model.HOROVOD, 1), found)
+        self.assertNotIn(cost_model.PS, {strategy for strategy, _ in found})
         self.assertEqual({1, 2, 4}, {p.ranks_per_host for p in ranked})
         self.assertEqual(sorted((p.examples_per_sec for p in ranked), reverse=True),
                          [p.examples_per_sec for p in ranked])
-        best, reason = host_layout.choose_layout(_profile(), cluster)
+        best, reason = layouts.choose_layout(_profile(), cluster)
         self.assertEqual(ranked[0], best)
-        self.assertIn(host_layout.layout_name(best), reason)
+        self.assertIn(layouts.layout_name(best), reason)
         self.assertIn("process(es) per host", reason)
 
     def test_threads_that_give_nothing_favour_a_process_per_core_and_perfect_ones_one_process(self):
         cluster = cost_model.Cluster(hosts=1, cores_per_host=4, link_gbps=1.0)
         flat = _profile(cost_model.StepCosts(overhead_s=0.001), cost_model.CoreCosts(1.0, 0.0))
-        best, _ = host_layout.choose_layout(flat, cluster)
+        best, _ = layouts.choose_layout(flat, cluster)
         self.assertEqual(4, best.ranks_per_host)
         self.assertNotEqual(cost_model.SINGLE, best.strategy)
         ideal = _profile(cost_model.StepCosts(overhead_s=0.001), cost_model.CoreCosts(0.0, 0.0))
-        self.assertEqual(cost_model.SINGLE, host_layout.choose_layout(ideal, cluster)[0].strategy)
+        self.assertEqual(cost_model.SINGLE, layouts.choose_layout(ideal, cluster)[0].strategy)
 
     def test_ps_runs_one_worker_per_host_on_its_cores(self):
         cluster = cost_model.Cluster(hosts=2, cores_per_host=4, link_gbps=1.0)
-        (ps,) = [p for p in host_layout.predict_layouts(_profile(), cluster) if p.strategy == cost_model.PS]
+        (ps,) = [p for p in layouts.predict_layouts(_profile(), cluster) if p.strategy == cost_model.PS]
         self.assertEqual((2, 1, 4), (ps.processes, ps.ranks_per_host, ps.threads))
 
 
 class ForHostTest(tf.test.TestCase):
 
     def test_a_strategys_processes_per_host_from_its_vcpus(self):
-        layout = host_layout.for_host(cost_model.HYBRID, vcpus=16, profile=_profile())
+        layout = layouts.for_host(cost_model.HYBRID, vcpus=16, profile=_profile())
         self.assertEqual(cost_model.HYBRID, layout.strategy)
         self.assertEqual(16, layout.ranks_per_host * layout.threads)
         self.assertEqual(layout.prediction.ranks_per_host, layout.ranks_per_host)
@@ -61,54 +59,35 @@ class ForHostTest(tf.test.TestCase):
         self.assertIn("hybrid on 1 host(s) of 16 vCPUs (16 cores)", layout.reason)
         self.assertIn("the best other strategy", layout.reason)
         # The best of the strategy's layouts, whatever the others'.
-        cluster = cost_model.Cluster(hosts=1, cores_per_host=16, link_gbps=host_layout.DEFAULT_LINK_GBPS)
-        best = max((p for p in host_layout.predict_layouts(_profile(), cluster) if p.strategy == cost_model.HYBRID),
+        cluster = cost_model.Cluster(hosts=1, cores_per_host=16, link_gbps=layouts.DEFAULT_LINK_GBPS)
+        best = max((p for p in layouts.predict_layouts(_profile(), cluster) if p.strategy == cost_model.HYBRID),
                    key=lambda p: p.examples_per_sec)
         self.assertEqual(best.ranks_per_host, layout.ranks_per_host)
 
     def test_hyperthreads_are_threads_of_the_processes_of_their_cores(self):
-        layout = host_layout.for_host(cost_model.HYBRID, vcpus=16, cores=8, hosts=2, profile=_profile())
+        layout = layouts.for_host(cost_model.HYBRID, vcpus=16, cores=8, hosts=2, profile=_profile())
         self.assertIn(layout.ranks_per_host, (1, 2, 4, 8))
         self.assertEqual(16 // layout.ranks_per_host, layout.threads)
         with self.assertRaisesRegex(ValueError, "a host of 16 vCPUs on 6 cores"):
-            host_layout.for_host(cost_model.HYBRID, vcpus=16, cores=6)
+            layouts.for_host(cost_model.HYBRID, vcpus=16, cores=6)
         with self.assertRaisesRegex(ValueError, "strategy must be one of .* got 'tower'"):
-            host_layout.for_host("tower", vcpus=4)
+            layouts.for_host("tower", vcpus=4)
 
     def test_one_core_is_one_rank(self):
-        layout = host_layout.for_host(cost_model.HOROVOD, vcpus=1)
+        layout = layouts.for_host(cost_model.HOROVOD, vcpus=1)
         self.assertEqual((1, 1), (layout.ranks_per_host, layout.threads))
 
     def test_the_reference_step_on_the_hosts_of_the_issue(self):
         # With the calibrated constants (refitting them may change this), a hybrid rank of one core loses less to
         # the exchange than a process's further threads give: one rank per core on 16 vCPUs of their own cores.
-        sixteen = host_layout.for_host(cost_model.HYBRID, vcpus=16)
+        sixteen = layouts.for_host(cost_model.HYBRID, vcpus=16)
         self.assertEqual((16, 1), (sixteen.ranks_per_host, sixteen.threads))
-        self.assertGreater(host_layout.for_host(cost_model.HYBRID, vcpus=8).ranks_per_host, 1)
+        self.assertGreater(layouts.for_host(cost_model.HYBRID, vcpus=8).ranks_per_host, 1)
 
 
-class ThreadsForRankTest(tf.test.TestCase):
+class InstanceTypesTest(tf.test.TestCase):
 
-    def test_ranks_of_a_host_share_its_vcpus(self):
-        threads, reason = host_layout.threads_for_rank({"HOROVOD_LOCAL_SIZE": "4"}, 16)
-        self.assertEqual(4, threads)
-        self.assertIn("HOROVOD_LOCAL_SIZE=4 ranks share this host's 16 vCPUs", reason)
-        self.assertEqual(2, host_layout.threads_for_rank({"OMPI_COMM_WORLD_LOCAL_SIZE": "8"}, 16)[0])
-        self.assertEqual(1, host_layout.threads_for_rank({"HOROVOD_LOCAL_SIZE": "4"}, 2)[0])
-        self.assertIsNone(host_layout.threads_for_rank({"HOROVOD_LOCAL_SIZE": "1"}, 16))
-        self.assertIsNone(host_layout.threads_for_rank({}, 16))
-
-
-class PhysicalCoresTest(tf.test.TestCase):
-
-    def test_this_machines_cores(self):
-        cpus = sorted(os.sched_getaffinity(0))
-        cores = host_layout.physical_cores()
-        self.assertBetween(cores, 1, len(cpus))
-        self.assertEqual(2, host_layout.physical_cores([10 ** 6, 10 ** 6 + 1]))
-        # A host carved from this machine has its share of the physical cores.
-        share = cores * 4 // len(cpus)
-        self.assertEqual(share if 4 % max(1, share) == 0 else 4, host_layout.cores_of(4))
+    def test_an_instance_types_vcpus(self):
         self.assertEqual(72, cost_model.instance_vcpus("ml.c5.18xlarge"))
 
 

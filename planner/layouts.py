@@ -4,7 +4,7 @@ A host of V vCPUs on C physical cores (V / C hyperthreads each) can run R
 training processes for any R that divides C, each pinned to (or sharing)
 V / R vCPUs and running V / R TensorFlow threads (`--intra_op_threads`,
 `--inter_op_threads`). `predict_layouts` predicts every strategy at every
-such R (`strategies.cost_model`: Amdahl's law for a process's threads, the
+such R (`planner.cost_model`: Amdahl's law for a process's threads, the
 exchange's cost partly spread over a rank's cores); `choose_layout` picks
 the strategy and R; `for_host` picks R for a strategy already chosen (a
 launcher's), from a measured step or `calibrated.REFERENCE_STEP`, and says
@@ -19,13 +19,11 @@ of its cores as threads. This module imports no TensorFlow.
 """
 
 import dataclasses
-import os
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from strategies import calibrated, cost_model
+from planner import calibrated, cost_model
 
 DEFAULT_LINK_GBPS = 25.0
-SYS_CPU = "/sys/devices/system/cpu/cpu%d/topology/%s"
 # Strategies that run one training process per host whatever its cores (SageMaker's parameter-server layout).
 ONE_PER_HOST = (cost_model.PS,)
 
@@ -153,51 +151,3 @@ def for_host(strategy: str, vcpus: int, hosts: int = 1, cores: Optional[int] = N
             layout_name(others[0]), format(others[0].examples_per_sec, ",.0f"))
     return HostLayout(strategy=strategy, ranks_per_host=best.ranks_per_host, threads=threads, prediction=best,
                       reason=reason)
-
-
-def physical_cores(cpus: Optional[Iterable[int]] = None) -> int:
-    """The physical cores under `cpus` (default: the vCPUs this process may use), from sysfs; `len(cpus)` if unknown."""
-    cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
-    cores = set()
-    for cpu in cpus:
-        try:
-            with open(SYS_CPU % (cpu, "physical_package_id")) as f:
-                package = f.read().strip()
-            with open(SYS_CPU % (cpu, "core_id")) as f:
-                cores.add((package, f.read().strip()))
-        except OSError:
-            return len(cpus)
-    return len(cores) or len(cpus)
-
-
-def cores_of(vcpus: int, cpus: Optional[Iterable[int]] = None) -> int:
-    """The physical cores of a host of `vcpus` vCPUs carved from this machine: its share of `physical_cores`.
-
-    `vcpus` itself where the share does not divide them evenly (hyperthreads unknown).
-    """
-    cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
-    cores = max(1, vcpus * physical_cores(cpus) // max(1, len(cpus)))
-    return cores if vcpus % cores == 0 else vcpus
-
-
-# Where a Horovod rank finds how many ranks share its host: horovodrun's (Gloo) variable, then Open MPI's.
-LOCAL_SIZE_VARIABLES = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
-
-
-def threads_for_rank(environ: Mapping[str, str], vcpus: int) -> Optional[Tuple[int, str]]:
-    """`(threads, reason)` for one of the L ranks started on this host, each given vCPUs / L; None for L = 1.
-
-    Without it every rank's TensorFlow takes all the vCPUs it may run on
-    for its thread pools, L times over.
-
-    Args:
-      environ: the rank's environment (`LOCAL_SIZE_VARIABLES`).
-      vcpus: the vCPUs this process may run on.
-    """
-    for variable in LOCAL_SIZE_VARIABLES:
-        local = int(environ.get(variable, "1") or 1)
-        if local > 1:
-            share = max(1, vcpus // local)
-            return share, ("%s=%d ranks share this host's %d vCPUs: %d TensorFlow thread(s) each"
-                           % (variable, local, vcpus, share))
-    return None

@@ -5,7 +5,7 @@
 hosts; hosts of `setup.cores_per_host`) and `benchmarks.multicore` results
 (entries, each with its layout and reference). A run's step beyond its
 reference's compute and its bytes' time on the link is what its strategy's
-`cost_model.StepCosts` are fitted to (`strategies.cost_fit.calibrate`); what further
+`cost_model.StepCosts` are fitted to (`planner.cost_fit.calibrate`); what further
 cores give (`cost_model.CoreCosts`) is fitted to `benchmarks.multicore`'s
 runs on one and several cores. Runs at another per-replica batch than the
 measured step's are read with that batch's distinct ids.
@@ -18,10 +18,10 @@ import os
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from deepfm import config as config_lib
-from strategies import calibrated, cost_fit, cost_model
+from planner import calibrated, cost_fit, cost_model
 
 # The costs of a distributed step beyond compute and the link, and what a process's further cores give, as
-# fitted to FITTED_TO and CORES_FITTED_TO (`strategies.calibrated`).
+# fitted to FITTED_TO and CORES_FITTED_TO (`planner.calibrated`).
 FITTED_TO = calibrated.FITTED_TO
 CALIBRATED_COSTS = calibrated.STEP_COSTS
 CORES_FITTED_TO = calibrated.CORES_FITTED_TO
@@ -208,7 +208,7 @@ def fit(paths: Sequence[str], profile: cost_model.StepProfile,
     """`profile` with its step costs fitted to scale-out benchmarks' results.
 
     Each strategy's costs are fitted to its `FIT_VARIANTS` in every file,
-    at one core per process (`strategies.cost_fit.calibrate`); the hybrid strategy's
+    at one core per process (`planner.cost_fit.calibrate`); the hybrid strategy's
     take Horovod's cost per byte.
 
     Raises:
