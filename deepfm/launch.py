@@ -63,7 +63,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from cli import entry
+from cli import config_flags, entry
 from jobs import elastic
 from jobs.local import launcher as local
 from jobs.local import memory as memory_lib
@@ -76,8 +76,6 @@ PROGRAM = "deepfm.launch"
 THREAD_FLAGS = ("--intra_op_threads", "--inter_op_threads")
 # The log directory of a job without --log_dir: a new one under the temporary directory.
 DEFAULT_LOG_DIR_PREFIX = "deepfm-launch-"
-# The strategy launched without --strategy: a cluster of parameter servers.
-DEFAULT_STRATEGY = names.PS
 
 FLAGS = flags.FLAGS
 
@@ -88,29 +86,7 @@ def define_flags() -> None:
     `--log_dir` is absl's own flag (defined by `absl.logging`): the launcher
     writes the task logs there, by default to a new temporary directory.
     """
-    flags.DEFINE_enum("strategy", DEFAULT_STRATEGY, list(names.MULTI_PROCESS), "Distributed strategy to launch.")
-    flags.DEFINE_integer("num_ps", 1, "ps: parameter servers.")
-    flags.DEFINE_integer("num_workers", 2, "ps: training tasks, the chief included.")
-    flags.DEFINE_integer("np", 2, "horovod, hybrid: ranks on this host (0: as many as the cost model picks for this "
-                         "host's cores, each with its share of the vCPUs as threads; the reason is printed).")
-    flags.DEFINE_enum("horovod_controller", "auto", list(local.CONTROLLERS),
-                      "horovod: gloo, mpi, or auto (MPI where mpirun exists and Horovod has it). Over MPI a "
-                      "waiting rank yields its core (-mca mpi_yield_when_idle 1).")
-    flags.DEFINE_float("timeout_s", 0, "Stop everything and fail after this many seconds (0: no limit).")
-    flags.DEFINE_integer("max_restarts", 0, "Restart the whole job from its latest checkpoint after a task "
-                         "failed, at most this many times (0: fail at once).")
-    flags.DEFINE_integer("min_replicas", 0, "Elastic: the fewest training workers the job goes on with "
-                         "(0: --num_workers or --np).")
-    flags.DEFINE_integer("max_replicas", 0, "Elastic: the most training workers (0: --num_workers or --np).")
-    flags.DEFINE_string("host_discovery_script", "", "Elastic: a shell command printing the workers that are up, "
-                        "one host:slots line per host (Horovod's format), asked before each start.")
-    flags.DEFINE_string("program", "", "A training script every task runs instead of python -m deepfm.train; it "
-                        "gets --strategy and the flags after --.")
-    flags.DEFINE_float("stop_grace_s", local.DEFAULT_STOP_GRACE_S,
-                       "Seconds a stopped task may take to save a checkpoint and exit before it is killed.")
-    flags.DEFINE_string("host_memory", "", "Memory of the host the tasks run on, all of them together (a memory "
-                        "cgroup; root needed): e.g. 6g, 6GiB, 6500m, or bytes; \"\" for no limit. A task killed "
-                        "for memory is reported with its host's peak and limit.")
+    config_flags.define_flags([local.LaunchConfig])
 
 
 def parse_flags(flag_values=FLAGS, num_processes: Optional[int] = None) -> local.LaunchConfig:
@@ -122,13 +98,9 @@ def parse_flags(flag_values=FLAGS, num_processes: Optional[int] = None) -> local
     f = flag_values
     made = "" if f.log_dir else tempfile.mkdtemp(prefix=DEFAULT_LOG_DIR_PREFIX)
     try:
-        return local.LaunchConfig(strategy=f.strategy, num_ps=f.num_ps, num_workers=f.num_workers,
-                                  num_processes=num_processes or f.np, controller=f.horovod_controller,
-                                  log_dir=f.log_dir or made,
-                                  timeout_s=f.timeout_s, max_restarts=f.max_restarts,
-                                  stop_grace_s=f.stop_grace_s, min_replicas=f.min_replicas,
-                                  max_replicas=f.max_replicas, discovery_script=f.host_discovery_script,
-                                  program=f.program, host_memory=f.host_memory)
+        values = config_flags.values(local.LaunchConfig, f)
+        values.update(log_dir=f.log_dir or made, num_processes=num_processes or values["num_processes"])
+        return local.LaunchConfig(**values)
     except ValueError as e:
         remove_if_empty(made)
         raise app.UsageError(str(e)) from e

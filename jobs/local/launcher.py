@@ -31,6 +31,7 @@ import tempfile
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from cli import config_flags
 from jobs import elastic
 from jobs import source as source_lib
 from jobs import spec as spec_lib
@@ -41,6 +42,9 @@ from strategies import cluster as cluster_lib
 from strategies import strategy_names as names
 
 CONTROLLERS = ("auto", "gloo", "mpi")
+CONTROLLER_AUTO = CONTROLLERS[0]
+# The strategy launched without --strategy: a cluster of parameter servers.
+DEFAULT_STRATEGY = names.PS
 TRAIN_MODULE = "deepfm.train"
 HOROVODRUN = "horovodrun"
 MPIRUN = "mpirun"
@@ -110,21 +114,37 @@ class LaunchConfig:
         killed for memory is reported so (`processes.TaskFailedError`).
     """
 
-    strategy: str
+    strategy: str = dataclasses.field(metadata=config_flags.metadata(
+        "Distributed strategy to launch.", choices=names.MULTI_PROCESS, flag_default=DEFAULT_STRATEGY))
     log_dir: str
-    num_ps: int = 1
-    num_workers: int = 2
-    num_processes: int = 2
-    controller: str = "auto"
-    timeout_s: float = 0.0
+    num_ps: int = config_flags.field(1, "ps: parameter servers.")
+    num_workers: int = config_flags.field(2, "ps: training tasks, the chief included.")
+    num_processes: int = config_flags.field(
+        2, "horovod, hybrid: ranks on this host (0: as many as the cost model picks for this host's cores, each "
+        "with its share of the vCPUs as threads; the reason is printed).", flag="np")
+    controller: str = config_flags.field(
+        CONTROLLER_AUTO, "horovod: gloo, mpi, or auto (MPI where mpirun exists and Horovod has it). Over MPI a "
+        "waiting rank yields its core (-mca mpi_yield_when_idle 1).", flag="horovod_controller", choices=CONTROLLERS)
+    timeout_s: float = config_flags.field(0.0, "Stop everything and fail after this many seconds (0: no limit).")
     host: str = "localhost"
-    max_restarts: int = 0
-    stop_grace_s: float = DEFAULT_STOP_GRACE_S
-    min_replicas: int = 0
-    max_replicas: int = 0
-    discovery_script: str = ""
-    program: str = ""
-    host_memory: str = ""
+    max_restarts: int = config_flags.field(
+        0, "Restart the whole job from its latest checkpoint after a task failed, at most this many times "
+        "(0: fail at once).")
+    stop_grace_s: float = config_flags.field(
+        DEFAULT_STOP_GRACE_S, "Seconds a stopped task may take to save a checkpoint and exit before it is killed.")
+    min_replicas: int = config_flags.field(
+        0, "Elastic: the fewest training workers the job goes on with (0: --num_workers or --np).")
+    max_replicas: int = config_flags.field(0, "Elastic: the most training workers (0: --num_workers or --np).")
+    discovery_script: str = config_flags.field(
+        "", "Elastic: a shell command printing the workers that are up, one host:slots line per host (Horovod's "
+        "format), asked before each start.", flag="host_discovery_script")
+    program: str = config_flags.field(
+        "", "A training script every task runs instead of python -m deepfm.train; it gets --strategy and the "
+        "flags after --.")
+    host_memory: str = config_flags.field(
+        "", "Memory of the host the tasks run on, all of them together (a memory cgroup; root needed): e.g. 6g, "
+        "6GiB, 6500m, or bytes; \"\" for no limit. A task killed for memory is reported with its host's peak and "
+        "limit.")
 
     def __post_init__(self):
         if self.host_memory:
@@ -343,7 +363,7 @@ def horovod_controller_args(controller: str) -> List[str]:
     `MPI_YIELD_ARGS` makes it give the core up (docs/levers.md: a `hybrid`
     job of 2 ranks on 2 cores x1.43 examples/sec over MPI).
     """
-    if controller == "auto":
+    if controller == CONTROLLER_AUTO:
         return [MPI_YIELD_ARGS] if shutil.which(MPIRUN) else ["--gloo"]
     if controller == "mpi":
         return ["--mpi", MPI_YIELD_ARGS]
@@ -352,7 +372,7 @@ def horovod_controller_args(controller: str) -> List[str]:
 
 def horovod_transport(controller: str) -> str:
     """How the ranks `horovod_controller_args(controller)` starts talk: `cost_model.MPI` or `GLOO`."""
-    if controller == "auto":
+    if controller == CONTROLLER_AUTO:
         return cost_model.MPI if shutil.which(MPIRUN) else cost_model.GLOO
     return cost_model.MPI if controller == "mpi" else cost_model.GLOO
 

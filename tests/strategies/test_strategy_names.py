@@ -63,7 +63,7 @@ class LauncherChoicesTest(unittest.TestCase):
         result = command_line.run(command, paths.REPO_ROOT, timeout=HELP_TIMEOUT_S)
         self.assertEqual(0, result.returncode, command_line.describe(command, result))
         self.assertIn("--strategy: <%s>: Distributed strategy to launch.\n    (default: '%s')"
-                      % ("|".join(names.MULTI_PROCESS), launch.DEFAULT_STRATEGY), result.stdout)
+                      % ("|".join(names.MULTI_PROCESS), launcher.DEFAULT_STRATEGY), result.stdout)
 
     def test_kubernetes_jobs_run_their_distributions_strategies(self):
         for distribution in names.DISTRIBUTIONS:

@@ -23,8 +23,9 @@ from dataprep import synthetic
 from deepfm.runtime import trainer
 from jobs import elastic
 from jobs.local import launcher as launch
-from planner import cost_model, strategy_names
+from planner import cost_model
 from strategies import cluster as cluster_lib
+from strategies import strategy_names
 from tests import command_line
 from tests.jobs.local import launch_testing
 
