@@ -12,7 +12,9 @@ from benchmarks.large_tables_report import RESTART, START, Row, RunMeasure, Vari
 from tests import command_line
 
 FEATURE_SIZE = 20_000
-ROWS = 20_000
+# The command line's run: a small dataset and batch (what it checks depends on the table size, not on them).
+ROWS = 4_000
+BATCH = 64
 STEPS = 20
 WARMUP = 5
 RESTART_STEPS = 5
@@ -162,9 +164,9 @@ class CommandLineTest(tf.test.TestCase):
         cwd = command_line.checkout(self.create_tempdir().full_path)
         command = command_line.python_module(
             "benchmarks.large_tables", "--feature_sizes", str(FEATURE_SIZE), "--rows", str(ROWS),
-            "--strategies", "single,hybrid", "--processes", "2", "--max_steps", str(STEPS), "--warmup_steps",
-            str(WARMUP), "--restart_steps", str(RESTART_STEPS), "--work_dir", "runs/large", "--results_dir",
-            "runs/results")
+            "--strategies", "single,hybrid", "--processes", "2", "--max_steps", str(STEPS), "--batch_size",
+            str(BATCH), "--warmup_steps", str(WARMUP), "--restart_steps", str(RESTART_STEPS),
+            "--work_dir", "runs/large", "--results_dir", "runs/results")
         result = command_line.run(command, cwd, timeout=1500)
         self.assertEqual(0, result.returncode, command_line.describe(command, result))
         with open(os.path.join(cwd, "runs", "results", large_tables.NAME + ".json")) as f:

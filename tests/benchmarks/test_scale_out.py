@@ -24,6 +24,10 @@ ROWS = 3000
 FEATURE_SIZE = 2000
 STEPS = 20
 WARMUP = 10
+# The real run's per-replica batch: small, its steps quick (what it checks does not depend on the batch).
+RUN_BATCH = 64
+# The real run's variants whose run is traced.
+TRACED_VARIANTS = ("single", "horovod", "hybrid")
 
 
 def _config(variants="single,ps,horovod", **overrides):
@@ -420,6 +424,35 @@ class RunRoundsTest(tf.test.TestCase):
         self.assertEqual([], rounds.skipped["single"])
 
 
+class MeasureTest(tf.test.TestCase):
+    """`measure`: the timed rounds, then a traced run of every variant (each run a function of its variant)."""
+
+    def test_timed_rounds_then_a_traced_run_of_every_variant(self):
+        config = _config(variants="single,hybrid", trace_steps=2)
+        calls = []
+
+        def run_variant(variant, run_config, hosts, traced=False, order=None, timeout_s=None):
+            del run_config, hosts, order, timeout_s
+            calls.append((variant.name, traced))
+            if traced and variant.name == "hybrid":
+                raise RuntimeError("hybrid: host exit codes [1, 0]")
+            return bench.RunResult(examples_per_sec=100.0, window_s=1.0, steps=[1.0], cpu_seconds={},
+                                   tx_bytes=[0.0], rx_bytes=[0.0], host_cpu_seconds=[0.0],
+                                   traces={"main": {"exchange_only_ms": 0.0}} if traced else {})
+
+        with mock.patch.object(runner, "run_variant", run_variant):
+            results, failures, traced = bench.measure(config, hosts=object(), order=[0, 1])
+        self.assertEqual([("single", False), ("hybrid", False), ("single", True), ("hybrid", True)], calls)
+        self.assertEqual([{}], [run.traces for run in results["single"]])
+        self.assertLen(results["hybrid"], 1)
+        self.assertEqual({"single": {"main": {"exchange_only_ms": 0.0}}}, traced)
+        self.assertEqual({"single": [], "hybrid": ["traced run: hybrid: host exit codes [1, 0]"]}, failures)
+        with mock.patch.object(runner, "run_variant", run_variant):
+            bench.measure(dataclasses.replace(config, trace_steps=0), hosts=object(), order=[0, 1])
+        # Without trace steps, no traced run.
+        self.assertEqual([("single", False), ("hybrid", False)], calls[4:])
+
+
 class SigtermTest(tf.test.TestCase):
 
     def test_a_sigterm_ends_the_benchmark_through_its_cleanups(self):
@@ -505,11 +538,23 @@ class RealRunTest(tf.test.TestCase):
         reason = hosts_lib.check_privileges()
         if reason:
             self.skipTest(reason)
+        from benchmarks.scale_out import hosts as run_hosts
         data = self.create_tempdir().full_path
         synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
         config = _config(variants="single,horovod,hybrid,hybrid+mpi_yield", data_dir=data, link_gbps=10,
-                         trace_steps=2)
-        results, failures, traced = bench.measure(config)
+                         trace_steps=2, batch_size=RUN_BATCH)
+
+        def run_one(variant, run_config, hosts, order=None, timeout_s=None):
+            # One run of each variant, timed and (but the run over ssh) traced: its result serves as both
+            # (`measure`'s separate traced runs are checked in MeasureTest).
+            return bench.run_variant(variant, run_config, hosts, traced=variant.name in TRACED_VARIANTS,
+                                     order=order, timeout_s=timeout_s)
+
+        with run_hosts.open_hosts(config.hosts_mode, config.num_hosts, config.link_gbps) as made:
+            rounds = runner.run_rounds([runner.Job(v.name, config, v) for v in config.variants], made, config.runs,
+                                       run_one=run_one)
+        results, failures = rounds.results, rounds.failures
+        traced = {name: runs[0].traces for name, runs in results.items() if name in TRACED_VARIANTS}
         self.assertEqual({"single": [], "horovod": [], "hybrid": [], "hybrid+mpi_yield": []}, failures)
         horovod = results["horovod"][0]
         self.assertGreater(horovod.examples_per_sec, 0)
