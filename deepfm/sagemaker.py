@@ -36,7 +36,7 @@ import sys
 
 from absl import app, flags
 
-from cli import entry
+from cli import config_flags, entry
 from deepfm import job_flags
 from jobs import auto_distribution
 from jobs import spec as spec_lib
@@ -59,33 +59,13 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """The flags of both commands (`local` and `submit` each ignore the other's)."""
     job_flags.define_job_flags()
-    # local
-    flags.DEFINE_string("output_dir", None, "local: where hosts' /opt/ml, checkpoints and logs go.")
-    flags.DEFINE_integer("cpus_per_host", 0, "local: cores each host is pinned to (0: not pinned).")
-    flags.DEFINE_float("link_gbps", 0.0, "local: each host's egress bandwidth in Gbit/s (0: unlimited).")
-    flags.DEFINE_bool("restart", False, "local: run again in --output_dir, resuming from its checkpoints.")
-    flags.DEFINE_float("timeout_s", 0.0, "local: stop every host and fail after this many seconds (0: none).")
-    flags.DEFINE_string("host_memory", "", "local: each host's memory (a memory cgroup; root needed), e.g. 6g, "
-                        "6GiB, 6500m or bytes; \"\" for no limit. A host killed for memory is reported with its "
-                        "peak and limit.")
-    # submit
-    flags.DEFINE_string("instance_type", "ml.c5.xlarge", "submit: instance type.")
-    flags.DEFINE_string("role", None, "submit: IAM role ARN of the job.")
-    flags.DEFINE_string("output_path", None, "submit: s3:// prefix for the model artifacts and the source.")
-    flags.DEFINE_string("checkpoint_s3_uri", None, "submit: s3:// prefix synced with /opt/ml/checkpoints "
-                        "(default: <output_path>/<job_name>/checkpoints).")
-    flags.DEFINE_bool("use_spot", False, "submit: managed spot training.")
-    flags.DEFINE_integer("max_run", 24 * 3600, "submit: the job's time limit in seconds.")
-    flags.DEFINE_integer("max_wait", None, "submit, spot: seconds to wait for capacity plus run.")
-    flags.DEFINE_bool("dry_run", False, "submit: print the CreateTrainingJob (or CreateHyperParameterTuningJob) "
-                      "request as JSON; contact nothing.")
+    from jobs.sagemaker import local as sagemaker_local
+    # local's and submit's own flags, from their configs' fields
+    config_flags.define_flags([sagemaker_local.LocalConfig, sagemaker_submit.SubmitConfig,
+                               sagemaker_submit.TuningConfig])
     flags.DEFINE_multi_string("tune", [], "submit: a hyperparameter a tuning job searches, maximizing the "
                               "validation AUC: NAME=MIN..MAX (integers or numbers; :log for a logarithmic scale) "
                               "or NAME=A|B|C; repeatable.")
-    flags.DEFINE_integer("tuning_max_jobs", sagemaker_submit.DEFAULT_MAX_JOBS,
-                         "submit --tune: training jobs in all.")
-    flags.DEFINE_integer("tuning_max_parallel_jobs", sagemaker_submit.DEFAULT_MAX_PARALLEL_JOBS,
-                         "submit --tune: training jobs at a time.")
 
 
 def auto_choice(flag_values, command: str, instance_type: str) -> auto_distribution.Choice:
@@ -117,10 +97,7 @@ def run_local(spec: spec_lib.JobSpec) -> int:
     if not FLAGS.output_dir:
         raise app.UsageError("local needs --output_dir")
     try:
-        config = sagemaker_local.LocalConfig(spec=spec, output_dir=FLAGS.output_dir,
-                                             cpus_per_host=FLAGS.cpus_per_host, link_gbps=FLAGS.link_gbps,
-                                             restart=FLAGS.restart, timeout_s=FLAGS.timeout_s,
-                                             host_memory=FLAGS.host_memory)
+        config = sagemaker_local.LocalConfig(spec=spec, **config_flags.values(sagemaker_local.LocalConfig, FLAGS))
         sagemaker_local.run(config)
     except (ValueError, FileExistsError, hosts_lib.HostSetupError, memory_lib.MemoryLimitError) as e:
         print("deepfm.sagemaker local: %s" % e, file=sys.stderr)
@@ -146,11 +123,10 @@ def run_submit(spec: spec_lib.JobSpec) -> int:
         if FLAGS.tune:
             tuning = sagemaker_submit.TuningConfig(
                 ranges=tuple(sagemaker_submit.ParameterRange.parse(text) for text in FLAGS.tune),
-                max_jobs=FLAGS.tuning_max_jobs, max_parallel_jobs=FLAGS.tuning_max_parallel_jobs)
-        config = sagemaker_submit.SubmitConfig(
-            spec=spec, role=FLAGS.role, output_path=FLAGS.output_path, instance_type=FLAGS.instance_type,
-            checkpoint_s3_uri=FLAGS.checkpoint_s3_uri or None, use_spot=FLAGS.use_spot, max_run_s=FLAGS.max_run,
-            max_wait_s=FLAGS.max_wait, dry_run=FLAGS.dry_run, tuning=tuning)
+                **config_flags.values(sagemaker_submit.TuningConfig, FLAGS))
+        values = config_flags.values(sagemaker_submit.SubmitConfig, FLAGS)
+        values.update(checkpoint_s3_uri=values["checkpoint_s3_uri"] or None)
+        config = sagemaker_submit.SubmitConfig(spec=spec, tuning=tuning, **values)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     if config.checkpoint_uri:

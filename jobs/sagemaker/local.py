@@ -57,6 +57,7 @@ import subprocess
 import sys
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from cli import config_flags
 from jobs import source as source_lib
 from jobs import spec as spec_lib
 from jobs.local import hosts as hosts_lib
@@ -152,14 +153,17 @@ class LocalConfig:
     """
 
     spec: spec_lib.JobSpec
-    output_dir: str
-    cpus_per_host: int = 0
-    link_gbps: float = 0.0
-    restart: bool = False
-    timeout_s: float = 0.0
+    output_dir: str = dataclasses.field(metadata=config_flags.metadata(
+        "local: where hosts' /opt/ml, checkpoints and logs go."))
+    cpus_per_host: int = config_flags.field(0, "local: cores each host is pinned to (0: not pinned).")
+    link_gbps: float = config_flags.field(0.0, "local: each host's egress bandwidth in Gbit/s (0: unlimited).")
+    restart: bool = config_flags.field(False, "local: run again in --output_dir, resuming from its checkpoints.")
+    timeout_s: float = config_flags.field(0.0, "local: stop every host and fail after this many seconds (0: none).")
     pipe_epochs: Optional[int] = None
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
-    host_memory: str = ""
+    host_memory: str = config_flags.field(
+        "", "local: each host's memory (a memory cgroup; root needed), e.g. 6g, 6GiB, 6500m or bytes; \"\" for no "
+        "limit. A host killed for memory is reported with its peak and limit.")
 
     def __post_init__(self):
         if self.timeout_s < 0:

@@ -42,6 +42,7 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from cli import config_flags
 from jobs import source as source_lib
 from jobs import spec as spec_lib
 from jobs.sagemaker import container as container_lib
@@ -156,8 +157,10 @@ class TuningConfig:
     """
 
     ranges: Tuple[ParameterRange, ...]
-    max_jobs: int = DEFAULT_MAX_JOBS
-    max_parallel_jobs: int = DEFAULT_MAX_PARALLEL_JOBS
+    max_jobs: int = config_flags.field(DEFAULT_MAX_JOBS, "submit --tune: training jobs in all.",
+                                       flag="tuning_max_jobs")
+    max_parallel_jobs: int = config_flags.field(DEFAULT_MAX_PARALLEL_JOBS, "submit --tune: training jobs at a time.",
+                                                flag="tuning_max_parallel_jobs")
 
     def __post_init__(self):
         if not self.ranges:
@@ -199,14 +202,20 @@ class SubmitConfig:
     """
 
     spec: spec_lib.JobSpec
-    role: str
-    output_path: str
-    instance_type: str = DEFAULT_INSTANCE_TYPE
-    checkpoint_s3_uri: Optional[str] = None
-    use_spot: bool = False
-    max_run_s: int = DEFAULT_MAX_RUN_S
-    max_wait_s: Optional[int] = None
-    dry_run: bool = False
+    role: str = dataclasses.field(metadata=config_flags.metadata("submit: IAM role ARN of the job."))
+    output_path: str = dataclasses.field(metadata=config_flags.metadata(
+        "submit: s3:// prefix for the model artifacts and the source."))
+    instance_type: str = config_flags.field(DEFAULT_INSTANCE_TYPE, "submit: instance type.")
+    checkpoint_s3_uri: Optional[str] = config_flags.field(
+        None, "submit: s3:// prefix synced with /opt/ml/checkpoints (default: <output_path>/<job_name>/checkpoints).")
+    use_spot: bool = config_flags.field(False, "submit: managed spot training.")
+    max_run_s: int = config_flags.field(DEFAULT_MAX_RUN_S, "submit: the job's time limit in seconds.",
+                                        flag="max_run")
+    max_wait_s: Optional[int] = config_flags.field(
+        None, "submit, spot: seconds to wait for capacity plus run.", flag="max_wait")
+    dry_run: bool = config_flags.field(
+        False, "submit: print the CreateTrainingJob (or CreateHyperParameterTuningJob) request as JSON; contact "
+        "nothing.")
     tuning: Optional[TuningConfig] = None
 
     def __post_init__(self):
