@@ -30,7 +30,7 @@ import sys
 
 from absl import app, flags
 
-from cli import entry
+from cli import config_flags, entry
 from deepfm import job_flags
 from jobs import spec as spec_lib
 from jobs.kubernetes import manifests
@@ -47,34 +47,9 @@ PROGRAM = "deepfm.kubernetes"
 def define_flags() -> None:
     """The flags of both commands (`render` and `local` each ignore the other's)."""
     job_flags.define_job_flags()
-    # render
-    flags.DEFINE_string("image", None, "render: the job's container image (built from the rendered Dockerfile).")
-    flags.DEFINE_string("namespace", manifests.DEFAULT_NAMESPACE, "render: the namespace of every object.")
-    flags.DEFINE_string("pvc", "", "render: an existing ReadWriteMany claim for data and checkpoints "
-                        "(default: render one).")
-    flags.DEFINE_string("storage_class", "", "render: the storage class of the rendered claim (FSx for Lustre, "
-                        "EFS; default: the cluster's).")
-    flags.DEFINE_string("volume_size", manifests.DEFAULT_VOLUME_SIZE, "render: the size of the rendered claim.")
-    flags.DEFINE_string("mount_path", manifests.DEFAULT_MOUNT_PATH, "render: where every pod mounts the volume; "
-                        "channels are paths relative to it.")
-    flags.DEFINE_integer("num_ps", 1, "render, parameter_server: parameter-server pods.")
-    flags.DEFINE_string("cpu", "", "render: CPU request of each training container (e.g. 4, 500m).")
-    flags.DEFINE_string("memory", "", "render: memory request of each training container (e.g. 8Gi).")
-    flags.DEFINE_integer("gpus", 0, "render: GPUs of each training container.")
-    flags.DEFINE_integer("backoff_limit", manifests.DEFAULT_BACKOFF_LIMIT,
-                         "render: restarts after retryable failures (a stop, a lost ps, a killed pod).")
-    flags.DEFINE_integer("min_replicas", 0, "render: elastic lower bound of training pods (0: --instance_count).")
-    flags.DEFINE_integer("max_replicas", 0, "render: elastic upper bound of training pods (0: --instance_count).")
-    flags.DEFINE_integer("metrics_port", 0, "render: the chief's Prometheus metrics port (0: none).")
-    flags.DEFINE_string("output_dir", None, "render: where the manifests go; local: where the logs go.")
-    # local
-    flags.DEFINE_string("manifest", None, "local: a rendered tfjob.yaml, mpijob.yaml or jobset.yaml.")
-    flags.DEFINE_string("volume_dir", None, "local: the directory standing for the job's claim.")
-    flags.DEFINE_float("timeout_s", 0.0, "local: stop every pod and fail after this many seconds (0: none).")
-    flags.DEFINE_float("stop_grace_s", 30.0, "local: a stopped pod's grace period in seconds.")
-    flags.DEFINE_string("host_memory", "", "local: every pod's memory (a memory cgroup; root needed), e.g. 6g, "
-                        "6GiB, 6500m or bytes, instead of its container's resources.limits.memory; \"\": the "
-                        "manifest's. A pod killed for memory is reported with its peak and limit.")
+    from jobs.kubernetes.local import run as kubernetes_local
+    # render's and local's own flags, from their configs' fields
+    config_flags.define_flags([manifests.KubernetesJob, manifests.Resources, kubernetes_local.LocalConfig])
     flags.DEFINE_multi_string("fault", [], "local: ACTION:POD@STEP: once a checkpoint of that global step is "
                               "saved, kill the pod (kill) or lose its node for good (lose); repeatable.")
 
@@ -95,11 +70,8 @@ def parse_job(flag_values, hyperparameter_args) -> manifests.KubernetesJob:
     if not f.image:
         raise ValueError("--image is required: the job's container image (see the rendered Dockerfile)")
     return manifests.KubernetesJob(
-        spec=spec, image=f.image, namespace=f.namespace, pvc=f.pvc, storage_class=f.storage_class,
-        volume_size=f.volume_size, mount_path=f.mount_path, num_ps=f.num_ps,
-        resources=manifests.Resources(cpu=f.cpu, memory=f.memory, gpus=f.gpus),
-        min_replicas=f.min_replicas, max_replicas=f.max_replicas, backoff_limit=f.backoff_limit,
-        metrics_port=f.metrics_port)
+        spec=spec, resources=manifests.Resources(**config_flags.values(manifests.Resources, f)),
+        **config_flags.values(manifests.KubernetesJob, f))
 
 
 def run_render(hyperparameter_args) -> int:
@@ -130,9 +102,8 @@ def run_local(extra_args) -> int:
             raise app.UsageError("local needs --%s" % flag)
     try:
         config = kubernetes_local.LocalConfig(
-            manifest=FLAGS.manifest, volume_dir=FLAGS.volume_dir, output_dir=FLAGS.output_dir,
-            timeout_s=FLAGS.timeout_s, stop_grace_s=FLAGS.stop_grace_s,
-            faults=tuple(faults.Fault.parse(text) for text in FLAGS.fault), host_memory=FLAGS.host_memory)
+            faults=tuple(faults.Fault.parse(text) for text in FLAGS.fault),
+            **config_flags.values(kubernetes_local.LocalConfig, FLAGS))
         local_run = kubernetes_local.run(config)
     except (ValueError, FileExistsError, hosts_lib.HostSetupError, memory_lib.MemoryLimitError) as e:
         print("deepfm.kubernetes local: %s" % e, file=sys.stderr)

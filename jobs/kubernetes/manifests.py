@@ -39,6 +39,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from cli import config_flags
 from jobs import source as source_lib
 from jobs import spec as spec_lib
 from jobs.kubernetes import entry as kubernetes_entry
@@ -144,9 +145,9 @@ class Resources:
       gpus: GPUs (`nvidia.com/gpu`).
     """
 
-    cpu: str = ""
-    memory: str = ""
-    gpus: int = 0
+    cpu: str = config_flags.field("", "render: CPU request of each training container (e.g. 4, 500m).")
+    memory: str = config_flags.field("", "render: memory request of each training container (e.g. 8Gi).")
+    gpus: int = config_flags.field(0, "render: GPUs of each training container.")
 
     def __post_init__(self):
         for flag, value in (("cpu", self.cpu), ("memory", self.memory)):
@@ -198,18 +199,25 @@ class KubernetesJob:
     """
 
     spec: spec_lib.JobSpec
-    image: str
-    namespace: str = DEFAULT_NAMESPACE
-    pvc: str = ""
-    storage_class: str = ""
-    volume_size: str = DEFAULT_VOLUME_SIZE
-    mount_path: str = DEFAULT_MOUNT_PATH
-    num_ps: int = 1
+    image: str = dataclasses.field(metadata=config_flags.metadata(
+        "render: the job's container image (built from the rendered Dockerfile)."))
+    namespace: str = config_flags.field(DEFAULT_NAMESPACE, "render: the namespace of every object.")
+    pvc: str = config_flags.field(
+        "", "render: an existing ReadWriteMany claim for data and checkpoints (default: render one).")
+    storage_class: str = config_flags.field(
+        "", "render: the storage class of the rendered claim (FSx for Lustre, EFS; default: the cluster's).")
+    volume_size: str = config_flags.field(DEFAULT_VOLUME_SIZE, "render: the size of the rendered claim.")
+    mount_path: str = config_flags.field(
+        DEFAULT_MOUNT_PATH, "render: where every pod mounts the volume; channels are paths relative to it.")
+    num_ps: int = config_flags.field(1, "render, parameter_server: parameter-server pods.")
     resources: Resources = Resources()
-    min_replicas: int = 0
-    max_replicas: int = 0
-    backoff_limit: int = DEFAULT_BACKOFF_LIMIT
-    metrics_port: int = 0
+    min_replicas: int = config_flags.field(
+        0, "render: elastic lower bound of training pods (0: --instance_count).")
+    max_replicas: int = config_flags.field(
+        0, "render: elastic upper bound of training pods (0: --instance_count).")
+    backoff_limit: int = config_flags.field(
+        DEFAULT_BACKOFF_LIMIT, "render: restarts after retryable failures (a stop, a lost ps, a killed pod).")
+    metrics_port: int = config_flags.field(0, "render: the chief's Prometheus metrics port (0: none).")
 
     def __post_init__(self):
         name = self.spec.job_name

@@ -53,6 +53,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from cli import config_flags
 from jobs import elastic
 from jobs import source as source_lib
 from jobs import spec as spec_lib
@@ -119,13 +120,19 @@ class LocalConfig:
         manifest's (no limit where it sets none).
     """
 
-    manifest: str
-    volume_dir: str
-    output_dir: str
-    timeout_s: float = 0.0
-    stop_grace_s: float = DEFAULT_STOP_GRACE_S
+    manifest: str = dataclasses.field(metadata=config_flags.metadata(
+        "local: a rendered tfjob.yaml, mpijob.yaml or jobset.yaml."))
+    volume_dir: str = dataclasses.field(metadata=config_flags.metadata(
+        "local: the directory standing for the job's claim."))
+    output_dir: str = dataclasses.field(metadata=config_flags.metadata(
+        "render: where the manifests go; local: where the logs go."))
+    timeout_s: float = config_flags.field(0.0, "local: stop every pod and fail after this many seconds (0: none).")
+    stop_grace_s: float = config_flags.field(DEFAULT_STOP_GRACE_S, "local: a stopped pod's grace period in seconds.")
     faults: Tuple[Fault, ...] = ()
-    host_memory: str = ""
+    host_memory: str = config_flags.field(
+        "", "local: every pod's memory (a memory cgroup; root needed), e.g. 6g, 6GiB, 6500m or bytes, instead of "
+        "its container's resources.limits.memory; \"\": the manifest's. A pod killed for memory is reported with "
+        "its peak and limit.")
 
     def __post_init__(self):
         if self.host_memory:
