@@ -50,50 +50,22 @@ from typing import List, Tuple
 
 from absl import app, flags
 
-from cli import entry
+from cli import config_flags, entry
 from deepfm import config as config_lib
 from input_pipeline import schema
+from planner import advice, cost_model
 from planner import benchmark_fit as fit_lib
-from planner import cost_model
 from planner import layouts as layouts_lib
 
 PROGRAM = "deepfm.advise"
 
 FLAGS = flags.FLAGS
 EMBEDDING_VARIABLES = ("fm_w", "fm_v")
-DEFAULT_STEPS = 30
-DEFAULT_WARMUP_STEPS = 10
 
 
 def define_flags() -> None:
-    """Defines the flags of the entry point."""
-    flags.DEFINE_string("data", None, "A dataset root (metadata.json, train/) to measure a step on.")
-    flags.DEFINE_integer("hosts", 2, "Hosts of the cluster.")
-    flags.DEFINE_integer("cores_per_host", 1, "Cores per host.")
-    flags.DEFINE_integer("ranks_per_host", 0, "Training processes per host, each on cores_per_host / ranks_per_host "
-                         "cores (0: advise it, trying every number that divides the cores).")
-    flags.DEFINE_float("link_gbps", 25.0, "Each host's link in Gbit/s.")
-    flags.DEFINE_enum("transport", cost_model.MPI, list(cost_model.TRANSPORTS),
-                      "How Horovod's ranks talk: mpi, with waits that yield the core, as SageMaker's mpi "
-                      "distribution, a Kubernetes MPIJob and deepfm.launch where mpirun is installed start them; or "
-                      "gloo (horovodrun --gloo).")
-    flags.DEFINE_float("latency_us", cost_model.DEFAULT_LATENCY_S * 1e6, "One-way latency between hosts in us.")
-    flags.DEFINE_integer("batch_size", config_lib.DEFAULT_BATCH_SIZE, "Examples per replica and step.")
-    flags.DEFINE_bool("dedup_lookups", False, "Deduplicated embedding lookups.")
-    flags.DEFINE_integer("steps", DEFAULT_STEPS, "Timed steps of the measurement.")
-    flags.DEFINE_integer("warmup_steps", DEFAULT_WARMUP_STEPS, "Steps before the timed ones.")
-    flags.DEFINE_float("compute_ms", None, "Use this step time instead of measuring one.")
-    flags.DEFINE_list("fit_to", [], "benchmarks.scale_out results JSONs (comma-separated) to fit the costs of a "
-                      "distributed step to (default: the costs fitted to %s)." % " and ".join(fit_lib.FITTED_TO))
-    flags.DEFINE_list("fit_mpi_to", [], "benchmarks.scale_out results JSONs (comma-separated) with hybrid+mpi_yield "
-                      "at two batches, to fit the costs over MPI to (default: the costs fitted to %s)."
-                      % " and ".join(fit_lib.MPI_FITTED_TO))
-    flags.DEFINE_list("check_against", [], "benchmarks.scale_out or benchmarks.multicore results JSONs "
-                      "(comma-separated): print the predictions next to their measured distributed runs.")
-    flags.DEFINE_list("fit_cores_to", [], "benchmarks.multicore results JSONs (comma-separated) to fit what a "
-                      "process's further cores give to (default: %s)." % " and ".join(fit_lib.CORES_FITTED_TO))
-    flags.DEFINE_bool("json", False, "Print one JSON object (the measured step, every prediction, the pick and "
-                      "its reason) instead of the tables; what `--distribution auto` of `deepfm.sagemaker` reads.")
+    """Defines the flags of the entry point: `planner.advice.AdviceConfig`'s fields."""
+    config_flags.define_flags([advice.AdviceConfig])
     flags.mark_flag_as_required("data")
 
 
@@ -167,7 +139,7 @@ def measure_step(data: str, batch_size: int, dedup: bool, steps: int, warmup_ste
     return seconds, batch_size * metadata.field_size, float(np.mean(distinct)), int(dense), model
 
 
-def count_distinct_ids(data: str, batch_size: int, batches: int = DEFAULT_WARMUP_STEPS) -> float:
+def count_distinct_ids(data: str, batch_size: int, batches: int = advice.DEFAULT_WARMUP_STEPS) -> float:
     """The mean distinct ids of the first `batches` training batches of `data` at `batch_size`."""
     import numpy as np
     import tensorflow as tf
@@ -193,49 +165,50 @@ def format_table(predictions) -> str:
 def main(argv):
     del argv
     entry.configure_logging(entry.flags_want_detail())
-    for flag in ("hosts", "cores_per_host", "batch_size", "steps"):
-        if getattr(FLAGS, flag) < 1:
-            raise app.UsageError("--%s must be >= 1, got %r" % (flag, getattr(FLAGS, flag)))
-    if not os.path.isfile(os.path.join(FLAGS.data, schema.METADATA_FILE)):
+    try:
+        config = advice.AdviceConfig(**config_flags.values(advice.AdviceConfig, FLAGS))
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
+    if not os.path.isfile(os.path.join(config.data, schema.METADATA_FILE)):
         raise app.UsageError(
             "--data %r is not a dataset root (a directory with metadata.json): make one with `python -m "
             "dataprep.synthetic --rows 300000 --output_dir %s` (the scale-out benchmarks' data) or `python -m "
-            "dataprep.criteo`" % (FLAGS.data, FLAGS.data))
+            "dataprep.criteo`" % (config.data, config.data))
     try:
-        cluster = cost_model.Cluster(hosts=FLAGS.hosts, cores_per_host=FLAGS.cores_per_host,
-                                     link_gbps=FLAGS.link_gbps, latency_s=FLAGS.latency_us * 1e-6,
-                                     ranks_per_host=FLAGS.ranks_per_host, transport=FLAGS.transport)
+        cluster = cost_model.Cluster(hosts=config.hosts, cores_per_host=config.cores_per_host,
+                                     link_gbps=config.link_gbps, latency_s=config.latency_us * 1e-6,
+                                     ranks_per_host=config.ranks_per_host, transport=config.transport)
     except ValueError as e:
         raise app.UsageError("--ranks_per_host / --cores_per_host: %s" % e) from e
     try:
-        core_costs = fit_lib.fit_cores(FLAGS.fit_cores_to) if FLAGS.fit_cores_to else fit_lib.CALIBRATED_CORE_COSTS
+        core_costs = fit_lib.fit_cores(config.fit_cores_to) if config.fit_cores_to else fit_lib.CALIBRATED_CORE_COSTS
     except (OSError, KeyError, ValueError) as e:
         raise app.UsageError("--fit_cores_to: %s" % e) from e
     core = pin_to_one_core()
     try:
-        seconds, ids, distinct, dense, model = measure_step(FLAGS.data, FLAGS.batch_size, FLAGS.dedup_lookups,
-                                                            FLAGS.steps, FLAGS.warmup_steps)
+        seconds, ids, distinct, dense, model = measure_step(config.data, config.batch_size, config.dedup_lookups,
+                                                            config.steps, config.warmup_steps)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
-    if FLAGS.compute_ms is not None:
-        seconds = FLAGS.compute_ms / 1000.0
+    if config.compute_ms is not None:
+        seconds = config.compute_ms / 1000.0
     profile = cost_model.StepProfile(
-        compute_s=seconds, batch_size=FLAGS.batch_size, ids_per_step=ids, distinct_ids_per_step=distinct,
+        compute_s=seconds, batch_size=config.batch_size, ids_per_step=ids, distinct_ids_per_step=distinct,
         embedding_size=model.embedding_size, feature_size=model.feature_size, dense_params=dense,
-        step_costs=fit_lib.CALIBRATED_COSTS, dedup=FLAGS.dedup_lookups, core_costs=core_costs)
+        step_costs=fit_lib.CALIBRATED_COSTS, dedup=config.dedup_lookups, core_costs=core_costs)
     try:
-        distinct_ids = {batch: count_distinct_ids(FLAGS.data, batch)
-                        for batch in fit_lib.result_batches(FLAGS.fit_to + FLAGS.fit_mpi_to + FLAGS.check_against)
-                        if batch != FLAGS.batch_size}
-        if FLAGS.fit_to:
-            profile = fit_lib.fit(FLAGS.fit_to, profile, distinct_ids)
-        if FLAGS.fit_mpi_to:
-            profile = fit_lib.fit_mpi(FLAGS.fit_mpi_to, profile, distinct_ids)
-        checked = fit_lib.check(FLAGS.check_against, profile, distinct_ids) if FLAGS.check_against else None
+        distinct_ids = {batch: count_distinct_ids(config.data, batch)
+                        for batch in fit_lib.result_batches(config.fit_to + config.fit_mpi_to + config.check_against)
+                        if batch != config.batch_size}
+        if config.fit_to:
+            profile = fit_lib.fit(config.fit_to, profile, distinct_ids)
+        if config.fit_mpi_to:
+            profile = fit_lib.fit_mpi(config.fit_mpi_to, profile, distinct_ids)
+        checked = fit_lib.check(config.check_against, profile, distinct_ids) if config.check_against else None
     except (OSError, KeyError, ValueError) as e:
         raise app.UsageError("--fit_to / --fit_mpi_to / --check_against: %s" % e) from e
     best, reason = advise_layout(profile, cluster)
-    if FLAGS.json:
+    if config.json:
         print(json.dumps({"step_ms": 1000 * seconds, "ids_per_step": ids, "distinct_ids_per_step": distinct,
                           "cluster": dataclasses.asdict(cluster), "core_costs": profile.core_costs._asdict(),
                           "predictions": [dataclasses.asdict(p) for p in layouts(profile, cluster)],
@@ -243,9 +216,9 @@ def main(argv):
                           "threads_per_rank": best.threads, "reason": reason}, sort_keys=True))
         return
     print("measured on core %d: step %.2f ms%s, %d ids and %.0f distinct per batch, %d dense parameters"
-          % (core, 1000 * seconds, " (given)" if FLAGS.compute_ms is not None else "", ids, distinct, dense))
-    fitted_to = ", ".join(os.path.basename(path) for path in FLAGS.fit_to or fit_lib.FITTED_TO)
-    mpi_fitted_to = ", ".join(os.path.basename(path) for path in FLAGS.fit_mpi_to or fit_lib.MPI_FITTED_TO)
+          % (core, 1000 * seconds, " (given)" if config.compute_ms is not None else "", ids, distinct, dense))
+    fitted_to = ", ".join(os.path.basename(path) for path in config.fit_to or fit_lib.FITTED_TO)
+    mpi_fitted_to = ", ".join(os.path.basename(path) for path in config.fit_mpi_to or fit_lib.MPI_FITTED_TO)
     for name in list(fit_lib.FIT_VARIANTS) + list(fit_lib.FIT_MPI_VARIANTS):
         if name in fit_lib.FIT_MPI_VARIANTS:
             fitted_to = mpi_fitted_to
@@ -258,16 +231,16 @@ def main(argv):
               "compute" % (name, fitted_to, 1000 * costs.overhead_s, 1e9 * costs.cpu_s_per_byte,
                            costs.compute_factor))
     print("a process's further cores (fitted to %s): %.3f of a step's compute is serial, %.3f of the exchange's "
-          "cost spreads over a rank's cores" % (", ".join(os.path.basename(p) for p in FLAGS.fit_cores_to or
+          "cost spreads over a rank's cores" % (", ".join(os.path.basename(p) for p in config.fit_cores_to or
                                                           fit_lib.CORES_FITTED_TO), profile.core_costs.serial_fraction,
                                                 profile.core_costs.exchange_spread))
     if checked:
-        print("\nchecked against %s:\n" % ", ".join(os.path.basename(path) for path in FLAGS.check_against))
+        print("\nchecked against %s:\n" % ", ".join(os.path.basename(path) for path in config.check_against))
         print(checked)
     print("predicted for %d host(s) x %d core(s), %g Gbit/s, %g us latency, Horovod over %s, dedup_lookups=%s, "
           "processes per host: %s:\n"
-          % (cluster.hosts, cluster.cores_per_host, cluster.link_gbps, FLAGS.latency_us, cluster.transport,
-             FLAGS.dedup_lookups, FLAGS.ranks_per_host or "every divisor of the cores"))
+          % (cluster.hosts, cluster.cores_per_host, cluster.link_gbps, config.latency_us, cluster.transport,
+             config.dedup_lookups, config.ranks_per_host or "every divisor of the cores"))
     print(format_table(layouts(profile, cluster)))
     print("\npick: %s, %d process(es) per host of %d core(s) and thread(s) each (%s)"
           % (best.strategy, best.ranks_per_host, best.threads, reason))
