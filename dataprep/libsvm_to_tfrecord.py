@@ -22,7 +22,7 @@ import numpy as np
 from absl import flags
 
 from cli import entry
-from input_pipeline import formats, schema
+from input_pipeline import format_base, formats, schema
 
 PROGRAM = "dataprep.libsvm_to_tfrecord"
 
@@ -31,7 +31,7 @@ TARGET = formats.TFRECORD
 LINES_PER_BATCH = 8192
 
 
-def output_path(path: str, output_dir: Optional[str], target: formats.DataFormat = TARGET) -> str:
+def output_path(path: str, output_dir: Optional[str], target: format_base.DataFormat = TARGET) -> str:
     """Where the `target`-format twin of a file goes."""
     stem = os.path.splitext(os.path.basename(path))[0] + target.extension
     return os.path.join(output_dir or os.path.dirname(os.path.abspath(path)), stem)
@@ -52,8 +52,8 @@ def expand(patterns: Sequence[str]) -> List[str]:
     return paths
 
 
-def convert_file(path: str, target: str, field_size: int, source_format: formats.DataFormat = SOURCE,
-                 target_format: formats.DataFormat = TARGET) -> int:
+def convert_file(path: str, target: str, field_size: int, source_format: format_base.DataFormat = SOURCE,
+                 target_format: format_base.DataFormat = TARGET) -> int:
     """Writes the rows of one file in `source_format` to `target` in `target_format`; returns the rows written.
 
     Raises:

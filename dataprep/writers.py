@@ -31,8 +31,9 @@ class SplitWriter:
     Each shard stem `SPLIT/part-NNNNN` exists as `.libsvm`, `.tfrecord` and
     `.tfrecord-packed`, holding the same rows in the same order (packed
     records start afresh at each call's rows of a shard, so a few hold fewer
-    than `formats.PACKED_ROWS_PER_RECORD`). Use as a context manager, or
-    call `close()`; `split_info()` gives the rows written.
+    than `input_pipeline.format_tfrecord_packed.PACKED_ROWS_PER_RECORD`). Use
+    as a context manager, or call `close()`; `split_info()` gives the rows
+    written.
 
     Parallel writers each write a piece of every shard: with `piece_suffix`
     the files are `SPLIT/part-NNNNN<suffix>.libsvm` (and `.tfrecord`), and

@@ -20,7 +20,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 from absl import app, flags
 
 from cli import entry
-from input_pipeline import formats, schema
+from input_pipeline import format_base, formats, schema
 
 FLAGS = flags.FLAGS
 PROGRAM = "deepfm.predict"
@@ -77,7 +77,7 @@ def serving_signature(saved_model: str):
     return loaded, signature, int(inputs[schema.FEAT_IDS].shape[1])
 
 
-def batches(paths: Sequence[str], data_format: formats.DataFormat, field_size: int, batch_size: int,
+def batches(paths: Sequence[str], data_format: format_base.DataFormat, field_size: int, batch_size: int,
             labelled: bool):
     """The batches of `paths` in input order, every row once: `(features, labels)`, or `features` alone."""
     import tensorflow as tf

@@ -6,7 +6,7 @@ and names the first file that has any of (a second look, only where the pass
 found a problem, finds its row):
 
 * damage: a TFRecord or packed TFRecord file cut short, or a record whose
-  bytes do not match their checksum (`input_pipeline.formats` counts each
+  bytes do not match their checksum (`input_pipeline.format_tfrecord` counts each
   file's bytes); a LibSVM line that is not `label id:value ...`;
 * a row of another layout: another number of fields than `field_size`;
 * a value that is not finite (NaN, infinity) among the values or the labels;

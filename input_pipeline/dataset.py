@@ -16,7 +16,7 @@ import dataclasses
 import os
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
-from input_pipeline import files, formats, schema
+from input_pipeline import files, format_base, formats, schema
 
 Spec = Union[str, Sequence[str]]
 
@@ -28,7 +28,7 @@ class Dataset:
     Attributes:
       train_files: the training files.
       val_files: the validation files (empty: no validation).
-      data_format: their `formats.DataFormat`.
+      data_format: their `format_base.DataFormat`.
       metadata: the `schema.DatasetMetadata` of the training data's dataset
         root, or None for files outside one.
       metadata_dir: the folder of that metadata file, whose shards it lists
@@ -37,7 +37,7 @@ class Dataset:
 
     train_files: Tuple[str, ...]
     val_files: Tuple[str, ...] = ()
-    data_format: formats.DataFormat = formats.TFRECORD
+    data_format: format_base.DataFormat = formats.TFRECORD
     metadata: Optional[schema.DatasetMetadata] = None
     metadata_dir: Optional[str] = None
 

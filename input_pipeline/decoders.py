@@ -43,7 +43,7 @@ paths give bit-identical tensors.
 Fixed-width files read as byte rows (`decode_libsvm_rows`): a file whose
 first line has the fixed-width layout and whose size is a whole number of
 such lines is read in blocks of lines straight into a uint8 matrix, one row
-per line with its `\n` (`input_pipeline.formats`), with no string per
+per line with its `\n` (`input_pipeline.format_libsvm`), with no string per
 line. Such a batch is decoded by the same byte arithmetic; when any row
 breaks the layout, the rows are turned back into lines and take the general
 path, which decodes lines that are valid LibSVM of that length and names
@@ -54,7 +54,7 @@ line, which `skip_bad_records` does).
 
 `check_libsvm_line` and `check_example` check one record in plain Python,
 so that a wrong `field_size` or format is reported before a graph is built
-(`input_pipeline.formats.DataFormat.check_first_record` reads the record and
+(`input_pipeline.format_base.DataFormat.check_first_record` reads the record and
 calls the one of its format).
 """
 

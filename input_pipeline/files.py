@@ -16,7 +16,7 @@ Row counts come from the nearest metadata (`row_counts`: a split folder's
 own, else its dataset root's) or, when the files have none, from reading
 them (`count_rows`, the format's `DataFormat.count_rows`).
 
-The format may be given as an `input_pipeline.formats.DataFormat` or by
+The format may be given as an `input_pipeline.format_base.DataFormat` or by
 name.
 """
 
@@ -24,7 +24,7 @@ import glob
 import os
 from typing import Dict, List, Optional, Sequence, Set, Union
 
-from input_pipeline import formats, schema
+from input_pipeline import format_base, format_libsvm, formats, schema
 
 GLOB_CHARACTERS = "*?["
 
@@ -133,7 +133,7 @@ def count_rows(paths: Sequence[str], data_format: formats.DataFormatLike) -> Dic
     return {path: data_format.count_rows(path) for path in paths}
 
 
-def _expand(item: str, data_format: formats.DataFormat, split: str) -> List[str]:
+def _expand(item: str, data_format: format_base.DataFormat, split: str) -> List[str]:
     if os.path.isdir(item):
         return _directory_files(item, data_format, split)
     if os.path.isfile(item):
@@ -149,7 +149,7 @@ def _expand(item: str, data_format: formats.DataFormat, split: str) -> List[str]
     return []
 
 
-def _directory_files(directory: str, data_format: formats.DataFormat, split: str) -> List[str]:
+def _directory_files(directory: str, data_format: format_base.DataFormat, split: str) -> List[str]:
     if is_dataset_root(directory):
         return _split_files(directory, data_format, split)
     ext = data_format.extension
@@ -158,21 +158,21 @@ def _directory_files(directory: str, data_format: formats.DataFormat, split: str
             and os.path.isfile(os.path.join(directory, name))]
 
 
-def _split_files(root: str, data_format: formats.DataFormat, split: str) -> List[str]:
+def _split_files(root: str, data_format: format_base.DataFormat, split: str) -> List[str]:
     split_dir = os.path.join(root, split)
     if not os.path.isdir(split_dir):
         return []
     return _directory_files(split_dir, data_format, split)
 
 
-def _other_formats(item: str, data_format: formats.DataFormat, split: str) -> str:
+def _other_formats(item: str, data_format: format_base.DataFormat, split: str) -> str:
     """What other formats' files `item` holds, as the flags that read them ("" when none)."""
     held = [other.name for other in map(formats.get, formats.names())
             if other != data_format and _expand(item, other, split)]
     if not held:
         return ""
     return "; it holds %s files: pass %s, or convert them (python -m %s --input_format ... --output_format %s)" % (
-        " and ".join(held), " or ".join("--data_format " + name for name in held), formats.CONVERTER_MODULE,
+        " and ".join(held), " or ".join("--data_format " + name for name in held), format_libsvm.CONVERTER_MODULE,
         data_format.name)
 
 

@@ -265,7 +265,7 @@ def open_channel(channel: str, base_dir: Optional[str] = None,
         raise ImportError("Pipe mode needs sagemaker-tensorflow (pip install '.[pipe]'): %s" % e) from e
 
     data_format = formats.as_format(data_format)
-    data_format.check_pipe_mode()
+    formats.check_pipe_mode(data_format)
     if epochs is not None and epochs < 1:
         raise ValueError("epochs must be >= 1 or None (without end), got %r" % (epochs,))
     if timeout_s <= 0:

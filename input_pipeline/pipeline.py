@@ -12,12 +12,12 @@ comes before shuffle (after it, every epoch would replay the first epoch's
 order) and before repeat (after it, the cache would store every epoch again
 and its memory grow by one copy of the data per epoch). No other order can be
 asked for. `DatasetBuilder.records` and `DatasetBuilder.decode_batch` are
-the parts a caller needs to build one anyway: `benchmarks/input_speed.py`
+the parts a caller needs to build one anyway: `benchmarks/input_speed_variants.py`
 builds the slow orders the text warns against (a scalar map before batch, no
 prefetch, cache after repeat) from them, to measure them.
 
 Chunks. In File mode the format reads each file in chunks of records
-(`formats.READ_CHUNK_RECORDS`). Without a shuffle and without sharding by
+(`format_base.READ_CHUNK_RECORDS`). Without a shuffle and without sharding by
 records, the chunks go on as they are (through the cache, which then holds
 chunks) and `Dataset.rebatch` cuts them into the batches: the same batches,
 in the same order, as single records batched, without a tf.data element per
@@ -34,13 +34,13 @@ then reads and decodes every record, and a cache holds all of them.
 
 Formats. Everything that differs between TFRecord and LibSVM (reading,
 decoding, row counting, options, whether Pipe mode carries it) is the
-`input_pipeline.formats.DataFormat` in `PipelineConfig.data_format`; this
+`input_pipeline.format_base.DataFormat` in `PipelineConfig.data_format`; this
 module never compares format names.
 
 Create. In File mode the files are read by the format's
 `DataFormat.records`: in parallel, in chunks, by a deterministic interleave,
 so every pipeline sees the records in the same order and sharding by records
-gives disjoint shards (see `input_pipeline.formats`). In Pipe mode the
+gives disjoint shards (see `input_pipeline.format_base`). In Pipe mode the
 records come from `input_pipeline.pipe.open_channel`, for formats Pipe mode
 can carry (TFRecord).
 
@@ -72,7 +72,7 @@ Bad records. LibSVM: see `input_pipeline.decoders` (errors name `file:line`;
 `skip_bad_records` drops and warns). TFRecord: a corrupt or truncated file
 stops the pipeline with an error naming it, or with
 `max_corrupted_records = N > 0` up to N of them per pass are skipped with a
-warning (see `input_pipeline.formats`).
+warning (see `input_pipeline.format_tfrecord`).
 
 Caching. `cache="memory"` is refused when the cached data is estimated (from
 the file sizes of this pipeline's share) above `memory_budget_bytes`; a path
@@ -95,7 +95,7 @@ import tensorflow as tf
 from absl import logging
 
 from cli import config_flags
-from input_pipeline import files, formats, pipe, schema, sharding
+from input_pipeline import files, format_base, formats, pipe, schema, sharding
 
 INPUT_MODE_FILE = "file"
 INPUT_MODE_PIPE = "pipe"
@@ -116,7 +116,7 @@ class PipelineConfig:
     """How to read, shard, cache, shuffle, batch and decode the input.
 
     Attributes:
-      data_format: the `formats.DataFormat` (a name is accepted and parsed
+      data_format: the `format_base.DataFormat` (a name is accepted and parsed
         into the format); Pipe mode needs one it can carry (TFRecord).
       field_size: ids per example.
       shuffle_buffer: examples in the shuffle buffer; 0 for no shuffle.
@@ -124,7 +124,7 @@ class PipelineConfig:
       memory_budget_bytes: the largest estimated data `cache="memory"` may
         hold.
       num_parallel_reads: files read at once (File mode);
-        `tf.data.AUTOTUNE` reads up to `formats.DEFAULT_PARALLEL_READS`.
+        `tf.data.AUTOTUNE` reads up to `format_base.DEFAULT_PARALLEL_READS`.
       read_buffer_bytes: read buffer of each open file.
       seed: shuffle seed; None for a different order every run.
       skip_bad_records: an option of LibSVM (refused for other formats): drop
@@ -148,7 +148,7 @@ class PipelineConfig:
         as the consumer waits.
     """
 
-    data_format: formats.DataFormat = config_flags.field(
+    data_format: format_base.DataFormat = config_flags.field(
         formats.TFRECORD, "Format of the data files.", choices=formats.names())
     field_size: int = schema.FIELD_SIZE
     shuffle_buffer: int = config_flags.field(0, "Shuffle buffer in examples; 0 for no shuffle.")
@@ -176,8 +176,8 @@ class PipelineConfig:
             raise ValueError("input_mode must be one of %s, got %r"
                              % (", ".join(INPUT_MODES), self.input_mode))
         if self.input_mode == INPUT_MODE_PIPE:
-            self.data_format.check_pipe_mode()
-        self.data_format.check_options(self)
+            formats.check_pipe_mode(self.data_format)
+        formats.check_options(self.data_format, self)
         for name in ("field_size", "read_buffer_bytes", "memory_budget_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError("%s must be >= 1, got %r" % (name, getattr(self, name)))

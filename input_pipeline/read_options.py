@@ -18,7 +18,7 @@ class ReadOptions(Protocol):
 
     @property
     def num_parallel_reads(self) -> int:
-        """Files read at once (`tf.data.AUTOTUNE`: `input_pipeline.formats.DEFAULT_PARALLEL_READS`)."""
+        """Files read at once (`tf.data.AUTOTUNE`: `input_pipeline.format_base.DEFAULT_PARALLEL_READS`)."""
 
     @property
     def read_buffer_bytes(self) -> int:

@@ -8,7 +8,7 @@ from unittest import mock
 import tensorflow as tf
 from absl.testing import parameterized
 
-from input_pipeline import files, formats, pipe_feeder, pipeline, schema
+from input_pipeline import files, format_base, formats, pipe_feeder, pipeline, schema
 from tests.input_pipeline import example_files
 
 FIELDS = example_files.SMALL_FIELD_SIZE
@@ -73,7 +73,7 @@ class OrderTest(PipelineTestCase):
         # Chunks of 3 records from files of 5, 7 and 2 rows: batches cross chunk and file ends.
         train = self.train_files(self.write_root([5, 7, 2]), data_format)
         read_config = config(data_format=data_format, drop_remainder=drop_remainder, cache=cache)
-        with mock.patch.object(formats, "READ_CHUNK_RECORDS", 3):
+        with mock.patch.object(format_base, "READ_CHUNK_RECORDS", 3):
             builder = pipeline.DatasetBuilder(train, read_config, BATCH, 2)
             chunked = labels_of(builder())
             single = builder.records().batch(BATCH, drop_remainder=drop_remainder).map(builder.decode_batch)
@@ -205,7 +205,7 @@ class FormatTest(PipelineTestCase):
     def test_every_format_gives_the_tfrecord_pipeline(self):
         root = self.write_root([300, 7])
         # Files interleave by chunks: chunks of as many rows as a packed record's make one order.
-        self.enter_context(mock.patch.object(formats, "READ_CHUNK_RECORDS", example_files.PACKED_ROWS))
+        self.enter_context(mock.patch.object(format_base, "READ_CHUNK_RECORDS", example_files.PACKED_ROWS))
         batches = {}
         for data_format in formats.names():
             builder = pipeline.DatasetBuilder(self.train_files(root, data_format),
@@ -394,7 +394,7 @@ class PackedTest(PipelineTestCase):
         # Files of 5, 7 and 2 rows in records of 3: records cross batches, and shards cut records.
         # Single-row TFRecord read in chunks of 3 records interleaves its files as 3-row records do.
         root = self.write_root([5, 7, 2])
-        self.enter_context(mock.patch.object(formats, "READ_CHUNK_RECORDS", example_files.PACKED_ROWS))
+        self.enter_context(mock.patch.object(format_base, "READ_CHUNK_RECORDS", example_files.PACKED_ROWS))
         for index in range(num_shards):
             context = tf.distribute.InputContext(num_shards, index)
             got, steps = {}, {}
