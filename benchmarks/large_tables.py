@@ -28,7 +28,7 @@ Per row (variant, table size):
 * state: bytes of the weights and optimizer slots (`strategies.memory_estimate`,
   measured from the model's graph in a child process), and the largest
   share of it one process of the variant holds (the strategy's own
-  `memory_estimates` at N processes);
+  `Strategy.memory` at N processes);
 * peak resident memory of every process of the tree (`VmHWM` sampled every
   `SAMPLE_SECONDS`, `common.ProcessTreeSampler`), named by command line and
   task; the table shows the largest and its ratio to the largest share;
@@ -236,7 +236,7 @@ def state_bytes(feature_size: int, variants: Sequence[report.Variant], batch_siz
     shares = {}
     for variant in variants:
         strategy = strategies.get(strategies.make_config(name=variant.strategy))
-        estimates = strategy.memory_estimates(state, batch_size * model.field_size, scale=variant.processes)
+        estimates = strategy.memory(state, batch_size * model.field_size).estimates(variant.processes)
         shares[variant.name] = max(memory.state for memory in estimates.values())
     return {"state_bytes": state.variable_bytes + state.slot_bytes, "shares": shares}
 

@@ -464,7 +464,7 @@ def run_library(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tu
                                           num_epochs=None)
         strategy.setup()
         strategy.prepare(trainer.plan_for(train, spec.total_steps))
-        context = strategy.input_context()
+        context = strategy.input_plan().context
         timer = _step_timer((spec.warmup_steps, spec.total_steps))
 
         def input_fn():

@@ -62,7 +62,7 @@ class JobConfig:
     def __post_init__(self):
         pipe_mode = self.input.input_mode == pipeline.INPUT_MODE_PIPE
         if not pipe_mode:
-            # Pipe mode without channels is refused by the strategy (`Strategy.pipe_channel`); channels must
+            # Pipe mode without channels is refused by the strategy (`InputPlan.pipe_channel`); channels must
             # not come without Pipe mode, as strategies tell Pipe mode by them.
             for flag, value in (("train_channels", ",".join(self.strategy.train_channels)),
                                 ("val_channel", self.train.val_channel)):

@@ -4,6 +4,8 @@ Where each concept lives:
 
 * `strategy.py`: `Strategy`, the interface every adapter implements;
 * `lifecycle.py`: its steps, `setup()` then `prepare(Plan)`, and the `Plan`;
+* `input_plan.py`: `InputPlan`, how a process reads its input; `run_settings.py`: `RunSettings`, what
+  `prepare` agreed on; `memory_share.py`: `MemoryShare`, what a job's processes hold;
 * `topology.py`: `Topology`, where a process sits in its job;
 * `context.py`: `ModelContext`, what a model_fn gets; `tables.py`: its embedding tables;
 * `config.py`: `StrategyConfig`; `options.py`: how an adapter declares its options;

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from strategies import options as options_lib
 from strategies import strategy
+from strategies import tables as tables_lib
 from strategies import topology as topology_lib
 from strategies.config import StrategyConfig
 
@@ -146,32 +147,37 @@ class LocalReplicaStrategy(strategy.Strategy):
     """
 
     Options: ClassVar[type] = ReplicaOptions
-    options: ReplicaOptions
+    _options: ReplicaOptions
 
     def __init__(self, config: StrategyConfig):
         super().__init__(config)
         self._device_list: Optional[DeviceList] = None
 
-    def validate(self) -> None:
+    def _validate(self) -> None:
         """Also resolves the devices.
 
         Raises:
           ValueError: a bad option, or GPUs asked for that are not visible.
         """
-        super().validate()
-        self._device_list = resolve(self.options.num_devices, self.config.device_type)
+        super()._validate()
+        self._device_list = resolve(self._options.num_devices, self.config.device_type)
 
     @property
     def device_list(self) -> DeviceList:
         """The replica devices (resolved on first use)."""
         if self._device_list is None:
-            self._device_list = resolve(self.options.num_devices, self.config.device_type)
+            self._device_list = resolve(self._options.num_devices, self.config.device_type)
         return self._device_list
 
     def _set_up(self) -> topology_lib.Topology:
-        """The environment; one replica in sync per device."""
-        return dataclasses.replace(super()._set_up(), replicas_in_sync=len(self.device_list))
+        """One process, one replica in sync per device."""
+        return topology_lib.Topology(replicas_in_sync=len(self.device_list))
 
-    def session_config(self) -> tf.compat.v1.ConfigProto:
+    def _session_config(self) -> tf.compat.v1.ConfigProto:
         """The base configuration, creating the virtual CPU devices."""
-        return self.device_list.session_config(super().session_config())
+        return self.device_list.session_config(super()._session_config())
+
+    def _embedding_factory(self, mode: str) -> tables_lib.EmbeddingFactory:
+        """One variable per table, shared by the replicas."""
+        del mode
+        return strategy.plain_tables(self)

@@ -41,10 +41,10 @@ No rank ever waits in a collective for a rank busy with something else
   evaluation, run by every rank. The export runs after the last step and
   contains no collective.
 * A stop on SIGTERM or SIGINT (`deepfm.runtime.interrupt`) is agreed in the step
-  itself: an allreduce of a stop flag (`agree_max`) is fetched with every
+  itself: an allreduce of a stop flag (`Strategy.agree_max`) is fetched with every
   training step, so all ranks stop after the same step.
 * Evaluation runs on every rank (`evaluates`), each on its shard of the
-  validation rows (`evaluation_input_fn`: rank r of n reads shard r, the
+  validation rows (`InputPlan.evaluation_input_fn`: rank r of n reads shard r, the
   shards holding every row once), so each rank reads 1/n of the rows.
   After its last batch every rank sums the state of the metrics over
   the ranks (AUC's confusion counts, log loss's sum and count: one
@@ -76,7 +76,9 @@ from absl import logging
 from input_pipeline import pipeline, sharding
 from strategies import context as context_lib
 from strategies import devices, large_batch, lifecycle, registry, sharded_evaluation, strategy
+from strategies import input_plan as input_plan_lib
 from strategies import strategy_names as names
+from strategies import tables as tables_lib
 from strategies import topology as topology_lib
 from strategies.config import StrategyConfig
 from strategies.options import check_at_least, check_choice, option
@@ -102,7 +104,7 @@ NO_GROUPS = 0
 # Set from --hvd_fusion_threshold_bytes and --hvd_cycle_time_ms before `hvd.init()`.
 FUSION_THRESHOLD_ENV = "HOROVOD_FUSION_THRESHOLD"
 CYCLE_TIME_ENV = "HOROVOD_CYCLE_TIME"
-# The feature `finite_input` adds: whether another batch follows this one.
+# The feature `_finite_input` adds: whether another batch follows this one.
 MORE_KEY = "_another_batch_follows"
 INSTALL_HINT = (
     "install it with TensorFlow and Gloo support, e.g. "
@@ -284,7 +286,7 @@ class HorovodStrategy(strategy.Strategy):
 
     Options: ClassVar[type] = HorovodOptions
     # `hybrid` ranks (a subclass) have options of their own: the fields of every rank are typed here.
-    options: RankOptions
+    _options: RankOptions
     # Every rank evaluates the same number of batches, the shorter shards padded with rows of weight 0: needed
     # where evaluating a batch is a collective (`hybrid`'s lookups). Here only the final sum is one.
     pads_evaluation: ClassVar[bool] = False
@@ -304,9 +306,8 @@ class HorovodStrategy(strategy.Strategy):
           ValueError: fewer GPUs or Pipe channels than ranks on this host,
             or ranks that do not fill every host equally.
         """
-        environment = super()._set_up()
-        for variable, value in ((FUSION_THRESHOLD_ENV, self.options.hvd_fusion_threshold_bytes),
-                                (CYCLE_TIME_ENV, self.options.hvd_cycle_time_ms)):
+        for variable, value in ((FUSION_THRESHOLD_ENV, self._options.hvd_fusion_threshold_bytes),
+                                (CYCLE_TIME_ENV, self._options.hvd_cycle_time_ms)):
             if value >= 0:
                 os.environ[variable] = "%g" % value
         hvd = import_horovod()
@@ -316,7 +317,7 @@ class HorovodStrategy(strategy.Strategy):
         self._gpu = pinned_gpu(self.config.device_type, len(gpus), hvd.local_rank(), hvd.local_size())
         if self._gpu is not None:
             # Eager work must see the same single GPU as the sessions
-            # (`session_config`), or TensorFlow maps GPU:0 to two GPUs.
+            # (`_session_config`), or TensorFlow maps GPU:0 to two GPUs.
             try:
                 tf.config.set_visible_devices(gpus[self._gpu], devices.GPU.upper())
             except RuntimeError as e:
@@ -324,8 +325,8 @@ class HorovodStrategy(strategy.Strategy):
                     "horovod rank %d cannot be pinned to GPU %d: TensorFlow initialized its GPUs before "
                     "the strategy's setup(); run setup() before any TensorFlow op (%s)"
                     % (hvd.rank(), self._gpu, e)) from e
-        topology = dataclasses.replace(
-            environment, task="rank%d" % hvd.rank(), is_chief=hvd.rank() == ROOT_RANK, evaluates=True,
+        topology = topology_lib.Topology(
+            task="rank%d" % hvd.rank(), is_chief=hvd.rank() == ROOT_RANK, evaluates=True,
             replicas_in_sync=hvd.size(), workers=hvd.size(), rank=hvd.rank(), workers_per_host=hvd.local_size(),
             local_rank=hvd.local_rank(), lockstep=True)
         if self.config.pipe_mode:
@@ -348,22 +349,35 @@ class HorovodStrategy(strategy.Strategy):
         return self._private_dir
 
     # --- the input ---------------------------------------------------------------------------------
-    def input_context(self) -> tf.distribute.InputContext:
-        """This rank's shard of the input.
+    def input_plan(self) -> input_plan_lib.InputPlan:
+        """This rank's shard of the input and Pipe channel, its last batch marked, its shard of the validation rows.
 
         File mode: `(size, rank)`, or `(workers_per_host, local_rank)` with
-        `--s3_sharded`. Pipe mode: `sharding.pipe_mode_shard`.
+        `--s3_sharded`. Pipe mode: `sharding.pipe_mode_shard`. The channel
+        is the one of this rank's local rank (in Pipe mode `setup` checked
+        there is one; elsewhere `pipe_channel` says why there is none).
+        A training input that ends by itself marks each batch with whether
+        another one follows (`_finite_input`); evaluation reads this rank's
+        shard of the validation rows (`_evaluation_input_fn`).
         """
-        placement = self.topology.placement()
+        topology = self.topology
+        placement = topology.placement()
         if self.config.pipe_mode:
             num_shards, index = sharding.pipe_mode_shard(placement, self.config.s3_sharded)
         else:
             num_shards, index = sharding.file_mode_shard(placement, self.config.s3_sharded)
-        return tf.distribute.InputContext(
-            num_input_pipelines=num_shards, input_pipeline_id=index,
-            num_replicas_in_sync=self.topology.replicas_in_sync)
+        channel, channel_error = None, input_plan_lib.NO_CHANNEL
+        try:
+            channel = self._channel(topology)
+        except ValueError as e:
+            channel_error = str(e)
+        return input_plan_lib.InputPlan(
+            context=tf.distribute.InputContext(num_input_pipelines=num_shards, input_pipeline_id=index,
+                                               num_replicas_in_sync=topology.replicas_in_sync),
+            channel=channel, channel_error=channel_error, finite_input=self._finite_input,
+            evaluation_input_fn=self._evaluation_input_fn)
 
-    def evaluation_input_fn(self, builder: pipeline.DatasetBuilder) -> Callable[..., tf.data.Dataset]:
+    def _evaluation_input_fn(self, builder: pipeline.DatasetBuilder) -> Callable[..., tf.data.Dataset]:
         """Shard `rank` of `size` of the validation rows, each row marked (`sharded_evaluation.ROW_KEY`).
 
         The shards hold every row exactly once (whole files dealt out, or
@@ -400,16 +414,13 @@ class HorovodStrategy(strategy.Strategy):
             return sharded_evaluation.marked_batches(builder(shard), batches)
         return input_fn
 
-    def pipe_channel(self) -> str:
+    def _channel(self, topology: topology_lib.Topology) -> str:
         """The channel of this rank's local rank.
 
         Raises:
           ValueError: fewer `--train_channels` than ranks on this host, or a
             channel listed twice.
         """
-        return self._channel(self.topology)
-
-    def _channel(self, topology: topology_lib.Topology) -> str:
         try:
             return sharding.assign_channel(self.config.train_channels, topology.local_rank,
                                            topology.workers_per_host)
@@ -417,26 +428,26 @@ class HorovodStrategy(strategy.Strategy):
             raise ValueError("--train_channels %r: %s" % (",".join(self.config.train_channels), e)) from e
 
     # --- the graph --------------------------------------------------------
-    def session_config(self) -> tf.compat.v1.ConfigProto:
+    def _session_config(self) -> tf.compat.v1.ConfigProto:
         """The base configuration, showing only this local rank's GPU.
 
         With `--device_type cpu` the session sees no GPU.
         """
-        config = super().session_config()
+        config = super()._session_config()
         if self._gpu is not None:
             config.gpu_options.visible_device_list = str(self._gpu)
         elif self.config.device_type == devices.CPU:
             config.device_count[devices.GPU.upper()] = 0
         return config
 
-    def _run_config_kwargs(self) -> dict:
+    def _run_config_kwargs(self, plan: lifecycle.Plan, checkpoint_dir: str) -> dict:
         """The plan's, on rank 0; the other ranks save to their private directory, a final checkpoint only.
 
         They write no summaries. The graph seed, when set, is offset by the
         rank so the ranks draw different dropout masks (initial values come
         from rank 0 anyway).
         """
-        kwargs = super()._run_config_kwargs()
+        kwargs = super()._run_config_kwargs(plan, checkpoint_dir)
         if kwargs["tf_random_seed"] is not None:
             kwargs["tf_random_seed"] += self.topology.rank
         if not self.topology.is_chief:
@@ -447,13 +458,13 @@ class HorovodStrategy(strategy.Strategy):
                 keep_checkpoint_max=PRIVATE_KEEP_CHECKPOINT_MAX)
         return kwargs
 
-    def learning_rate_factor(self) -> float:
+    def _learning_rate_factor(self) -> float:
         """`--lr_scaling`'s factor; 1 under a large-batch rule, whose rates follow the global batch (all ranks)."""
         if self.config.large_batch_rule != large_batch.NONE:
             return 1.0
-        return learning_rate_factor(self.options.lr_scaling, self.topology.workers, self.options.lr_scale_cap)
+        return learning_rate_factor(self._options.lr_scaling, self.topology.workers, self._options.lr_scale_cap)
 
-    def optimizer_wrappers(self) -> Tuple[context_lib.OptimizerWrapper, ...]:
+    def _optimizer_wrappers(self) -> Tuple[context_lib.OptimizerWrapper, ...]:
         """Wraps the optimizer in `hvd.DistributedOptimizer`.
 
         With `--sparse_as_dense` the embedding gradients are made dense and
@@ -465,12 +476,21 @@ class HorovodStrategy(strategy.Strategy):
                               ) -> tf.compat.v1.train.Optimizer:
         """`optimizer` in `hvd.DistributedOptimizer` with the configured compression and groups; `kwargs` go to it."""
         hvd = self.hvd
-        compression = (hvd.Compression.fp16 if self.options.hvd_compression == COMPRESSION_FP16
+        compression = (hvd.Compression.fp16 if self._options.hvd_compression == COMPRESSION_FP16
                        else hvd.Compression.none)
-        groups = self.options.hvd_groups if self.options.hvd_groups != NO_GROUPS else None
+        groups = self._options.hvd_groups if self._options.hvd_groups != NO_GROUPS else None
         return hvd.DistributedOptimizer(optimizer, compression=compression, groups=groups, **kwargs)
 
-    def finite_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+    def _embedding_factory(self, mode: str) -> tables_lib.EmbeddingFactory:
+        """One variable per table on every rank, its gradients reduced by `hvd.DistributedOptimizer`."""
+        del mode
+        return strategy.plain_tables(self)
+
+    def _replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
+        """`model_fn` itself: one call per rank."""
+        return model_fn
+
+    def _finite_input(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """Marks each batch with whether another one follows (`MORE_KEY` in the features).
 
         Ranks whose Pipe channels hold different numbers of records must stop
@@ -483,14 +503,15 @@ class HorovodStrategy(strategy.Strategy):
         return with_more_marker(dataset)
 
     def wrap_model_fn(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
-        """Runs `model_fn` as `replicate` says, with this strategy's context, and adds what the input asks for.
+        """Runs `model_fn` as `_replicate` says, with this strategy's context, and adds what the input asks for.
 
-        For training inputs from `finite_input`: the agreement to stop when
-        any rank runs out. For evaluation inputs from `evaluation_input_fn`:
-        the sum of the metric state over the ranks (`_evaluated_together`).
+        For training inputs from `InputPlan.finite_input`: the agreement to
+        stop when any rank runs out. For evaluation inputs from
+        `InputPlan.evaluation_input_fn`: the sum of the metric state over the
+        ranks (`_evaluated_together`).
         """
         hvd = self.hvd
-        replicated = self.replicate(model_fn)
+        replicated = self._replicate(model_fn)
 
         def wrapped(features, labels, mode, params):
             features, more = _taken(features, MORE_KEY)
@@ -539,11 +560,11 @@ class HorovodStrategy(strategy.Strategy):
         with tf.device(devices.HOST_DEVICE):
             return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=name)
 
-    def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
+    def _train_hooks(self) -> List[tf.estimator.SessionRunHook]:
         """Broadcasts rank 0's variables when the session starts."""
         return [self.hvd.BroadcastGlobalVariablesHook(ROOT_RANK)]
 
-    def agree_max(self, value: tf.Tensor, name: str = strategy.AGREEMENT_NAME) -> tf.Tensor:
+    def _agree_max_op(self, value: tf.Tensor, name: str) -> tf.Tensor:
         """The maximum of every rank's int32 `value`: an allreduce named `name`, on the host.
 
         `deepfm.runtime.interrupt` fetches one of a stop flag with every
@@ -558,14 +579,14 @@ class HorovodStrategy(strategy.Strategy):
         device = "GPU %d" % self._gpu if self._gpu is not None else "CPU"
         return "%s: rank %d of %d (local rank %d of %d), %s, lr x%g (%s)%s" % (
             self.name, hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), device,
-            self.learning_rate_factor(), self.options.lr_scaling, self._describe_options())
+            self._learning_rate_factor(), self._options.lr_scaling, self._describe_options())
 
     def _describe_options(self) -> str:
         return ", sparse_as_dense" if self._sparse_as_dense() else ""
 
     def _sparse_as_dense(self) -> bool:
         """`--sparse_as_dense` (an option of `horovod` alone)."""
-        return isinstance(self.options, HorovodOptions) and self.options.sparse_as_dense
+        return isinstance(self._options, HorovodOptions) and self._options.sparse_as_dense
 
 
 def _taken(features, key: str):

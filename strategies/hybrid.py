@@ -165,7 +165,7 @@ class _Tables:
 
     def __call__(self, name: str, shape: Sequence[int], initializer=None) -> ShardedTable:
         hvd = self._strategy.hvd
-        options = self._strategy.options
+        options = self._strategy._options
         width = shape[1] if len(shape) > 1 else None
         if len(shape) > 2:
             raise ValueError("strategy hybrid shards tables of rows of one dimension; %r has rows of shape %s"
@@ -238,12 +238,12 @@ class HybridStrategy(horovod.HorovodStrategy):
     """One Horovod rank of a hybrid-parallel job (see the module docstring)."""
 
     Options = HybridOptions
-    options: HybridOptions
+    _options: HybridOptions
     # Every evaluation batch is a collective (the lookups' all-to-alls).
     pads_evaluation = True
-    memory_scale = "at %d rank(s)"
+    _memory_scale = "at %d rank(s)"
 
-    def memory_estimates(self, state: memory_estimate.ModelState, ids_per_step: int,
+    def _memory_estimates(self, state: memory_estimate.ModelState, ids_per_step: int,
                          scale: Optional[int] = None) -> Dict[str, memory_estimate.ProcessMemory]:
         """A rank holds 1/ranks of each table's rows and their slots, every dense variable and its slots, and the
         buffers of the step's exchange of rows. `scale`: ranks (default: this job's)."""
@@ -253,14 +253,14 @@ class HybridStrategy(horovod.HorovodStrategy):
             variables=table_bytes + state.dense_bytes, slots=table_slot_bytes + state.dense_slot_bytes,
             buffers=state.exchange_bytes(ids_per_step))}
 
-    def optimizer_wrappers(self):
+    def _optimizer_wrappers(self):
         """`hvd.DistributedOptimizer`; the shards' gradients stay local (`register_local_var`)."""
         return ()
 
-    def embedding_factory(self, mode: str) -> tables_lib.EmbeddingFactory:
+    def _embedding_factory(self, mode: str) -> tables_lib.EmbeddingFactory:
         """Sharded tables in TRAIN and EVAL; plain ones in PREDICT, so the export needs no Horovod."""
         if mode == tf.estimator.ModeKeys.PREDICT:
-            return super().embedding_factory(mode)
+            return super()._embedding_factory(mode)
         return _Tables(self, mode)
 
     def model_context(self, mode: str, per_replica_batch: Optional[int] = None) -> context_lib.ModelContext:
@@ -278,17 +278,17 @@ class HybridStrategy(horovod.HorovodStrategy):
 
     def _pipeline(self, features, labels, mode: str) -> Optional[pipeline_lib.ExchangePipeline]:
         """The exchange pipeline of a training step, or None (off, evaluation, an input that ends)."""
-        # An input that ends by itself (a plan without a step budget: `finite_input`) is read without the
+        # An input that ends by itself (a plan without a step budget: `InputPlan.finite_input`) is read without the
         # pipeline's lookahead.
-        if (mode != tf.estimator.ModeKeys.TRAIN or not self.options.exchange_pipeline
-                or self.plan.steps_per_worker is None):
+        if (mode != tf.estimator.ModeKeys.TRAIN or not self._options.exchange_pipeline
+                or self.run.plan.steps_per_worker is None):
             return None
         if not isinstance(features, dict) or schema.FEAT_IDS not in features:
             logging.info("hybrid: the features hold no %r: the id exchange runs within the step", schema.FEAT_IDS)
             return None
-        return pipeline_lib.ExchangePipeline(features, labels, schema.FEAT_IDS, self.options.exchange_staleness)
+        return pipeline_lib.ExchangePipeline(features, labels, schema.FEAT_IDS, self._options.exchange_staleness)
 
-    def replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
+    def _replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
         """`model_fn`, with the exchange pipeline, the sharded checkpoint, its saver hook and the lookup statistics."""
         def sharded(features, labels, mode, params):
             tables = context_lib.ModelContext.of(params).embedding_factory
@@ -303,12 +303,13 @@ class HybridStrategy(horovod.HorovodStrategy):
                 raise ValueError(
                     "strategy hybrid shards the tables a model_fn creates with ModelContext.embedding; %s created "
                     "none (use --strategy horovod)" % getattr(model_fn, "__name__", model_fn))
+            run = self.run
             checkpoint = checkpoint_lib.ShardedCheckpoint(tables.sharded, self.hvd)
-            scaffold = checkpoint.scaffold(max_to_keep=self.plan.keep_checkpoint_max)
+            scaffold = checkpoint.scaffold(max_to_keep=run.plan.keep_checkpoint_max)
             if mode != tf.estimator.ModeKeys.TRAIN:
                 # Each rank restores the replicated variables from its own checkpoint, its rows from the shards.
                 return spec._replace(scaffold=scaffold, evaluation_hooks=list(spec.evaluation_hooks) + [
-                    checkpoint.restore_hook(self.plan.model_dir, broadcast_replicated=False)])
+                    checkpoint.restore_hook(run.plan.model_dir, broadcast_replicated=False)])
             hooks = []
             if pipeline is not None:
                 train_op, prime_op = pipeline.finish(spec.train_op)
@@ -316,8 +317,8 @@ class HybridStrategy(horovod.HorovodStrategy):
                 hooks.append(pipeline.prime_hook(prime_op))
             # Every rank saves at rank 0's checkpoint steps (the save is a collective).
             saver = checkpoint_lib.ShardedCheckpointSaverHook(
-                self.checkpoint_dir, checkpoint, self.plan.save_checkpoints_steps, scaffold,
-                model_dir=self.plan.model_dir, keep=self.plan.keep_checkpoint_max)
+                run.checkpoint_dir, checkpoint, run.plan.save_checkpoints_steps, scaffold,
+                model_dir=run.plan.model_dir, keep=run.plan.keep_checkpoint_max)
             hooks.append(LookupStatsHook([table.lookup_stats for table in _distinct_exchanges(tables.sharded)],
                                          sum(table.shard_rows for table in tables.sharded), self.topology.rank))
             return spec._replace(scaffold=scaffold,
@@ -325,12 +326,12 @@ class HybridStrategy(horovod.HorovodStrategy):
                                  training_hooks=list(spec.training_hooks) + hooks)
         return sharded
 
-    def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
+    def _train_hooks(self) -> List[tf.estimator.SessionRunHook]:
         """None: the sharded checkpoint's saver hook restores the shards and broadcasts the rest."""
         return []
 
     def _describe_options(self) -> str:
-        options = self.options
+        options = self._options
         capacity = {AUTO_ID_CAPACITY: ", padded exchanges", NO_ID_CAPACITY: ""}.get(
             options.id_capacity, ", padded exchanges from %d ids per owner" % options.id_capacity)
         pipeline = ""

@@ -3,15 +3,16 @@
     strategy = strategies.get(config)          # built: holds its config, has touched nothing
     topology = strategy.setup()                # set up: checks and initializes this process
     strategy.prepare(strategies.Plan(model_dir="runs/m1", steps_per_worker=1000, per_replica_batch=1024))
-    estimator = tf.estimator.Estimator(strategy.wrap_model_fn(model_fn), config=strategy.run_config())
+    estimator = tf.estimator.Estimator(strategy.wrap_model_fn(model_fn), config=strategy.run.run_config)
 
 `setup()` checks what only the running process can check (`validate`),
 initializes it (environment, collective libraries) and returns its
 `Topology`; called again it returns the same one. `prepare(plan)` takes the
 run's plan (the steps, the checkpoint interval, the resume step) and agrees
 on it with the processes that must agree (Horovod ranks: one collective, in
-`prepare` only); called again with the same plan it does nothing, with
-another it raises. Every other member is a pure read or does one thing.
+`prepare` only), building the `RunSettings` that `strategy.run` reads;
+called again with the same plan it does nothing, with another it raises.
+Every other member is a pure read or does one thing.
 
 A member called before the step it needs raises `LifecycleError` naming that
 step (`STAGE_OF` lists them): nothing happens lazily behind the caller's
@@ -29,15 +30,14 @@ BUILT, SET_UP, PREPARED = 0, 1, 2
 STEP_TO_REACH = {SET_UP: "strategy.setup()",
                  PREPARED: "strategy.prepare(strategies.Plan(...)) (after setup())"}
 STAGE_NAMES = {SET_UP: "the process set up", PREPARED: "the plan"}
-# The members of `Strategy` that need a stage, and the stage each needs.
+# The members of `Strategy` that need a stage, and the stage each needs (the `_` ones: what its public members and
+# adapters call).
 STAGE_OF: Dict[str, int] = dict(
     {member: SET_UP for member in (
-        "topology", "serve", "input_context", "pipe_channel", "batch_per_input_pipeline", "batches_per_step",
-        "session_config", "global_max_steps", "learning_rate_factor", "optimizer_wrappers", "embedding_factory",
-        "gradient_share", "model_context", "replicate", "agree_max", "agreed_max", "describe", "prepare")},
-    **{member: PREPARED for member in (
-        "plan", "max_steps", "start_step", "checkpoint_dir", "run_config", "wrap_model_fn", "train_hooks",
-        "finish_training")})
+        "topology", "serve", "input_plan", "model_context", "agree_max", "describe", "prepare",
+        "_session_config", "_train_hooks", "_learning_rate_factor", "_optimizer_wrappers", "_embedding_factory",
+        "_gradient_share", "_replicate", "_agree_max_op")},
+    **{member: PREPARED for member in ("run", "wrap_model_fn", "finish_training")})
 # The Estimator's default number of checkpoints kept.
 DEFAULT_KEEP_CHECKPOINT_MAX = 5
 DEFAULT_SAVE_CHECKPOINTS_STEPS = 1000
@@ -56,7 +56,7 @@ class Plan:
 
     Attributes:
       model_dir: the job's checkpoint directory (the chief's; a strategy may
-        give other processes private ones: `Strategy.checkpoint_dir`).
+        give other processes private ones: `RunSettings.checkpoint_dir`).
       steps_per_worker: the steps each training process runs; None: until
         its input ends (Pipe mode without row counts).
       per_replica_batch: examples per replica and step; a large-batch rule
@@ -67,11 +67,11 @@ class Plan:
       seed: the graph-level random seed; None: none.
       resume_step: the global step of the checkpoint this process found in
         `model_dir`; None: a new model directory. Only the chief's counts:
-        `prepare` agrees on it (`Strategy.start_step`).
+        `prepare` agrees on it (`RunSettings.start_step`).
       max_steps: the global step training stops at where the run's input
         position moved it (a resumed or resized run counts its budget in
         examples: `deepfm.runtime.input_position`; at `resume_step` it
-        trains no step); None: `Strategy.global_max_steps(steps_per_worker)`.
+        trains no step); None: `InputPlan.global_max_steps(steps_per_worker)`.
     """
 
     model_dir: str
@@ -104,11 +104,12 @@ def require(strategy, member: str, stage: int) -> None:
     """Raises `LifecycleError` unless `strategy` reached `stage`, naming `member` and the step to call.
 
     Args:
-      strategy: a `Strategy` (its `stage` attribute says where it is).
+      strategy: a `Strategy` (its `_stage` attribute, which only this
+        module reads, says where it is).
       member: what was called, for the message.
       stage: `SET_UP` or `PREPARED`.
     """
-    if strategy.stage < stage:
+    if strategy._stage < stage:
         raise LifecycleError("strategy %r: %s needs %s; call %s first" % (
             strategy.name, member, STAGE_NAMES[stage], STEP_TO_REACH[stage]))
 

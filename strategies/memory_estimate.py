@@ -12,7 +12,7 @@ rest of the state (the dense variables' slots, the optimizer's accumulators,
 the global step, batch-norm statistics).
 
 Each strategy says which share of it each of its processes holds
-(`Strategy.memory_estimates`): by default one process holds the whole
+(`Strategy.memory`): by default one process holds the whole
 model; a parameter server its partitions of the tables; a `hybrid` rank
 1/ranks of each table. A process's peak resident memory is then estimated
 (`ProcessMemory.needed`) as
@@ -194,7 +194,7 @@ def smallest_scale(estimates_at: Callable[[int], Mapping[str, ProcessMemory]], b
 
     Args:
       estimates_at: a strategy's estimates at a count of processes
-        (`Strategy.memory_estimates` with `scale`); what a process needs
+        (`MemoryShare.estimates` with `scale`); what a process needs
         must not grow with the count.
       budget: the bytes each process may use.
       max_scale: the largest count tried.

@@ -23,8 +23,10 @@ from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
+from strategies import context as context_lib
 from strategies import devices as devices_lib
-from strategies import memory_estimate, registry
+from strategies import input_plan as input_plan_lib
+from strategies import lifecycle, memory_estimate, registry
 from strategies import options as options_lib
 from strategies import strategy_names as names
 from strategies import topology as topology_lib
@@ -90,19 +92,19 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
     """
 
     Options = MirroredOptions
-    options: MirroredOptions
+    _options: MirroredOptions
 
-    def validate(self) -> None:
+    def _validate(self) -> None:
         """Also checks the reduction against the devices.
 
         Raises:
           ValueError: a bad option, GPUs asked for that are not visible, or
             NCCL on CPU replicas.
         """
-        super().validate()
-        check_cross_device_ops(self.options.cross_device_ops, self.device_list)
+        super()._validate()
+        check_cross_device_ops(self._options.cross_device_ops, self.device_list)
 
-    def memory_estimates(self, state: memory_estimate.ModelState, ids_per_step: int,
+    def _memory_estimates(self, state: memory_estimate.ModelState, ids_per_step: int,
                          scale: Optional[int] = None) -> Dict[str, memory_estimate.ProcessMemory]:
         """A copy of every variable and slot per replica on CPU replicas, all in host memory; on GPUs the copies
         are in the GPUs' memory, which this estimate of host memory leaves out."""
@@ -111,11 +113,11 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
         return {topology_lib.ROLE_WORKER: memory_estimate.ProcessMemory(
             variables=copies * state.variable_bytes, slots=copies * state.slot_bytes)}
 
-    def batches_per_step(self) -> int:
+    def input_plan(self) -> input_plan_lib.InputPlan:
         """Dataset batches one global step consumes: one per replica."""
-        return len(self.device_list)
+        return dataclasses.replace(super().input_plan(), batches_per_step=len(self.device_list))
 
-    def gradient_share(self) -> float:
+    def _gradient_share(self) -> float:
         """1: the V1 optimizers divide each replica's loss by the replicas already, and sum the gradients."""
         return 1.0
 
@@ -125,7 +127,7 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
         Raises:
           ValueError: NCCL on CPU replicas, or an unknown reduction.
         """
-        check_cross_device_ops(self.options.cross_device_ops, self.device_list)
+        check_cross_device_ops(self._options.cross_device_ops, self.device_list)
         # Built in graph mode, as the Estimator uses it. Built eagerly, it
         # would create a variable on each replica device in the eager
         # context, which has no virtual CPU devices: those exist only in the
@@ -133,13 +135,18 @@ class MirroredStrategy(devices_lib.LocalReplicaStrategy):
         with tf.Graph().as_default():
             return tf.distribute.MirroredStrategy(
                 devices=list(self.device_list.devices),
-                cross_device_ops=make_cross_device_ops(self.options.cross_device_ops))
+                cross_device_ops=make_cross_device_ops(self._options.cross_device_ops))
 
-    def _run_config_kwargs(self) -> dict:
+    def _run_config_kwargs(self, plan: lifecycle.Plan, checkpoint_dir: str) -> dict:
         """Training and evaluating through the MirroredStrategy."""
         distribution = self.distribution()
-        return dict(super()._run_config_kwargs(), train_distribute=distribution, eval_distribute=distribution)
+        return dict(super()._run_config_kwargs(plan, checkpoint_dir), train_distribute=distribution,
+                    eval_distribute=distribution)
+
+    def _replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
+        """`model_fn` itself: the Estimator calls it once per replica."""
+        return model_fn
 
     def describe(self) -> str:
         return "mirrored: %d replica(s) on %s, %s" % (
-            len(self.device_list), ",".join(self.device_list.devices), self.options.cross_device_ops)
+            len(self.device_list), ",".join(self.device_list.devices), self._options.cross_device_ops)

@@ -40,6 +40,7 @@ from absl import logging
 from input_pipeline import sharding
 from strategies import cluster as cluster_lib
 from strategies import context as context_lib
+from strategies import input_plan as input_plan_lib
 from strategies import lifecycle, memory_estimate, registry, server_ports, strategy, tower
 from strategies import options as options_lib
 from strategies import strategy_names as names
@@ -119,13 +120,12 @@ class ParameterServerStrategy(strategy.Strategy):
     Estimator's `RunConfig` reads it; `validate` reports a missing or bad
     one and a cluster without ps tasks. A training task's gRPC server starts
     as its first training session begins (`StartServerHook`, the first of
-    `train_hooks`); a parameter server starts its own in `serve`.
+    `RunSettings.train_hooks`); a parameter server starts its own in `serve`.
     """
 
     Options = PSOptions
-    options: PSOptions
-    evaluates_in_training_session = True
-    memory_scale = "with %d parameter server(s)"
+    _options: PSOptions
+    _memory_scale = "with %d parameter server(s)"
 
     def __init__(self, config: StrategyConfig):
         super().__init__(config)
@@ -137,9 +137,9 @@ class ParameterServerStrategy(strategy.Strategy):
             self._cluster_error = e
         # What one task does on its own devices: towers on a training task
         # with --ps_towers, else one device (a parameter server computes nothing).
-        self._towers = self.options.ps_towers > 0 and self._cluster is not None and not self._cluster.is_ps
+        self._towers = self._options.ps_towers > 0 and self._cluster is not None and not self._cluster.is_ps
         self._local = registry.get(
-            dataclasses.replace(config, name=names.TOWER, options=tower.TowerOptions(self.options.ps_towers))
+            dataclasses.replace(config, name=names.TOWER, options=tower.TowerOptions(self._options.ps_towers))
             if self._towers else dataclasses.replace(config, name=names.SINGLE, options=None))
         self._server: Optional[tf.distribute.Server] = None
 
@@ -155,9 +155,9 @@ class ParameterServerStrategy(strategy.Strategy):
         return self._cluster
 
     # --- the lifecycle -----------------------------------------------------------------------------
-    def validate(self) -> None:
+    def _validate(self) -> None:
         """Also checks the cluster: a valid `TF_CONFIG` with at least one ps task."""
-        super().validate()
+        super()._validate()
         cluster = self.cluster
         if cluster.num_ps < 1:
             raise ValueError("--strategy ps needs at least one ps task in TF_CONFIG's cluster, got jobs %s"
@@ -176,13 +176,8 @@ class ParameterServerStrategy(strategy.Strategy):
         # One worker per host: the files are sharded by host.
         return topology_lib.Topology(
             task=cluster.task_name, job_name=cluster.task_type, is_chief=cluster.is_chief,
-            evaluates=cluster.is_chief, replicas_in_sync=local.replicas_in_sync, workers=cluster.num_workers,
-            rank=cluster.worker_index, peers=peers)
-
-    def prepare(self, plan: lifecycle.Plan) -> None:
-        """Prepares the task's own devices (one, or the towers) too."""
-        super().prepare(plan)
-        self._local.prepare(plan)
+            evaluates=cluster.is_chief, evaluates_in_training_session=True, replicas_in_sync=local.replicas_in_sync,
+            workers=cluster.num_workers, rank=cluster.worker_index, peers=peers)
 
     def serve(self, exit_timeout_seconds: float = TRAINING_EXIT_TIMEOUT_SECONDS) -> None:
         """Serves this parameter server's variables until every worker is done.
@@ -205,7 +200,7 @@ class ParameterServerStrategy(strategy.Strategy):
                      cluster.task_index, cluster.num_ps, cluster.task_address, cluster.num_workers)
         with tf.Graph().as_default():
             dequeue = done_queue(cluster.task_index, cluster.num_workers).dequeue()
-            with tf.compat.v1.Session(server.target, config=self.session_config()) as session:
+            with tf.compat.v1.Session(server.target, config=self._session_config()) as session:
                 for done in range(1, cluster.num_workers + 1):
                     worker = session.run(dequeue)
                     logging.info("parameter server %d: worker %d finished training (%d of %d)",
@@ -230,7 +225,7 @@ class ParameterServerStrategy(strategy.Strategy):
         cluster = self.cluster
         try:
             return tf.distribute.Server(cluster.cluster_spec(), job_name=cluster.task_type,
-                                        task_index=cluster.task_index, config=self.session_config(), start=True)
+                                        task_index=cluster.task_index, config=self._session_config(), start=True)
         except tf.errors.UnknownError as e:
             port = int(cluster.task_address.rsplit(":", 1)[1])
             if not server_ports.port_taken(port):
@@ -246,39 +241,34 @@ class ParameterServerStrategy(strategy.Strategy):
         return self._server
 
     # --- the input ---------------------------------------------------------------------------------
-    def input_context(self) -> tf.distribute.InputContext:
-        """This worker's shard of the input.
+    def input_plan(self) -> input_plan_lib.InputPlan:
+        """This worker's shard of the input, its own devices' batch, and every worker's steps adding up.
 
         One worker per host: the files are sharded by host unless S3 already
         split them (`sharding.file_mode_shard`); for one worker per host the
-        Pipe-mode rule gives the same shard.
+        Pipe-mode rule gives the same shard, and the worker reads the first
+        training channel. Every worker advances the shared global step: the
+        global step training stops at is the sum of their steps.
         """
         num_pipelines, pipeline_id = sharding.file_mode_shard(self.topology.placement(), self.config.s3_sharded)
-        return tf.distribute.InputContext(num_input_pipelines=num_pipelines, input_pipeline_id=pipeline_id,
-                                          num_replicas_in_sync=self.topology.replicas_in_sync)
-
-    def pipe_channel(self) -> str:
-        """The first training channel: the only worker of its host reads it.
-
-        Raises:
-          ValueError: no channel is configured.
-        """
-        if not self.config.train_channels:
-            return super().pipe_channel()
-        return sharding.assign_channel(self.config.train_channels, local_rank=0, workers_per_host=1)
-
-    def batch_per_input_pipeline(self, per_replica_batch: int) -> int:
-        return self._local.batch_per_input_pipeline(per_replica_batch)
+        channels = self.config.train_channels
+        return dataclasses.replace(
+            super().input_plan(),
+            context=tf.distribute.InputContext(num_input_pipelines=num_pipelines, input_pipeline_id=pipeline_id,
+                                               num_replicas_in_sync=self.topology.replicas_in_sync),
+            replicas_per_batch=self._local.input_plan().replicas_per_batch,
+            channel=sharding.assign_channel(channels, local_rank=0, workers_per_host=1) if channels else None,
+            global_steps_per_step=self.cluster.num_workers)
 
     # --- the graph --------------------------------------------------------
-    def session_config(self) -> tf.compat.v1.ConfigProto:
+    def _session_config(self) -> tf.compat.v1.ConfigProto:
         """The local (or tower) configuration, talking only to the ps tasks and this task.
 
         A training task's operations time out after
         `OPERATION_TIMEOUT_SECONDS`; a parameter server's wait for the
         workers has no limit.
         """
-        config = self._local.session_config()
+        config = self._local._session_config()
         del config.device_filters[:]
         if self.cluster.is_ps:
             config.device_filters.append(self.cluster.task_device)
@@ -287,39 +277,35 @@ class ParameterServerStrategy(strategy.Strategy):
             config.operation_timeout_in_ms = OPERATION_TIMEOUT_SECONDS * MILLISECONDS
         return config
 
-    def _run_config_kwargs(self) -> dict:
+    def _run_config_kwargs(self, plan: lifecycle.Plan, checkpoint_dir: str) -> dict:
         """With this adapter's placement (`RunConfig` reads the cluster from `TF_CONFIG`).
 
         A training task waits at most `SESSION_CREATION_TIMEOUT_SECONDS` for
         its session to be ready.
         """
-        return dict(super()._run_config_kwargs(), device_fn=VariablePlacer(self.cluster),
+        return dict(super()._run_config_kwargs(plan, checkpoint_dir), device_fn=VariablePlacer(self.cluster),
                     session_creation_timeout_secs=SESSION_CREATION_TIMEOUT_SECONDS)
 
-    def global_max_steps(self, steps_per_worker: int) -> int:
-        """Every worker advances the shared global step: the sum of their steps."""
-        return steps_per_worker * self.cluster.num_workers
+    def _learning_rate_factor(self) -> float:
+        return self._options.ps_lr_factor
 
-    def learning_rate_factor(self) -> float:
-        return self.options.ps_lr_factor
-
-    def embedding_factory(self, mode: str) -> tables_lib.EmbeddingFactory:
+    def _embedding_factory(self, mode: str) -> tables_lib.EmbeddingFactory:
         """Tables split into one partition per ps (`fixed_size_partitioner`), near-equal shares."""
         del mode
         return tables_lib.variable_tables(
             partitioner=tf.compat.v1.fixed_size_partitioner(num_shards=self.cluster.num_ps),
             dedup=self.config.dedup_lookups)
 
-    def replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
+    def _replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
         """One model_fn call, or one per tower with `--ps_towers`."""
-        return self._local.replicate(model_fn)
+        return self._local._replicate(model_fn)
 
-    def train_hooks(self) -> List[tf.estimator.SessionRunHook]:
+    def _train_hooks(self) -> List[tf.estimator.SessionRunHook]:
         """The start of this task's server, the tower hooks, the chief-ready barrier and the end-of-training
         report; on the other workers also the stop once the chief finished training (it may stop early)."""
-        hooks = [StartServerHook(self._training_server)] + self._local.train_hooks()
+        hooks = [StartServerHook(self._training_server)] + self._local._train_hooks()
         target = "grpc://" + self.cluster.task_address
-        hooks = hooks + [ChiefReadyHook(self.cluster, target, self.session_config()),
+        hooks = hooks + [ChiefReadyHook(self.cluster, target, self._session_config()),
                          TrainingDoneHook(self.cluster)]
         if self.cluster.is_chief:
             return hooks
@@ -343,7 +329,7 @@ class ParameterServerStrategy(strategy.Strategy):
         if not cluster.ps_stop_with_their_hosts or cluster.num_workers < 2:
             return
         server = self._training_server()
-        config = self.session_config()
+        config = self._session_config()
         del config.device_filters[:]
         config.device_filters.extend(["/job:%s/task:0" % cluster_lib.PS, cluster.task_device])
         with tf.Graph().as_default():
@@ -368,7 +354,7 @@ class ParameterServerStrategy(strategy.Strategy):
         logging.info("%s: the chief's process %s (waited %.1f s); this host's ps may stop",
                      cluster.task_name, "is still up" if still_up else "exited", time.monotonic() - start)
 
-    def memory_estimates(self, state: memory_estimate.ModelState, ids_per_step: int,
+    def _memory_estimates(self, state: memory_estimate.ModelState, ids_per_step: int,
                          scale: Optional[int] = None) -> Dict[str, memory_estimate.ProcessMemory]:
         """A parameter server holds its partition of each table and its share of the dense variables, with their
         slots; a training task none of the tables and a copy of the dense variables, and the rows it pulls and the
@@ -388,7 +374,7 @@ class ParameterServerStrategy(strategy.Strategy):
         cluster = self.cluster
         towers = ", %d tower(s) per worker" % self.topology.replicas_in_sync if self._towers else ""
         return "ps: %d parameter server(s), %d worker(s) updating asynchronously%s, learning rate x%g; this is %s" % (
-            cluster.num_ps, cluster.num_workers, towers, self.options.ps_lr_factor, cluster.task_name)
+            cluster.num_ps, cluster.num_workers, towers, self._options.ps_lr_factor, cluster.task_name)
 
 
 def done_queue(ps_index: int, num_workers: int) -> tf.queue.FIFOQueue:

@@ -39,6 +39,11 @@ class Topology:
         `/job:` name); None elsewhere.
       is_chief: this process saves checkpoints, writes metrics and exports.
       evaluates: this process runs evaluation.
+      evaluates_in_training_session: evaluation during training must run
+        inside the one training session. So it is with asynchronous
+        parameter servers: a new session of the chief would restore the
+        servers from its last checkpoint and undo the other workers' updates
+        since (`deepfm.runtime.early_stopping`).
       replicas_in_sync: replicas whose gradients are combined into one
         update (towers or ranks; 1 for an asynchronous ps worker).
       workers: training processes in the whole job.
@@ -59,6 +64,7 @@ class Topology:
     job_name: Optional[str] = None
     is_chief: bool = True
     evaluates: bool = True
+    evaluates_in_training_session: bool = False
     replicas_in_sync: int = 1
     workers: int = 1
     rank: int = 0

@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from strategies import context as context_lib
 from strategies import devices as devices_lib
+from strategies import input_plan as input_plan_lib
 from strategies import registry
 from strategies import strategy_names as names
 
@@ -277,13 +278,13 @@ class TowerStrategy(devices_lib.LocalReplicaStrategy):
     """
 
     Options = TowerOptions
-    options: TowerOptions
+    _options: TowerOptions
 
-    def batch_per_input_pipeline(self, per_replica_batch: int) -> int:
-        """All towers' batches together: `per_replica_batch * towers`."""
-        return per_replica_batch * len(self.device_list)
+    def input_plan(self) -> input_plan_lib.InputPlan:
+        """All towers' batches in one dataset batch: `per_replica_batch * towers` examples."""
+        return dataclasses.replace(super().input_plan(), replicas_per_batch=len(self.device_list))
 
-    def replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
+    def _replicate(self, model_fn: context_lib.ModelFn) -> context_lib.ModelFn:
         """One copy of `model_fn` per tower (`replicate_model_fn`)."""
         return replicate_model_fn(model_fn, self.device_list)
 

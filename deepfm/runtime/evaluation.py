@@ -4,7 +4,7 @@ The trainer evaluates after training, and a training path in rounds after
 each round (`deepfm.runtime.training_paths`); both read the validation data
 as `file_eval_config` says and require the model_fn's EVAL metrics to hold
 `REPORTED_METRICS`. Validation files are read as the strategy says
-(`Strategy.evaluation_input_fn`): by one process, or, where processes
+(`InputPlan.evaluation_input_fn`): by one process, or, where processes
 evaluate together (Horovod ranks), a shard by each, their metric state
 summed, so that every row counts once and each process reports the metrics
 of all the rows.
@@ -44,7 +44,7 @@ def evaluate(estimator, source: pipeline.Source, eval_config: pipeline.PipelineC
     `dataset` (the files' `Dataset`, its metadata read already) hands the
     row counts and metadata down to the input pipeline; None: it finds them.
     `strategy`, the one `estimator` trains with, says which rows this
-    process reads (`Strategy.evaluation_input_fn`); every process that
+    process reads (`InputPlan.evaluation_input_fn`); every process that
     evaluates with it must call this at the same point. None: this process
     reads every row alone (a Pipe-mode channel, on the chief).
 
@@ -53,7 +53,7 @@ def evaluate(estimator, source: pipeline.Source, eval_config: pipeline.PipelineC
     """
     known = dataset.pipeline_args(source) if dataset is not None and not isinstance(source, str) else {}
     builder = pipeline.DatasetBuilder(source, eval_config, batch_size=EVAL_BATCH_SIZE, num_epochs=1, **known)
-    input_fn = strategy.evaluation_input_fn(builder) if strategy is not None else builder.input_fn()
+    input_fn = strategy.input_plan().evaluation_input_fn(builder) if strategy is not None else builder.input_fn()
     metrics = estimator.evaluate(input_fn, name="validation", checkpoint_path=checkpoint_path)
     logging.info("validation: %s", metrics)
     missing = [name for name in REPORTED_METRICS if name not in metrics]

@@ -154,10 +154,7 @@ def combined(strategy: strategy_lib.Strategy, values: Sequence[int]) -> Optional
     """Each of `values` (int32) as its largest over the processes in lockstep (`Strategy.agree_max`); None alone."""
     if not strategy.topology.lockstep:
         return None
-    with tf.Graph().as_default():
-        maximum = strategy.agree_max(tf.constant(list(values), tf.int32), name=AGREEMENT_NAME)
-        with tf.compat.v1.Session(config=strategy.session_config()) as session:
-            return tuple(int(v) for v in session.run(maximum))
+    return strategy.agree_max(tuple(values), name=AGREEMENT_NAME)
 
 
 def check_memory(train: TrainConfig, model: ModelConfig, strategy: strategy_lib.Strategy,
@@ -167,7 +164,7 @@ def check_memory(train: TrainConfig, model: ModelConfig, strategy: strategy_lib.
 
     The model's state is measured from its graph, built once and never
     initialized (`memory_estimate.model_state`); the strategy says what this
-    process holds of it (`Strategy.memory_estimates`), against what this
+    process holds of it (`Strategy.memory`), against what this
     process may use (`host_memory.read`: its memory cgroup's limit, else the
     host's available memory; shared equally by the training processes of
     one host). Above `MEMORY_WARNING_SHARE` of it the run warns; above all of
@@ -211,7 +208,7 @@ def check_memory(train: TrainConfig, model: ModelConfig, strategy: strategy_lib.
         ids_per_step = train.batch_size * model.field_size
         share = memory.available // topology.workers_per_host
         available = _available(memory, topology.workers_per_host)
-        mine = strategy.memory_estimates(state, ids_per_step)[topology.role]
+        mine = strategy.memory(state, ids_per_step).estimates()[topology.role]
         if mine.needed > share:
             error = ("not enough memory for --strategy %s, process %s: it needs an estimated %s, and %s; %s; "
                      "nothing was written to --model_dir %r; --check_memory=false trains anyway"
@@ -262,28 +259,29 @@ def _what_fits(strategy: strategy_lib.Strategy, state: memory_estimate.ModelStat
                budget: int) -> str:
     """The strategies that spread the model over processes, each at the smallest count that fits `budget` each."""
     found = []
-    for candidate in _spreading_strategies(strategy):
-        def estimates_at(count, candidate=candidate):
-            return candidate.memory_estimates(state, ids_per_step, count)
-        count = memory_estimate.smallest_scale(estimates_at, budget)
+    for candidate in _spreading_strategies(strategy, state, ids_per_step):
+        share = candidate.memory(state, ids_per_step)
+        count = memory_estimate.smallest_scale(share.estimates, budget)
         if count is not None:
-            found.append("%s %s" % (candidate.name, candidate.memory_scale % count))
+            found.append("%s %s" % (candidate.name, share.scale % count))
     if not found:
         return ("no strategy fits in up to %d hosts like this one: give each process more memory"
                 % memory_estimate.MAX_SCALE)
     return "what fits in hosts like this one, one process each: " + ", ".join(found)
 
 
-def _spreading_strategies(strategy: strategy_lib.Strategy) -> List[strategy_lib.Strategy]:
-    """One of each registered adapter whose processes hold less as there are more (`Strategy.memory_scale`).
+def _spreading_strategies(strategy: strategy_lib.Strategy, state: memory_estimate.ModelState,
+                          ids_per_step: int) -> List[strategy_lib.Strategy]:
+    """One of each registered adapter whose processes hold less as there are more (`MemoryShare.spreads`).
 
     This process's own strategy, with its options, where it is one of them;
-    the others with their defaults.
+    the others with their defaults (built only: building touches nothing).
     """
     classes: List[Type[strategy_lib.Strategy]] = []
     for name in strategies.names():
         adapter = strategies.adapter_class(name)
-        if adapter.memory_scale and adapter not in classes:
+        if adapter not in classes:
             classes.append(adapter)
-    return [strategy if type(strategy) is adapter else strategies.get(strategies.StrategyConfig(name=adapter.name))
-            for adapter in classes]
+    candidates = [strategy if type(strategy) is adapter
+                  else strategies.get(strategies.StrategyConfig(name=adapter.name)) for adapter in classes]
+    return [candidate for candidate in candidates if candidate.memory(state, ids_per_step).spreads]

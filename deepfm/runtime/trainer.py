@@ -145,7 +145,7 @@ def build_estimator(model: ModelConfig, strategy: strategy_lib.Strategy,
     """
     return tf.estimator.Estimator(
         model_fn=strategy.wrap_model_fn(hooks_lib.recording_loss(model_fn or models.get(model.model))),
-        config=strategy.run_config(),
+        config=strategy.run.run_config,
         params=ctr.model_params(model))
 
 
@@ -186,7 +186,7 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         strategy.serve()
         return None
     feed, path = _start(train, model, input_config, strategy, model_fn, console, dataset)
-    max_steps = strategy.max_steps
+    max_steps = strategy.run.max_steps
     budget = ("training to global step %d" % max_steps if max_steps is not None else
               "training for %d epoch(s) of channel %s, each ending with its FIFO" % (train.num_epochs, feed.source))
     logging.info("%s; per-replica batch %d; %s", strategy.describe(), train.batch_size, budget)
@@ -206,7 +206,7 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
     with interrupt.StopRequest() as stop, checkpoints.save_errors(train.model_dir), \
             watchdog.watch_peers(topology.peers), metrics.serving(), \
             _named_stream_errors(feed.source, pipe_mode, train.model_dir):
-        hooks = strategy.train_hooks() + [throughput, stop.hook(_stop_agreement(strategy))]
+        hooks = list(strategy.run.train_hooks) + [throughput, stop.hook(_stop_agreement(strategy))]
         if train.trace_steps:
             hooks.append(_trace_hook(train, strategy))
         outcome = training.run(estimator, hooks, lambda: stop.stopped_before(max_steps) is not None)
@@ -269,7 +269,8 @@ def _start(train: TrainConfig, model: ModelConfig, input_config: pipeline.Pipeli
         strategy.prepare(plan_for(train, None, resumed_step))
         return feed, path
     position = preflight.resume_plan(train, strategy, resumed_step, feed.steps_per_worker,
-                                     strategy.global_max_steps(feed.steps_per_worker), feed.builder.batch_size,
+                                     strategy.input_plan().global_max_steps(feed.steps_per_worker),
+                                     feed.builder.batch_size,
                                      feed.batches_per_step)
     feed = feed.resumed_at(position.skip_batches)
     if position.resumed_step:
@@ -338,7 +339,7 @@ def _progress_listeners(train: TrainConfig, model: ModelConfig, strategy: strate
         console, max_steps or None, epoch_steps, None if train.max_steps else train.num_epochs)]
     if topology.is_chief:
         listeners.append(hooks_lib.SummaryProgress(
-            train.model_dir, model.learning_rate * strategy.learning_rate_factor()))
+            train.model_dir, strategy.model_context(tf.estimator.ModeKeys.TRAIN).learning_rate(model.learning_rate)))
     if train.progress_file and (topology.is_chief or hooks_lib.TASK_PLACEHOLDER in train.progress_file):
         listeners.append(hooks_lib.ProgressFile(
             train.progress_file.replace(hooks_lib.TASK_PLACEHOLDER, topology.task)))

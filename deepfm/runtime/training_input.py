@@ -5,10 +5,10 @@ Horovod rank waits on another that ran out of data. With `max_steps` unset,
 each worker runs `num_epochs * steps_per_epoch` steps, where
 `steps_per_epoch` is the number of full batches of the *smallest* input
 shard (from the row counts in the dataset's metadata). The strategy maps
-that to the global step at which training stops (`Strategy.max_steps`, set
-by `Strategy.prepare`; asynchronous parameter servers add up every worker's
-steps). A Pipe-mode channel of unknown size has no budget: each epoch ends
-with its FIFO.
+that to the global step at which training stops (`RunSettings.max_steps`,
+set by `Strategy.prepare`; asynchronous parameter servers add up every
+worker's steps: `InputPlan.global_max_steps`). A Pipe-mode channel of
+unknown size has no budget: each epoch ends with its FIFO.
 """
 
 import dataclasses
@@ -31,7 +31,7 @@ class TrainingInput:
 
     Attributes:
       source: the files (File mode) or the channel (Pipe mode).
-      context: this process's shard (`Strategy.input_context`).
+      context: this process's shard (`InputPlan.context`).
       builder: the dataset of the shard; repeating, or ending after
         `num_epochs` where the step budget is unknown.
       batches_per_step: dataset batches one global step consumes.
@@ -61,13 +61,14 @@ class TrainingInput:
           ValueError: the rows are unknown and `--max_steps` is unset, or the
             smallest shard holds less than one batch.
         """
-        context = strategy.input_context()
-        batch = strategy.batch_per_input_pipeline(train.batch_size)
+        plan = strategy.input_plan()
+        context = plan.context
+        batch = plan.batch_per_input_pipeline(train.batch_size)
         pipe = input_config.input_mode == pipeline.INPUT_MODE_PIPE
-        source = strategy.pipe_channel() if pipe else train.train_files
+        source = plan.pipe_channel() if pipe else train.train_files
         known = dataset.pipeline_args(train.train_files) if dataset is not None and not pipe else {}
         builder = pipeline.DatasetBuilder(source, input_config, batch_size=batch, num_epochs=None, **known)
-        per_step = strategy.batches_per_step()
+        per_step = plan.batches_per_step
         steps = _steps_per_worker(train, builder, context, per_step)
         if steps is None:
             # Pipe mode without row counts: each epoch ends with its FIFO.

@@ -65,7 +65,7 @@ class TrainingPath:
           ValueError: either is unset (`choose` picks a path in rounds only
             with both: File mode always has a step budget).
         """
-        max_steps, every = self.strategy.max_steps, self.train.eval_every_n_steps
+        max_steps, every = self.strategy.run.max_steps, self.train.eval_every_n_steps
         if max_steps is None or not every:
             raise ValueError("training in rounds needs a step budget and --eval_every_n_steps, got %r and %r"
                              % (max_steps, every))
@@ -77,8 +77,8 @@ class OnePass(TrainingPath):
 
     def run(self, estimator, hooks, interrupted) -> None:
         del interrupted
-        estimator.train(self.feed.input_fn(self.strategy.finite_input), max_steps=self.strategy.max_steps,
-                        hooks=hooks)
+        estimator.train(self.feed.input_fn(self.strategy.input_plan().finite_input),
+                        max_steps=self.strategy.run.max_steps, hooks=hooks)
         return None
 
 
@@ -103,7 +103,8 @@ class NoStep(TrainingPath):
 
     def run(self, estimator, hooks, interrupted) -> None:
         del interrupted
-        estimator.train(self.feed.input_fn(self.strategy.finite_input), hooks=list(hooks) + [_StopBeforeFirstStep()])
+        estimator.train(self.feed.input_fn(self.strategy.input_plan().finite_input),
+                        hooks=list(hooks) + [_StopBeforeFirstStep()])
         return None
 
 
@@ -130,8 +131,8 @@ class Rounds(TrainingPath):
 
         # The agreed start: rank 0's resume step on every Horovod rank (the others train in private directories).
         return early_stopping.train_in_rounds(
-            train_to, evaluate, tracker, strategy.start_step, max_steps, every,
-            agree=strategy.agreed_max, report=self.console.line, interrupted=interrupted)
+            train_to, evaluate, tracker, strategy.run.start_step, max_steps, every,
+            agree=strategy.agree_max, report=self.console.line, interrupted=interrupted)
 
 
 class RoundsInSession(TrainingPath):
@@ -176,5 +177,5 @@ def choose(train: TrainConfig, input_config: pipeline.PipelineConfig,
         return OnePass
     if input_config.input_mode == pipeline.INPUT_MODE_PIPE:
         raise ValueError("--eval_every_n_steps needs File mode: training in rounds would reopen the Pipe-mode "
-                         "channel %r from its first epoch each round" % strategy.pipe_channel())
-    return RoundsInSession if strategy.evaluates_in_training_session else Rounds
+                         "channel %r from its first epoch each round" % strategy.input_plan().pipe_channel())
+    return RoundsInSession if strategy.topology.evaluates_in_training_session else Rounds

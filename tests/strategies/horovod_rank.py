@@ -63,8 +63,8 @@ def main(argv):
     record = dataclasses.asdict(result)
     topology = strategy.topology
     record.update(rank=topology.rank, size=topology.workers, is_chief=topology.is_chief,
-                  checkpoint_dir=strategy.checkpoint_dir,
-                  variables_digest=variables_digest(strategy.checkpoint_dir))
+                  checkpoint_dir=strategy.run.checkpoint_dir,
+                  variables_digest=variables_digest(strategy.run.checkpoint_dir))
     os.makedirs(FLAGS.result_dir, exist_ok=True)
     with open(os.path.join(FLAGS.result_dir, "rank-%d.json" % topology.rank), "w") as f:
         json.dump(record, f, indent=1, sort_keys=True, default=_numpy_scalar)

@@ -82,7 +82,7 @@ def train_one_step_from(start_dir: str, model_dir: str, strategy: Strategy, rows
                         model: ModelConfig) -> Dict[str, np.ndarray]:
     """Copies the checkpoint of `start_dir` to `model_dir` and trains one step on `rows`.
 
-    The dataset batch is `strategy.batch_per_input_pipeline(per-replica
+    The dataset batch is `InputPlan.batch_per_input_pipeline(per-replica
     batch)`, where the per-replica batch is `rows` split evenly over the
     replicas, so the step reads every row once.
 
@@ -93,7 +93,8 @@ def train_one_step_from(start_dir: str, model_dir: str, strategy: Strategy, rows
     estimator = build_estimator(strategy, model_dir, model)
     per_replica = len(rows[0]) // strategy.topology.replicas_in_sync
     start_step = estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP)
-    estimator.train(input_fn(rows, strategy.batch_per_input_pipeline(per_replica)), max_steps=start_step + 1)
+    batch = strategy.input_plan().batch_per_input_pipeline(per_replica)
+    estimator.train(input_fn(rows, batch), max_steps=start_step + 1)
     assert estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP) == start_step + 1
     return model_values(model_dir)
 
@@ -102,7 +103,7 @@ def assert_learns(test_case: tf.test.TestCase, strategy: Strategy, model_dir: st
                   train_steps: int, eval_rows: int, eval_batch: int, min_auc: float) -> None:
     """Trains `strategy` for real and checks the loss halves and the AUC passes `min_auc`."""
     estimator = build_estimator(strategy, model_dir, per_replica_batch=per_replica_batch)
-    train = input_fn(planted_rows(4096), strategy.batch_per_input_pipeline(per_replica_batch),
+    train = input_fn(planted_rows(4096), strategy.input_plan().batch_per_input_pipeline(per_replica_batch),
                      repeat=True, drop_remainder=True)
     evaluate = input_fn(planted_rows(eval_rows, seed=1), eval_batch)
 

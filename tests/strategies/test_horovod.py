@@ -146,10 +146,10 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
         self.assertTrue(topology.is_chief)
         self.assertTrue(topology.evaluates)
         self.assertTrue(topology.lockstep)
-        context = strategy.input_context()
+        context = strategy.input_plan().context
         self.assertEqual((1, 0, 1), (context.num_input_pipelines, context.input_pipeline_id,
                                       context.num_replicas_in_sync))
-        self.assertEqual(1.0, strategy.learning_rate_factor())
+        self.assertEqual(1.0, strategy.model_context(tf.estimator.ModeKeys.TRAIN).learning_rate_factor)
         self.assertIn("rank 0 of 1", strategy.describe())
 
     def test_chief_keeps_model_dir_and_checkpoint_settings(self):
@@ -157,16 +157,17 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
         strategy = strategies.get(_config())
         strategy.setup()
         strategy.prepare(strategies.Plan(model_dir=model_dir, steps_per_worker=10, save_checkpoints_steps=7, seed=3))
-        config = strategy.run_config()
+        config = strategy.run.run_config
         self.assertEqual(model_dir, config.model_dir)
-        self.assertEqual(model_dir, strategy.checkpoint_dir)
+        self.assertEqual(model_dir, strategy.run.checkpoint_dir)
         self.assertEqual(7, config.save_checkpoints_steps)
         self.assertEqual(3, config.tf_random_seed)
 
     def test_cpu_device_type_hides_gpus(self):
         strategy = strategies.get(_config(device_type="cpu"))
         strategy.setup()
-        config = strategy.session_config()
+        strategy.prepare(strategies.Plan(model_dir=_tempdir(self)))
+        config = strategy.run.run_config.session_config
         self.assertEqual(0, config.device_count["GPU"])
         self.assertEqual("", config.gpu_options.visible_device_list)
 
@@ -174,7 +175,7 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
         strategy = strategies.get(_config())
         strategy.setup()
         strategy.prepare(strategies.Plan(model_dir=_tempdir(self)))
-        hooks = strategy.train_hooks()
+        hooks = strategy.run.train_hooks
         self.assertLen(hooks, 1)
         self.assertEqual(0, hooks[0].root_rank)
 
@@ -226,21 +227,21 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
         strategy = strategies.get(_config())
         strategy.setup()
         strategy.prepare(strategies.Plan(model_dir=model_dir, steps_per_worker=50, resume_step=50, max_steps=50))
-        self.assertEqual((50, 50), (strategy.start_step, strategy.max_steps))
-        self.assertEqual(model_dir, strategy.run_config().model_dir)
+        self.assertEqual((50, 50), (strategy.run.start_step, strategy.run.max_steps))
+        self.assertEqual(model_dir, strategy.run.run_config.model_dir)
 
     def test_checkpoint_below_the_step_budget_resumes_from_the_agreed_step(self):
         model_dir = _tempdir(self)
         strategy = strategies.get(_config())
         strategy.setup()
         strategy.prepare(strategies.Plan(model_dir=model_dir, steps_per_worker=80, resume_step=50))
-        self.assertEqual((50, 80), (strategy.start_step, strategy.max_steps))
-        self.assertEqual(model_dir, strategy.run_config().model_dir)
+        self.assertEqual((50, 80), (strategy.run.start_step, strategy.run.max_steps))
+        self.assertEqual(model_dir, strategy.run.run_config.model_dir)
 
     def test_agree_max_is_a_horovod_allreduce_named_as_asked(self):
         strategy = strategies.get(_config())
         strategy.setup()
-        self.assertEqual(7, strategy.agreed_max(7))
+        self.assertEqual(7, strategy.agree_max(7))
         with tf.Graph().as_default() as graph:
             strategy.agree_max(tf.constant(1), name="some_agreement")
             self.assertIn("HorovodAllreduce", [op.type for op in graph.get_operations()])
@@ -250,19 +251,19 @@ class OneRankTest(tf.test.TestCase, parameterized.TestCase):
         strategy = strategies.get(_config(train_channels=()))
         strategy.setup()
         with self.assertRaisesRegex(ValueError, "--train_channels '': 1 workers per host need 1 channels, got 0"):
-            strategy.pipe_channel()
+            strategy.input_plan().pipe_channel()
 
     def test_pipe_mode_reads_the_channel_of_its_local_rank(self):
         strategy = strategies.get(_config(train_channels=("train_0", "train_1")))
         strategy.setup()
-        self.assertEqual("train_0", strategy.pipe_channel())
+        self.assertEqual("train_0", strategy.input_plan().pipe_channel())
 
     @parameterized.parameters(((), "file_mode_shard"), (("train_0",), "pipe_mode_shard"))
     def test_channels_choose_the_sharding_rule(self, channels, rule):
         strategy = strategies.get(_config(train_channels=channels))
         strategy.setup()
         with mock.patch.object(horovod.sharding, rule, return_value=(3, 2)) as chosen:
-            context = strategy.input_context()
+            context = strategy.input_plan().context
         chosen.assert_called_once()
         self.assertEqual((3, 2), (context.num_input_pipelines, context.input_pipeline_id))
 

@@ -124,7 +124,7 @@ class OneRankTest(tf.test.TestCase):
         savers = [h for h in spec.training_chief_hooks if isinstance(h, tf.compat.v1.train.CheckpointSaverHook)]
         self.assertLen(savers, 1)
         self.assertIsNotNone(spec.scaffold.saver)
-        self.assertEqual([], self.strategy.train_hooks())
+        self.assertEqual((), self.strategy.run.train_hooks)
 
     def test_the_exchange_pipeline_runs_with_a_step_budget_only(self):
         self._spec(tf.estimator.ModeKeys.TRAIN)

@@ -17,7 +17,7 @@ from absl.testing import parameterized
 
 import strategies
 from strategies import cluster as cluster_lib
-from strategies import horovod, lifecycle
+from strategies import horovod, lifecycle, single
 from strategies import strategy_names as names
 from tests import paths
 
@@ -27,9 +27,8 @@ CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 # A cluster nothing listens on: building, setting up and preparing a `ps` task starts no server.
 CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]}
 # What each member that takes arguments is called with (the check comes first, so they are never used).
-ARGUMENTS = {"batch_per_input_pipeline": (64,), "global_max_steps": (10,), "embedding_factory": (TRAIN,),
-             "model_context": (TRAIN,), "replicate": (None,), "agree_max": (None,), "agreed_max": (1,),
-             "wrap_model_fn": (None,)}
+ARGUMENTS = {"_embedding_factory": (TRAIN,), "model_context": (TRAIN,), "_replicate": (None,), "agree_max": (None,),
+             "_agree_max_op": (None, "unused"), "wrap_model_fn": (None,)}
 STRATEGIES = (
     ("single", names.SINGLE, {}, None),
     ("tower", names.TOWER, dict(num_devices=2, device_type="cpu"), None),
@@ -95,14 +94,13 @@ class LifecycleTest(tf.test.TestCase, parameterized.TestCase):
         plan = strategies.Plan(model_dir=self.create_tempdir().full_path, steps_per_worker=10, per_replica_batch=32,
                                save_checkpoints_steps=5, seed=3, resume_step=4)
         strategy.prepare(plan)
-        self.assertEqual(lifecycle.PREPARED, strategy.stage)
-        self.assertIs(plan, strategy.plan)
-        self.assertEqual(strategy.global_max_steps(10), strategy.max_steps)
-        self.assertEqual(4 if topology.is_chief else 0, strategy.start_step)
-        run_config = strategy.run_config()
-        self.assertEqual(strategy.checkpoint_dir, run_config.model_dir)
-        self.assertEqual(5, run_config.save_checkpoints_steps)
-        self.assertIsInstance(strategy.train_hooks(), list)
+        run = strategy.run
+        self.assertIs(plan, run.plan)
+        self.assertEqual(strategy.input_plan().global_max_steps(10), run.max_steps)
+        self.assertEqual(4 if topology.is_chief else 0, run.start_step)
+        self.assertEqual(run.checkpoint_dir, run.run_config.model_dir)
+        self.assertEqual(5, run.run_config.save_checkpoints_steps)
+        self.assertIsInstance(run.train_hooks, tuple)
         self.assertIsInstance(strategy.model_context(TRAIN), strategies.ModelContext)
         self.assertNotEmpty(strategy.describe())
 
@@ -112,17 +110,17 @@ class LifecycleTest(tf.test.TestCase, parameterized.TestCase):
         plan = strategies.Plan(model_dir=self.create_tempdir().full_path, steps_per_worker=10)
         strategy.prepare(plan)
         strategy.prepare(strategies.Plan(model_dir=plan.model_dir, steps_per_worker=10))
-        self.assertIs(plan, strategy.plan)
+        self.assertIs(plan, strategy.run.plan)
         with self.assertRaisesRegex(ValueError, "prepared for .* already; build a new strategy"):
             strategy.prepare(strategies.Plan(model_dir=plan.model_dir, steps_per_worker=20))
 
     def test_setup_validates_once(self):
         calls = []
 
-        class Counting(strategies.Strategy):
-            def validate(self):
+        class Counting(single.SingleStrategy):
+            def _validate(self):
                 calls.append(1)
-                super().validate()
+                super()._validate()
 
         strategy = Counting(strategies.StrategyConfig())
         strategy.setup()
@@ -130,19 +128,26 @@ class LifecycleTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual([1], calls)
 
     def test_an_adapter_override_is_guarded_too(self):
-        class Override(strategies.Strategy):
-            def input_context(self):
+        class Override(single.SingleStrategy):
+            def input_plan(self):
                 return "reached"
 
-        with self.assertRaisesRegex(strategies.LifecycleError, r"input_context\(\) needs the process set up"):
-            Override(strategies.StrategyConfig()).input_context()
+            def _replicate(self, model_fn):
+                return "reached"
 
-    def test_run_config_takes_its_values_from_the_plan_only(self):
+        for member in ("input_plan", "_replicate"):
+            with self.assertRaisesRegex(strategies.LifecycleError, r"%s\(\) needs the process set up" % member):
+                _call(Override(strategies.StrategyConfig()), member)
+
+    def test_the_run_settings_are_the_plan_s(self):
         strategy = strategies.get(strategies.StrategyConfig())
         strategy.setup()
-        strategy.prepare(strategies.Plan(model_dir=self.create_tempdir().full_path))
-        with self.assertRaisesRegex(TypeError, "run_config.. takes no arguments: put model_dir in the strategies.Plan"):
-            strategy.run_config(model_dir="elsewhere")
+        model_dir = self.create_tempdir().full_path
+        strategy.prepare(strategies.Plan(model_dir=model_dir, steps_per_worker=10, keep_checkpoint_max=2))
+        run = strategy.run
+        self.assertEqual((model_dir, model_dir, 2, 10, 0), (run.checkpoint_dir, run.run_config.model_dir,
+                                                           run.run_config.keep_checkpoint_max, run.max_steps,
+                                                           run.start_step))
 
 
 class DocumentedLifecycleTest(tf.test.TestCase):

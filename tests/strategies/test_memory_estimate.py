@@ -77,7 +77,7 @@ class ModelStateTest(parameterized.TestCase, tf.test.TestCase):
 
     def test_lazy_adam_triples_the_tables_as_the_whole_model_holds_them(self):
         state = state_of(small_model())
-        whole = strategies.get(strategies.StrategyConfig(name="single")).memory_estimates(state, BATCH * FIELD_SIZE)
+        whole = strategies.get(strategies.StrategyConfig(name="single")).memory(state, BATCH * FIELD_SIZE).estimates()
         memory = whole[topology.ROLE_WORKER]
         self.assertEqual([topology.ROLE_WORKER], list(whole))
         self.assertEqual(FEATURE_SIZE * (EMBEDDING + 1) * FLOAT * 3 + DENSE_PARAMS * FLOAT * 3 + 2 * FLOAT
@@ -114,18 +114,18 @@ class StrategySharesTest(tf.test.TestCase):
 
     def test_hybrid_at_2_ranks_holds_half_of_each_table_every_dense_variable_and_the_exchange(self):
         hybrid = strategies.get(strategies.StrategyConfig(name="hybrid"))
-        rank = hybrid.memory_estimates(self.state, self.ids, scale=2)[topology.ROLE_WORKER]
+        rank = hybrid.memory(self.state, self.ids).estimates(2)[topology.ROLE_WORKER]
         half_rows = math.ceil(FEATURE_SIZE / 2)
         self.assertEqual(half_rows * (EMBEDDING + 1) * FLOAT + self.state.dense_bytes, rank.variables)
         self.assertEqual(2 * half_rows * (EMBEDDING + 1) * FLOAT + self.state.dense_slot_bytes, rank.slots)
         self.assertEqual(self.ids * (EMBEDDING + 1) * FLOAT * memory_estimate.EXCHANGE_BUFFER_COPIES, rank.buffers)
-        one = hybrid.memory_estimates(self.state, self.ids, scale=1)[topology.ROLE_WORKER]
+        one = hybrid.memory(self.state, self.ids).estimates(1)[topology.ROLE_WORKER]
         self.assertEqual(self.state.variable_bytes, one.variables)
 
     def test_ps_workers_hold_no_table_and_each_server_its_partition(self):
         servers = 2
         ps = test_ps.make_strategy(self, "chief")
-        estimates = ps.memory_estimates(self.state, self.ids, scale=servers)
+        estimates = ps.memory(self.state, self.ids).estimates(servers)
         worker, server = estimates[topology.ROLE_WORKER], estimates[topology.ROLE_PS]
         self.assertEqual(self.state.dense_bytes, worker.variables)
         self.assertEqual(0, worker.slots)
@@ -140,31 +140,31 @@ class StrategySharesTest(tf.test.TestCase):
 
     def test_ps_without_a_scale_counts_the_servers_of_tf_config(self):
         ps = test_ps.set_up_strategy(self, "ps", 1)
-        self.assertEqual(ps.memory_estimates(self.state, self.ids, scale=len(test_ps.CLUSTER["ps"])),
-                         ps.memory_estimates(self.state, self.ids))
+        self.assertEqual(ps.memory(self.state, self.ids).estimates(len(test_ps.CLUSTER["ps"])),
+                         ps.memory(self.state, self.ids).estimates())
 
     def test_mirrored_on_cpu_holds_a_copy_per_replica(self):
         mirrored = strategies.get(strategies.make_config("mirrored", num_devices=3, device_type="cpu"))
-        memory = mirrored.memory_estimates(self.state, self.ids)[topology.ROLE_WORKER]
+        memory = mirrored.memory(self.state, self.ids).estimates()[topology.ROLE_WORKER]
         self.assertEqual(3 * self.state.variable_bytes, memory.variables)
         self.assertEqual(3 * self.state.slot_bytes, memory.slots)
 
     def test_the_tower_method_shares_one_copy(self):
         tower = strategies.get(strategies.make_config("tower", num_devices=3, device_type="cpu"))
-        memory = tower.memory_estimates(self.state, self.ids)[topology.ROLE_WORKER]
+        memory = tower.memory(self.state, self.ids).estimates()[topology.ROLE_WORKER]
         self.assertEqual(self.state.variable_bytes + self.state.slot_bytes, memory.state)
 
     def test_the_smallest_scale_is_the_first_count_that_fits(self):
         hybrid = strategies.get(strategies.StrategyConfig(name="hybrid"))
 
         def needed(count):
-            return memory_estimate.largest(hybrid.memory_estimates(self.state, self.ids, count)).needed
+            return memory_estimate.largest(hybrid.memory(self.state, self.ids).estimates(count)).needed
         budget = needed(5)
         self.assertGreater(needed(4), budget)
         self.assertEqual(5, memory_estimate.smallest_scale(
-            lambda count: hybrid.memory_estimates(self.state, self.ids, count), budget))
+            lambda count: hybrid.memory(self.state, self.ids).estimates(count), budget))
         self.assertIsNone(memory_estimate.smallest_scale(
-            lambda count: hybrid.memory_estimates(self.state, self.ids, count), memory_estimate.RUNTIME_BYTES))
+            lambda count: hybrid.memory(self.state, self.ids).estimates(count), memory_estimate.RUNTIME_BYTES))
 
     def test_the_export_holds_every_weight_and_no_slot(self):
         export = memory_estimate.export_memory(self.state)

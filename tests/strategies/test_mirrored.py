@@ -41,13 +41,13 @@ class MirroredConfigTest(tf.test.TestCase, parameterized.TestCase):
     def test_cpu_replicas_leave_out_cpu0(self):
         strategy = mirrored_strategy()
         strategy.prepare(strategies.Plan(model_dir=self.get_temp_dir()))
-        run_config = strategy.run_config()
+        run_config = strategy.run.run_config
         distribution = run_config.train_distribute
         self.assertIsInstance(distribution, tf.distribute.MirroredStrategy)
         self.assertIs(run_config.eval_distribute, distribution)
         self.assertEqual(distribution.num_replicas_in_sync, REPLICAS)
         self.assertEqual(strategy.topology.replicas_in_sync, REPLICAS)
-        self.assertEqual(strategy.batches_per_step(), REPLICAS)
+        self.assertEqual(strategy.input_plan().batches_per_step, REPLICAS)
         self.assertEqual([tf.DeviceSpec.from_string(d).device_index for d in distribution.extended.worker_devices],
                          [1, 2])
         self.assertEqual(run_config.session_config.device_count["CPU"], REPLICAS + 1)
@@ -104,8 +104,8 @@ class MirroredTrainingTest(tf.test.TestCase, parameterized.TestCase):
         rows = 1024
         strategy = mirrored_strategy()
         estimator = rt.build_estimator(strategy, self.get_temp_dir())
-        estimator.train(rt.input_fn(rt.planted_rows(rows), strategy.batch_per_input_pipeline(PER_REPLICA_BATCH),
-                                    drop_remainder=True))
+        batch = strategy.input_plan().batch_per_input_pipeline(PER_REPLICA_BATCH)
+        estimator.train(rt.input_fn(rt.planted_rows(rows), batch, drop_remainder=True))
         self.assertEqual(estimator.get_variable_value("global_step"), rows // (PER_REPLICA_BATCH * REPLICAS))
 
     def test_one_sgd_step_of_replicas_equals_one_step_of_single(self):

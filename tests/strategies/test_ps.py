@@ -97,21 +97,21 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(topology.task, "%s_%d" % (task_type, index))
         self.assertEqual(topology.job_name, task_type)
         self.assertFalse(topology.lockstep)
-        self.assertEqual(strategy.global_max_steps(30), 60)
-        self.assertEqual(strategy.learning_rate_factor(), 0.5)
+        self.assertEqual(strategy.input_plan().global_max_steps(30), 60)
+        self.assertEqual(strategy.model_context(tf.estimator.ModeKeys.TRAIN).learning_rate_factor, 0.5)
         self.assertIn("2 parameter server(s), 2 worker(s)", strategy.describe())
         if pipeline_id is not None:
-            context = strategy.input_context()
+            context = strategy.input_plan().context
             self.assertEqual((context.num_input_pipelines, context.input_pipeline_id), (2, pipeline_id))
 
     def test_s3_sharded_input_is_not_sharded_again(self):
-        context = set_up_strategy(self, "worker", s3_sharded=True).input_context()
+        context = set_up_strategy(self, "worker", s3_sharded=True).input_plan().context
         self.assertEqual((context.num_input_pipelines, context.input_pipeline_id), (1, 0))
 
     def test_pipe_channel(self):
-        self.assertEqual(set_up_strategy(self, "worker", train_channels=("a", "b")).pipe_channel(), "a")
+        self.assertEqual(set_up_strategy(self, "worker", train_channels=("a", "b")).input_plan().pipe_channel(), "a")
         with self.assertRaisesRegex(ValueError, "--train_channels"):
-            set_up_strategy(self, "worker").pipe_channel()
+            set_up_strategy(self, "worker").input_plan().pipe_channel()
 
     @parameterized.named_parameters(
         ("chief", "chief", 0, ["/job:ps", "/job:chief/task:0"]),
@@ -120,12 +120,12 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
     )
     def test_device_filters(self, task_type, index, filters):
         strategy = set_up_strategy(self, task_type, index, intra_op_threads=2)
-        config = strategy.session_config()
+        config = strategy._session_config()
         self.assertEqual(list(config.device_filters), filters)
         self.assertEqual(config.intra_op_parallelism_threads, 2)
 
     def test_run_config_comes_from_tf_config(self):
-        run_config = prepared_strategy(self, "worker").run_config()
+        run_config = prepared_strategy(self, "worker").run.run_config
         self.assertEqual(run_config.task_type, "worker")
         self.assertFalse(run_config.is_chief)
         self.assertEqual(run_config.num_ps_replicas, 2)
@@ -137,7 +137,7 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
         jobs = {"master": ["algo-1:2222"], "ps": ["algo-1:2223"]}
         strategy = prepared_strategy(self, "master", jobs=jobs)
         self.assertTrue(strategy.topology.is_chief)
-        self.assertTrue(strategy.run_config().is_chief)
+        self.assertTrue(strategy.run.run_config.is_chief)
 
     @parameterized.named_parameters(
         ("no_ps", {"chief": ["a:1"], "worker": ["b:1"]}, {}, r"at least one ps task.*\['chief', 'worker'\]"),
@@ -146,7 +146,7 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
     )
     def test_bad_configuration(self, jobs, options, message):
         with self.assertRaisesRegex(ValueError, message):
-            make_strategy(self, "chief", jobs=jobs, **options).validate()
+            make_strategy(self, "chief", jobs=jobs, **options).setup()
 
     def test_only_training_tasks_depend_on_the_parameter_servers(self):
         self.assertEqual({"ps_0": "localhost:3", "ps_1": "localhost:4"},
@@ -158,13 +158,13 @@ class RolesTest(tf.test.TestCase, parameterized.TestCase):
         del os.environ[cluster_lib.TF_CONFIG_VARIABLE]
         strategy = strategies.get(strategies.make_config(name="ps"))
         with self.assertRaisesRegex(ValueError, "--strategy ps: TF_CONFIG is not set"):
-            strategy.validate()
+            strategy.setup()
 
 
 def build_training_graph(strategy, model=MODEL):
     """The TRAIN graph of `model` as `strategy` places it; returns the graph."""
     graph = tf.Graph()
-    with graph.as_default(), graph.device(strategy.run_config().device_fn):
+    with graph.as_default(), graph.device(strategy.run.run_config.device_fn):
         tf.compat.v1.train.get_or_create_global_step()
         features = {schema.FEAT_IDS: tf.zeros([8, model.field_size], tf.int64),
                     schema.FEAT_VALS: tf.ones([8, model.field_size])}
@@ -224,25 +224,25 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
     def test_towers_scale_the_batch_and_create_devices(self):
         strategy = set_up_strategy(self, "chief", ps_towers=2)
         self.assertEqual(strategy.topology.replicas_in_sync, 2)
-        self.assertEqual(strategy.batch_per_input_pipeline(64), 128)
-        self.assertEqual(strategy.session_config().device_count["CPU"], 3)
-        self.assertEqual(list(strategy.session_config().device_filters), ["/job:ps", "/job:chief/task:0"])
+        self.assertEqual(strategy.input_plan().batch_per_input_pipeline(64), 128)
+        self.assertEqual(strategy._session_config().device_count["CPU"], 3)
+        self.assertEqual(list(strategy._session_config().device_filters), ["/job:ps", "/job:chief/task:0"])
         self.assertIn("2 tower(s) per worker", strategy.describe())
 
     def test_parameter_servers_build_no_towers(self):
         # A ps sees no GPU (the launcher hides them): towers on GPUs must not fail it.
         strategy = set_up_strategy(self, "ps", ps_towers=2, device_type="gpu")
-        self.assertEqual(strategy.session_config().device_count["CPU"], 0)
+        self.assertEqual(strategy._session_config().device_count["CPU"], 0)
 
     def test_placer_honours_an_explicit_job(self):
         graph = tf.Graph()
-        with graph.as_default(), graph.device(prepared_strategy(self, "worker").run_config().device_fn):
+        with graph.as_default(), graph.device(prepared_strategy(self, "worker").run.run_config.device_fn):
             queue = ps.done_queue(1, num_workers=2)
         self.assertStartsWith(queue.queue_ref.device, "/job:ps/task:1")
 
 
 def hook_of(strategy, hook_type):
-    (hook,) = [h for h in strategy.train_hooks() if isinstance(h, hook_type)]
+    (hook,) = [h for h in strategy.run.train_hooks if isinstance(h, hook_type)]
     return hook
 
 
@@ -274,7 +274,7 @@ class InProcessClusterTest(tf.test.TestCase):
 
     def session(self, strategy):
         target = "grpc://" + strategy.cluster.task_address
-        return tf.compat.v1.Session(target, config=strategy.session_config())
+        return tf.compat.v1.Session(target, config=strategy._session_config())
 
     def finish(self, strategy):
         hook = hook_of(strategy, ps.TrainingDoneHook)
@@ -311,7 +311,7 @@ class InProcessClusterTest(tf.test.TestCase):
 
     def test_worker_gives_up_waiting_after_the_timeout(self):
         worker = self.tasks["worker"]
-        hook = ps.ChiefReadyHook(worker.cluster, "grpc://" + worker.cluster.task_address, worker.session_config(),
+        hook = ps.ChiefReadyHook(worker.cluster, "grpc://" + worker.cluster.task_address, worker._session_config(),
                                  timeout_seconds=0.5)
         self.assertFalse(hook.wait_for_chief())
 

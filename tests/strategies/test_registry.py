@@ -40,7 +40,7 @@ class RegistryTest(tf.test.TestCase):
 
     def test_missing_options_mean_the_defaults(self):
         strategy = strategies.get(strategies.StrategyConfig(name=names.TOWER))
-        self.assertEqual(tower.TowerOptions(), strategy.options)
+        self.assertEqual(tower.TowerOptions(), strategy._options)
 
     def test_make_config_sorts_the_values_and_names_the_owners_of_others(self):
         config = strategies.make_config(names.TOWER, num_devices=2, device_type="cpu")
@@ -55,7 +55,9 @@ class RegistryTest(tf.test.TestCase):
         for name in strategies.names():
             if name in (names.PS,):  # needs a TF_CONFIG, which it reads only (tests/strategies/test_ps.py)
                 continue
-            self.assertEqual(0, strategies.get(strategies.StrategyConfig(name=name)).stage, name)
+            strategy = strategies.get(strategies.StrategyConfig(name=name))
+            with self.assertRaises(strategies.LifecycleError, msg=name):
+                strategy.input_plan()
 
 
 class AutoTest(tf.test.TestCase):

@@ -250,7 +250,7 @@ class OneRankTest(tf.test.TestCase):
         builder = pipeline.DatasetBuilder(files, evaluation.file_eval_config(pipeline.PipelineConfig()), batch_size=64)
         for name in (names.HOROVOD, names.HYBRID):
             with tf.Graph().as_default():
-                dataset = self._strategy(name).evaluation_input_fn(builder)()
+                dataset = self._strategy(name).input_plan().evaluation_input_fn(builder)()
                 features, labels = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
                 weights = features[sharded_evaluation.ROW_KEY]
                 total, batches = 0.0, 0
@@ -268,7 +268,7 @@ class OneRankTest(tf.test.TestCase):
         builder = pipeline.DatasetBuilder("validation", pipeline.PipelineConfig(input_mode=pipeline.INPUT_MODE_PIPE),
                                           batch_size=8)
         with self.assertRaisesRegex(ValueError, "the Pipe-mode channel 'validation' is evaluated by rank 0 alone"):
-            strategy.evaluation_input_fn(builder)
+            strategy.input_plan().evaluation_input_fn(builder)
 
 
 # Two ranks over an odd number of validation rows: shards of 4,097 and 4,096 rows, so that rank 0 evaluates two

@@ -23,7 +23,7 @@ class TablePartitionsTest(tf.test.TestCase):
     def test_tables_in_partitions_look_up_and_train_every_row(self):
         strategy = _single(table_partitions=3)
         with tf.Graph().as_default():
-            table = strategy.embedding_factory(tf.estimator.ModeKeys.TRAIN)("t", [ROWS, WIDTH])
+            table = strategy.model_context(tf.estimator.ModeKeys.TRAIN).embedding_factory("t", [ROWS, WIDTH])
             self.assertLen(table.variables(), 3)
             self.assertEqual(ROWS, sum(v.shape[0] for v in table.variables()))
             ids = tf.constant([[0, 9, 4], [9, 5, 1]], tf.int64)
@@ -41,13 +41,14 @@ class TablePartitionsTest(tf.test.TestCase):
 
     def test_one_partition_is_one_variable(self):
         with tf.Graph().as_default():
-            table = _single().embedding_factory(tf.estimator.ModeKeys.TRAIN)("t", [ROWS, WIDTH])
+            table = _single().model_context(tf.estimator.ModeKeys.TRAIN).embedding_factory("t", [ROWS, WIDTH])
             self.assertLen(table.variables(), 1)
 
     def test_a_checkpoint_restores_at_any_number_of_partitions(self):
         path = os.path.join(self.get_temp_dir(), "model.ckpt")
         with tf.Graph().as_default():
-            table = _single(table_partitions=4).embedding_factory(tf.estimator.ModeKeys.TRAIN)("t", [ROWS, WIDTH])
+            context = _single(table_partitions=4).model_context(tf.estimator.ModeKeys.TRAIN)
+            table = context.embedding_factory("t", [ROWS, WIDTH])
             saver = tf.compat.v1.train.Saver()
             with self.session() as session:
                 session.run(tf.compat.v1.global_variables_initializer())
@@ -55,7 +56,7 @@ class TablePartitionsTest(tf.test.TestCase):
                 saver.save(session, path)
         for parts in (1, 2):
             with tf.Graph().as_default():
-                table = _single(table_partitions=parts).embedding_factory(tf.estimator.ModeKeys.TRAIN)(
+                table = _single(table_partitions=parts).model_context(tf.estimator.ModeKeys.TRAIN).embedding_factory(
                     "t", [ROWS, WIDTH])
                 with self.session() as session:
                     tf.compat.v1.train.Saver().restore(session, path)

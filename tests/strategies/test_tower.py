@@ -205,10 +205,10 @@ class TowerTrainingTest(tf.test.TestCase):
     def test_trains_two_cpu_towers(self):
         strategy = tower_strategy()
         self.assertEqual(strategy.topology.replicas_in_sync, TOWERS)
-        self.assertEqual(strategy.batch_per_input_pipeline(PER_TOWER_BATCH), TOWERS * PER_TOWER_BATCH)
-        self.assertEqual(strategy.session_config().device_count["CPU"], TOWERS + 1)
+        self.assertEqual(strategy.input_plan().batch_per_input_pipeline(PER_TOWER_BATCH), TOWERS * PER_TOWER_BATCH)
         rt.assert_learns(self, strategy, self.get_temp_dir(), PER_TOWER_BATCH, TRAIN_STEPS, EVAL_ROWS,
                          EVAL_BATCH, MIN_AUC)
+        self.assertEqual(strategy.run.run_config.session_config.device_count["CPU"], TOWERS + 1)
 
     def test_one_sgd_step_of_towers_equals_one_step_of_single(self):
         model = rt.model_config(optimizer="sgd", learning_rate=0.5)
@@ -230,8 +230,8 @@ class TowerTrainingTest(tf.test.TestCase):
         model_dir = self.get_temp_dir()
         strategy = tower_strategy()
         towers = rt.build_estimator(strategy, model_dir)
-        towers.train(rt.input_fn(rt.planted_rows(1024), strategy.batch_per_input_pipeline(PER_TOWER_BATCH),
-                                 repeat=True, drop_remainder=True), max_steps=20)
+        batch = strategy.input_plan().batch_per_input_pipeline(PER_TOWER_BATCH)
+        towers.train(rt.input_fn(rt.planted_rows(1024), batch, repeat=True, drop_remainder=True), max_steps=20)
         single = rt.build_estimator(single_strategy(), model_dir)
         evaluate = rt.input_fn(rt.planted_rows(EVAL_ROWS, seed=1), EVAL_BATCH)
 
@@ -285,8 +285,9 @@ class TowerGpuTest(tf.test.TestCase):
         strategy = tower_strategy(num_devices=0, device_type="auto")
         self.assertEqual(strategy.device_list.devices, tuple("/gpu:%d" % i for i in range(gpus)))
         estimator = rt.build_estimator(strategy, self.get_temp_dir())
-        estimator.train(rt.input_fn(rt.planted_rows(4096), strategy.batch_per_input_pipeline(PER_TOWER_BATCH),
-                                    repeat=True, drop_remainder=True), max_steps=TRAIN_STEPS)
+        batch = strategy.input_plan().batch_per_input_pipeline(PER_TOWER_BATCH)
+        estimator.train(rt.input_fn(rt.planted_rows(4096), batch, repeat=True, drop_remainder=True),
+                        max_steps=TRAIN_STEPS)
         metrics = estimator.evaluate(rt.input_fn(rt.planted_rows(EVAL_ROWS, seed=1), EVAL_BATCH))
         self.assertGreater(metrics["auc"], MIN_AUC)
 

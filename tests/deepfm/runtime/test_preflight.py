@@ -97,7 +97,7 @@ class CheckMemoryTest(tf.test.TestCase):
         ps = test_ps.make_strategy(self, "chief")
         for name, strategy, phrase in (("hybrid", hybrid, "at %d rank(s)"), ("ps", ps, "with %d parameter server(s)")):
             count = next(count for count in range(1, memory_estimate.MAX_SCALE + 1)
-                         if memory_estimate.largest(strategy.memory_estimates(self.state, self.ids, count)).needed
+                         if memory_estimate.largest(strategy.memory(self.state, self.ids).estimates(count)).needed
                          <= budget)
             self.assertGreater(count, 1)
             self.assertIn("%s %s" % (name, phrase % count), message)
@@ -119,7 +119,7 @@ class CheckMemoryTest(tf.test.TestCase):
 
     def test_a_ps_chief_whose_host_cannot_hold_the_weights_leaves_the_export_to_the_export_command(self):
         chief = test_ps.set_up_strategy(self, "chief")
-        own = chief.memory_estimates(self.state, self.ids)[topology.ROLE_WORKER]
+        own = chief.memory(self.state, self.ids).estimates()[topology.ROLE_WORKER]
         export = memory_estimate.export_memory(self.state)
         self.assertLess(own.needed, export.needed)
         console, stream = a_console()
@@ -132,7 +132,7 @@ class CheckMemoryTest(tf.test.TestCase):
 
     def test_a_parameter_server_is_refused_before_it_serves(self):
         server = test_ps.set_up_strategy(self, "ps", 1)
-        needed = server.memory_estimates(self.state, self.ids)[topology.ROLE_PS].needed
+        needed = server.memory(self.state, self.ids).estimates()[topology.ROLE_PS].needed
         with self.assertRaisesRegex(ValueError, "not enough memory for --strategy ps, process ps_1"):
             self.check(server, needed - 1)
         self.assertTrue(self.check(server, needed))
