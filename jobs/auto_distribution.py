@@ -29,16 +29,20 @@ import dataclasses
 import json
 import subprocess
 import sys
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from jobs import spec as spec_lib
 from planner import cost_model
+from strategies import strategy_names
 
 ADVISE_MODULE = "deepfm.advise"
 ADVISE_TIMEOUT_S = 600
 SPARSE_AS_DENSE = "sparse_as_dense"
 STRATEGY = "strategy"
 INTRA_OP_THREADS, INTER_OP_THREADS = "intra_op_threads", "inter_op_threads"
+# The cost model's picks that are a strategy run with flags of its own: (the strategy, its flags).
+VARIANTS: Dict[str, Tuple[str, Dict[str, object]]] = {
+    cost_model.HOROVOD_DENSE: (strategy_names.HOROVOD, {SPARSE_AS_DENSE: True})}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +68,8 @@ class Choice:
         """One line for the console."""
         extra = "".join(" --%s" % key if value is True else " --%s %s" % (key, value)
                         for key, value in self.hyperparameters.items())
-        ranks = " with %d rank(s) per host" % self.processes_per_host if self.distribution == "mpi" else ""
+        ranks = (" with %d rank(s) per host" % self.processes_per_host
+                 if self.distribution == spec_lib.DISTRIBUTION_MPI else "")
         return "--distribution auto: %s%s%s (%s)" % (self.distribution, ranks, extra, self.reason)
 
 
@@ -91,18 +96,19 @@ def from_advice(advice: Mapping[str, Any], instance_count: int, cores_per_host: 
     pick, reason = advice["pick"], str(advice["reason"])
     vcpus = vcpus_per_host or cores_per_host
     ranks = int(advice.get("ranks_per_host") or cores_per_host)
-    mpi: Dict[str, Dict[str, object]] = {cost_model.HOROVOD: {}, cost_model.HOROVOD_DENSE: {SPARSE_AS_DENSE: True},
-           cost_model.HYBRID: {STRATEGY: cost_model.HYBRID}}
-    if pick in mpi:
-        return Choice(spec_lib.DISTRIBUTION_MPI, ranks, dict(mpi[pick], **threads(vcpus, ranks)), pick, reason)
-    if pick == cost_model.PS:
-        return Choice(spec_lib.DISTRIBUTION_PS, 1, {}, pick, reason)
-    if pick == cost_model.SINGLE:
-        if instance_count == 1:
-            return Choice(spec_lib.DISTRIBUTION_NONE, 1, {}, pick, reason)
+    # The cost model's variants that run a strategy with a flag of its own.
+    if pick not in cost_model.STRATEGIES:
+        raise ValueError("--distribution auto: unknown pick %r from %s" % (pick, ADVISE_MODULE))
+    strategy, flags = VARIANTS.get(pick, (pick, {}))
+    launch = strategy_names.launch_of(strategy)
+    if launch.kind == strategy_names.RANKS:
+        if strategy != strategy_names.default_of(launch.distribution):
+            flags = dict(flags, **{STRATEGY: strategy})
+        return Choice(launch.distribution, ranks, dict(flags, **threads(vcpus, ranks)), pick, reason)
+    if launch.kind == strategy_names.ONE_PROCESS and instance_count > 1:
         raise ValueError("--distribution auto: the cost model predicts one process beats every layout of %d "
                          "instances (%s); use --instance_count 1" % (instance_count, reason))
-    raise ValueError("--distribution auto: unknown pick %r from %s" % (pick, ADVISE_MODULE))
+    return Choice(launch.distribution, 1, dict(flags), pick, reason)
 
 
 def advise(data: str, instance_count: int, cores_per_host: int, link_gbps: float,
@@ -139,7 +145,7 @@ def choose(data: Optional[str], instance_count: int, cores_per_host: int, link_g
       ValueError: no `data` for several instances, or as `from_advice` and `advise`.
     """
     if instance_count == 1 and not data:
-        return Choice(spec_lib.DISTRIBUTION_NONE, 1, {}, cost_model.SINGLE,
+        return Choice(spec_lib.DISTRIBUTION_NONE, 1, {}, strategy_names.default_of(spec_lib.DISTRIBUTION_NONE),
                       "one instance and no dataset to measure a step on (--auto_data): one process on all its "
                       "vCPUs; the training's --strategy auto uses its devices")
     if not data:
