@@ -30,9 +30,11 @@ docs/benchmarks.md gives the command behind each result) are checked the
 same way, not run.
 
 A page that needs the main job's dataset gets `data/synthetic` first, as
-`make train` writes it, at 20,000 rows (`SYNTHETIC_ROWS`). Commands that
-start emulated hosts need root: without it the page's test skips at that
-block, saying so. A renamed flag, a broken command or a stale mark fails
+`make train` writes it, at 20,000 rows (`SYNTHETIC_ROWS`): written once per
+test process and copied into each such page's directory. Each program's
+help (the flags it defines) is likewise read once per test process.
+Commands that start emulated hosts need root: without it the page's test
+skips at that block, saying so. A renamed flag, a broken command or a stale mark fails
 the page's test, naming the page and line.
 
 Cost: about 440 s of CPU over the pages, every process counted (the jobs
@@ -97,6 +99,12 @@ HELP_TIMEOUT_S = 300
 # Tokens of a template that stand for omitted arguments.
 ELLIPSIS = "..."
 HELP_FLAG = re.compile(r"--(?:\[no\])?([A-Za-z_][\w.-]*)")
+# The flags each program defines, read from its help once per test process: (kind, name) -> flags.
+HELP_FLAGS: Dict[Tuple[str, str], Set[str]] = {}
+# `data/synthetic` as `SYNTHETIC` writes it, made once per test process (its rows depend on its flags
+# alone) and copied into the directory of each page that needs it.
+SYNTHETIC_DIR = os.path.join("data", "synthetic")
+SYNTHETIC_MADE: List[str] = []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,19 +278,22 @@ class ProgramChecks:
     def setUp(self):
         super().setUp()
         self.cwd = command_line.checkout(tempfile.mkdtemp(prefix="docs-", dir=self.get_temp_dir()))
-        self.help_texts = {}
 
     def help_text(self, kind: str, name: str) -> Set[str]:
-        """The flags a program defines, from its own help (`--helpfull`, else `--help`)."""
+        """The flags a program defines, from its own help (`--helpfull`, else `--help`), read once per process.
+
+        A program's help depends on its code alone, so the pages share it
+        (`deepfm.train`'s is read for most of them).
+        """
         key = (kind, name)
-        if key not in self.help_texts:
+        if key not in HELP_FLAGS:
             start = command_line.python_module(name) if kind == "module" else ["python", name]
             result = command_line.run(start + ["--helpfull"], self.cwd, timeout=HELP_TIMEOUT_S)
             if result.returncode != 0:
                 result = command_line.run(start + ["--help"], self.cwd, timeout=HELP_TIMEOUT_S)
             self.assertEqual(0, result.returncode, "%s %s --help: %s" % (kind, name, result.stderr[-2000:]))
-            self.help_texts[key] = set(HELP_FLAG.findall(result.stdout))
-        return self.help_texts[key]
+            HELP_FLAGS[key] = set(HELP_FLAG.findall(result.stdout))
+        return HELP_FLAGS[key]
 
     def assert_flags_defined(self, where: str, program: str, defined: Set[str], arguments: Sequence[str]) -> None:
         for flag in flag_names(arguments):
@@ -361,6 +372,15 @@ class DocsPage(ProgramChecks):
         remove_launcher_logs(result.stdout + result.stderr)
         self.assertEqual(0, result.returncode, "%s:\n%s" % (block.where, command_line.describe(text, result)))
 
+    def copy_synthetic(self) -> None:
+        """Puts `data/synthetic` into the page's directory: `SYNTHETIC`'s output, made on the first call."""
+        if not SYNTHETIC_MADE:
+            made_in = tempfile.mkdtemp(prefix="docs-synthetic-", dir=tf.compat.v1.test.get_temp_dir())
+            result = command_line.run(list(SYNTHETIC), made_in, timeout=300)
+            self.assertEqual(0, result.returncode, command_line.describe(list(SYNTHETIC), result))
+            SYNTHETIC_MADE.append(os.path.join(made_in, SYNTHETIC_DIR))
+        shutil.copytree(SYNTHETIC_MADE[0], os.path.join(self.cwd, SYNTHETIC_DIR), symlinks=True)
+
     def check_flags(self, block: Block) -> None:
         """Checks that every command of a block not run here names a program that exists, with its flags.
 
@@ -383,8 +403,7 @@ class DocsPage(ProgramChecks):
         blocks = page_blocks(self.PAGE)
         self.assertNotEmpty(blocks, "%s holds no commands; drop its test class" % self.PAGE)
         if self.NEEDS_SYNTHETIC:
-            result = command_line.run(list(SYNTHETIC), self.cwd, timeout=300)
-            self.assertEqual(0, result.returncode, command_line.describe(list(SYNTHETIC), result))
+            self.copy_synthetic()
         for block in blocks:
             kind = block.mark[0] if block.mark else None
             if kind == NOT_RUN:
