@@ -42,6 +42,9 @@ SERVE_TIMEOUT_S = 30
 DATASET_ROWS = 20000
 BATCH_SIZE = 128
 STEPS_PER_WORKER = 70
+# The chief writes its loss every LOG_EVERY_N_STEPS global steps; its own 70 steps span at least 70
+# global steps whichever worker runs ahead, so it writes at least three losses.
+LOG_EVERY_N_STEPS = 20
 MIN_AUC = 0.65
 
 
@@ -419,7 +422,8 @@ class EndToEndTest(tf.test.TestCase, parameterized.TestCase):
              "--export_dir", export_dir, "--batch_size", str(per_replica_batch), "--ps_towers", str(towers),
              "--embedding_size", "8",
              "--deep_layers", "16,8", "--dropout", "0,0", "--learning_rate", "0.005", "--num_epochs", "1",
-             "--ps_lr_factor", "0.8", "--seed", "1", "--save_checkpoints_steps", "50"])
+             "--ps_lr_factor", "0.8", "--seed", "1", "--save_checkpoints_steps", "50",
+             "--log_every_n_steps", str(LOG_EVERY_N_STEPS)])
         returncode, output = job.wait()
         self.assertEqual(returncode, 0, output)
         self.assertEqual(sorted(job.task_pids()), ["chief_0", "ps_0", "ps_1", "worker_0"])
