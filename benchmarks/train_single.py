@@ -32,7 +32,7 @@ def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
     from absl import logging
 
     import strategies
-    from deepfm import config
+    from deepfm import config, job_config
     from deepfm.runtime import trainer
     from input_pipeline import files, formats, pipeline, schema
 
@@ -44,8 +44,9 @@ def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
             model_dir=model_dir, train_files=tuple(files.resolve([data_dir], formats.TFRECORD)),
             max_steps=WARMUP_STEPS + steps, save_checkpoints_steps=10 ** 9, log_every_n_steps=10 ** 9)
         model = config.ModelConfig(feature_size=metadata.feature_size, optimizer=optimizer)
-        result = trainer.run(train, model, pipeline.PipelineConfig(data_format=formats.TFRECORD),
-                             strategies.get(strategies.StrategyConfig(name="single")))
+        result = trainer.run(job_config.JobConfig(train=train, model=model,
+                                                  input=pipeline.PipelineConfig(data_format=formats.TFRECORD),
+                                                  strategy=strategies.StrategyConfig(name="single")))
     if result is None:
         raise RuntimeError("the single process trained without a result: it is the chief and reports one")
     return {"examples_per_sec": result.examples_per_sec, "peak_rss_mb": common.peak_rss_mb()}

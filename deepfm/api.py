@@ -59,8 +59,8 @@ def train_and_evaluate(train: TrainConfig, model: ModelConfig, input_config=None
     input_config = input_config or pipeline.PipelineConfig(field_size=model.field_size)
     adapter = strategy if isinstance(strategy, strategies.Strategy) else strategies.get(
         strategy or strategies.StrategyConfig())
-    job_config.JobConfig(train=train, model=model, input=input_config, strategy=adapter.config)
+    job = job_config.JobConfig(train=train, model=model, input=input_config, strategy=adapter.config)
     topology = adapter.setup()
     out = console_lib.Console(enabled=console and topology.role == topology_lib.ROLE_WORKER and topology.is_chief)
-    return trainer.run(train, model, input_config, adapter, console=out, model_fn=model_fn, dataset=dataset)
+    return trainer.run(job, adapter, console=out, model_fn=model_fn, dataset=dataset)
 

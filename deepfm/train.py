@@ -170,16 +170,6 @@ def parse_job(flag_values=FLAGS):
     return job, data
 
 
-def parse_flags(flag_values=FLAGS):
-    """`parse_job`'s sections, then its dataset: (train, model, input, strategy, Dataset or None).
-
-    Raises:
-      app.UsageError: as `parse_job`.
-    """
-    job, data = parse_job(flag_values)
-    return job.train, job.model, job.input, job.strategy, data
-
-
 def _main(argv, model_fn=None):
     del argv
     import strategies

@@ -9,7 +9,8 @@ the ones below:
     0  input_pipeline (the read path), cli (the start of every command line)
     1  dataprep (data preparation), strategies, deepfm.config
     2  deepfm.models; planner (the cost model, its fits, the layouts it picks)
-    3  deepfm.runtime (the training runtime); jobs (running jobs, beside it)
+    3  deepfm.runtime (the training runtime), deepfm.job_config (the job's configuration the
+       trainer takes whole, and the record it writes); jobs (running jobs, beside it)
     4  deepfm (the package face: the API and the command lines)
 """
 
@@ -28,7 +29,7 @@ LAYERS = {
     "input_pipeline": 0, "cli": 0,
     "dataprep": 1, "strategies": 1, "deepfm.config": 1,
     "deepfm.models": 2, "planner": 2,
-    "deepfm.runtime": 3, "jobs": 3,
+    "deepfm.runtime": 3, "deepfm.job_config": 3, "jobs": 3,
     "deepfm": 4,
 }
 # Modules of the job layer (and those it uses) that must start without TensorFlow.

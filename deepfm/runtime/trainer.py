@@ -26,8 +26,10 @@ from typing import Dict, List, Optional, Tuple, Type
 import tensorflow as tf
 from absl import logging
 
+import strategies
 from deepfm import models
 from deepfm.config import ModelConfig, TrainConfig
+from deepfm.job_config import JobConfig
 from deepfm.models import ctr
 from deepfm.runtime import (
     checkpoints,
@@ -149,23 +151,20 @@ def build_estimator(model: ModelConfig, strategy: strategy_lib.Strategy,
         params=ctr.model_params(model))
 
 
-def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineConfig,
-        strategy: strategy_lib.Strategy, console: Optional[console_lib.Console] = None,
-        model_fn: Optional[context_lib.ModelFn] = None,
+def run(job: JobConfig, strategy: Optional[strategy_lib.Strategy] = None,
+        console: Optional[console_lib.Console] = None, model_fn: Optional[context_lib.ModelFn] = None,
         dataset: Optional[dataset_lib.Dataset] = None) -> Optional[TrainResult]:
     """Runs this process's part of a training job.
 
     Args:
-      train: what to train on and where results go.
-      model: the model's hyperparameters.
-      input_config: how the input pipeline reads the data.
-      strategy: the distribution strategy adapter of this process (built,
-        or set up already).
+      job: the job's configuration, its sections checked together.
+      strategy: the distribution strategy adapter of this process, built
+        from `job.strategy` (and possibly set up already); None builds it.
       console: where progress and evaluations are printed; None prints
         nothing (library use).
       model_fn: the Estimator model_fn to train (see `strategies.context` for
         what it gets from the strategy); default: the built-in model named
-        by `model.model`.
+        by `job.model.model`.
       dataset: the dataset the files come from, its metadata read once
         (`Dataset.open`) and handed to the input pipelines; None: each
         pipeline finds the metadata beside its files.
@@ -175,8 +174,16 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
       server).
 
     Raises:
-      ValueError: bad configuration, found before training starts.
+      ValueError: bad configuration, found before training starts; a
+        `strategy` built from another configuration than `job.strategy`.
     """
+    if strategy is None:
+        strategy = strategies.get(job.strategy)
+    elif strategy.config != job.strategy:
+        raise ValueError("the strategy adapter was built from %r, and the job's strategy section is %r: build it "
+                         "from the job's (strategies.get(job.strategy)) or leave it out" % (
+                             strategy.config, job.strategy))
+    train, model, input_config = job.train, job.model, job.input
     topology = strategy.setup()
     model_fn = model_fn or models.get(model.model)
     console = console or console_lib.Console(enabled=False)
@@ -209,6 +216,8 @@ def run(train: TrainConfig, model: ModelConfig, input_config: pipeline.PipelineC
         hooks = list(strategy.run.train_hooks) + [throughput, stop.hook(_stop_agreement(strategy))]
         if train.trace_steps:
             hooks.append(_trace_hook(train, strategy))
+        if pipe_mode:
+            hooks.append(hooks_lib.ReleasePipeWaitsHook())
         outcome = training.run(estimator, hooks, lambda: stop.stopped_before(max_steps) is not None)
     console.close()
     interrupted = stop.stopped_before(max_steps) is not None

@@ -10,7 +10,7 @@ from absl.testing import parameterized
 
 import strategies
 from dataprep import synthetic
-from deepfm import config, predict
+from deepfm import config, job_config, predict
 from deepfm.models import ctr
 from deepfm.runtime import trainer
 from input_pipeline import files, formats, pipeline, schema
@@ -55,8 +55,8 @@ class PredictTest(tf.test.TestCase, parameterized.TestCase):
             model_dir=model_dir, train_files=tuple(files.resolve([cls.data_dir], "tfrecord")),
             export_dir=os.path.join(model_dir, "export"), batch_size=BATCH, max_steps=30, seed=1)
         model = config.ModelConfig(feature_size=FEATURE_SIZE, embedding_size=4, deep_layers=(8,), dropout=(0.0,))
-        cls.result = trainer.run(train, model, pipeline.PipelineConfig(),
-                                 strategies.get(strategies.StrategyConfig(name="single")))
+        cls.result = trainer.run(job_config.JobConfig(train=train, model=model, input=pipeline.PipelineConfig(),
+                                                      strategy=strategies.StrategyConfig(name="single")))
         cls.val_files = files.default_validation([cls.data_dir], "tfrecord")
 
     def expected(self, paths):

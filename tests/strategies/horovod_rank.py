@@ -57,9 +57,9 @@ def main(argv):
     import strategies
     from deepfm.runtime import trainer
 
-    train, model, input_config, strategy_config, _ = train_main.parse_flags(FLAGS)
-    strategy = strategies.get(strategy_config)
-    result = trainer.run(train, model, input_config, strategy)
+    job, _ = train_main.parse_job(FLAGS)
+    strategy = strategies.get(job.strategy)
+    result = trainer.run(job, strategy)
     record = dataclasses.asdict(result)
     topology = strategy.topology
     record.update(rank=topology.rank, size=topology.workers, is_chief=topology.is_chief,

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 import strategies
 from dataprep import synthetic
-from deepfm import config
+from deepfm import config, job_config
 from deepfm.runtime import trainer
 from input_pipeline import files, formats, pipeline, schema
 from tests import command_line
@@ -71,8 +71,10 @@ class BadInputTest(tf.test.TestCase):
                       val_files=tuple(files.default_validation([data], data_format)), batch_size=BATCH,
                       max_steps=2 * FIRST_STEPS, save_checkpoints_steps=FIRST_STEPS)
         values.update(overrides)
-        return trainer.run(config.TrainConfig(**values), model or small_model(),
-                           pipeline.PipelineConfig(data_format=data_format), strategy or single())
+        strategy = strategy or single()
+        return trainer.run(job_config.JobConfig(
+            train=config.TrainConfig(**values), model=model or small_model(),
+            input=pipeline.PipelineConfig(data_format=data_format), strategy=strategy.config), strategy)
 
     def setUp(self):
         super().setUp()
@@ -262,10 +264,11 @@ class PipeModeBadInputTest(tf.test.TestCase):
                                     r"check on .* failed\): its writer closed it inside a record.*the latest: .*"
                                     r"model.ckpt-%d" % (os.path.join(base_dir, "input", "data", "train_0_0"),
                                                         FIRST_STEPS)):
-            trainer.run(config.TrainConfig(model_dir=model_dir, train_files=(), batch_size=BATCH,
-                                           max_steps=10 * FIRST_STEPS, save_checkpoints_steps=10 * FIRST_STEPS),
-                        small_model(), input_config,
-                        strategies.get(strategies.StrategyConfig(name="single", train_channels=("train_0",))))
+            trainer.run(job_config.JobConfig(
+                train=config.TrainConfig(model_dir=model_dir, train_files=(), batch_size=BATCH,
+                                         max_steps=10 * FIRST_STEPS, save_checkpoints_steps=10 * FIRST_STEPS),
+                model=small_model(), input=input_config,
+                strategy=strategies.StrategyConfig(name="single", train_channels=("train_0",))))
         after = digests(model_dir)
         # Every checkpoint it had, unchanged; none added (the session's start rewrote its record files).
         checkpoint_files = sorted(name for name in before if name.startswith("model.ckpt-"))

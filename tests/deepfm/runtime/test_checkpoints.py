@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import strategies
 from dataprep import synthetic
-from deepfm import config
+from deepfm import config, job_config
 from deepfm.runtime import checkpoints, trainer
 from input_pipeline import files, pipeline
 
@@ -34,8 +34,8 @@ def train(data_dir, model_dir, model, max_steps):
     train_config = config.TrainConfig(
         model_dir=model_dir, train_files=tuple(files.resolve([data_dir], "tfrecord")), batch_size=BATCH,
         max_steps=max_steps, save_checkpoints_steps=SAVE_EVERY, seed=1)
-    return trainer.run(train_config, model, pipeline.PipelineConfig(),
-                       strategies.get(strategies.StrategyConfig(name="single")))
+    return trainer.run(job_config.JobConfig(train=train_config, model=model, input=pipeline.PipelineConfig(),
+                                            strategy=strategies.StrategyConfig(name="single")))
 
 
 class CheckpointsTest(tf.test.TestCase):

@@ -14,7 +14,7 @@ from absl.testing import parameterized
 
 import strategies
 from dataprep import synthetic
-from deepfm import config
+from deepfm import config, job_config
 from deepfm.runtime import early_stopping, hooks, trainer
 from input_pipeline import files, pipeline
 from tests import command_line, paths
@@ -180,8 +180,8 @@ def run_training(data_dir, model_dir, strategy_config, **overrides):
                   batch_size=BATCH, num_epochs=EPOCHS, seed=1, eval_every_n_steps=EVAL_EVERY,
                   early_stopping_patience=PATIENCE, log_every_n_steps=LOG_EVERY, save_checkpoints_steps=EVAL_EVERY)
     values.update(overrides)
-    return trainer.run(config.TrainConfig(**values), small_model(), pipeline.PipelineConfig(seed=1),
-                       strategies.get(strategy_config))
+    return trainer.run(job_config.JobConfig(train=config.TrainConfig(**values), model=small_model(),
+                                            input=pipeline.PipelineConfig(seed=1), strategy=strategy_config))
 
 
 class EarlyStoppingRunTest(tf.test.TestCase, parameterized.TestCase):
@@ -311,8 +311,9 @@ class CriteoDefaultsTest(tf.test.TestCase):
             val_files=tuple(files.default_validation([data_dir], "tfrecord")),
             export_dir=os.path.join(model_dir, "export"), num_epochs=CRITEO_MAX_EPOCHS, seed=1,
             eval_every_n_steps=CRITEO_EVAL_EVERY, early_stopping_patience=CRITEO_PATIENCE)
-        result = trainer.run(train, config.ModelConfig(feature_size=metadata.feature_size), pipeline.PipelineConfig(),
-                             strategies.get(strategies.make_config(name="single")))
+        result = trainer.run(job_config.JobConfig(
+            train=train, model=config.ModelConfig(feature_size=metadata.feature_size), input=pipeline.PipelineConfig(),
+            strategy=strategies.make_config(name="single")))
         self.assertTrue(result.stopped_early, result.evaluations)
         output = os.path.join(root, "test.csv")
         predict.write_predictions(result.export_path, [os.path.join(test_dir, "train")], "tfrecord", output)

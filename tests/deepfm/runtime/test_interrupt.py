@@ -17,7 +17,7 @@ from absl.testing import parameterized
 
 import strategies
 from dataprep import synthetic
-from deepfm import config
+from deepfm import config, job_config
 from deepfm.runtime import checkpoints, interrupt, trainer
 from input_pipeline import files, pipeline
 
@@ -91,7 +91,8 @@ class InterruptedTrainingTest(tf.test.TestCase, parameterized.TestCase):
         train = config.TrainConfig(
             model_dir=model_dir, train_files=tuple(files.resolve([self.data_dir], "tfrecord")),
             batch_size=BATCH, max_steps=MAX_STEPS, metrics_file=os.path.join(model_dir, "metrics.json"), seed=1)
-        return trainer.run(train, tiny_model(), pipeline.PipelineConfig(), strategies.get(strategy_config))
+        return trainer.run(job_config.JobConfig(train=train, model=tiny_model(), input=pipeline.PipelineConfig(),
+                                                strategy=strategy_config))
 
     @parameterized.named_parameters(
         ("single_sigterm", strategies.make_config(name="single"), signal.SIGTERM),

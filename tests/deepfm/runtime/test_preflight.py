@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import strategies
 from dataprep import synthetic
-from deepfm import config, models
+from deepfm import config, job_config, models
 from deepfm.models import ctr
 from deepfm.runtime import console as console_lib
 from deepfm.runtime import preflight, trainer
@@ -150,7 +150,9 @@ class TrainerExportTest(tf.test.TestCase):
         model = a_model(feature_size=CGROUP_DATA_FEATURES)
         with mock.patch.object(preflight, "check_memory", return_value=False) as check, \
                 self.assertLogs(level="WARNING") as logs:
-            result = trainer.run(train, model, pipeline.PipelineConfig(), set_up())
+            strategy = set_up()
+            result = trainer.run(job_config.JobConfig(train=train, model=model, input=pipeline.PipelineConfig(),
+                                                      strategy=strategy.config), strategy)
         check.assert_called_once()
         self.assertIsNone(result.export_path)
         self.assertFalse(os.path.exists(train.export_dir))

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import strategies
 from dataprep import synthetic
-from deepfm import config
+from deepfm import config, job_config
 from deepfm.runtime import step_trace, trainer
 from input_pipeline import files, pipeline
 
@@ -107,7 +107,8 @@ class TrainingTraceTest(tf.test.TestCase):
                                    trace_steps=2, seed=1)
         model = config.ModelConfig(feature_size=metadata.feature_size, embedding_size=4, deep_layers=(8,),
                                    dropout=(0.0,))
-        trainer.run(train, model, pipeline.PipelineConfig(), strategies.get(strategies.StrategyConfig(name="single")))
+        trainer.run(job_config.JobConfig(train=train, model=model, input=pipeline.PipelineConfig(),
+                                         strategy=strategies.StrategyConfig(name="single")))
         traces = os.path.join(model_dir, trainer.TRACE_DIR)
         first = step_trace.DEFAULT_WARMUP_STEPS
         second = first + step_trace.DEFAULT_EVERY_N_STEPS

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import strategies
 from dataprep import criteo, synthetic
-from deepfm import config
+from deepfm import config, job_config
 from deepfm.runtime import checkpoints, trainer
 from input_pipeline import files, pipeline, schema
 from tests import command_line, paths
@@ -41,8 +41,9 @@ def train_once(data_dir, model_dir, model, export=True, **train_overrides):
                   metrics_file=os.path.join(model_dir, "metrics.json"),
                   batch_size=BATCH, num_epochs=EPOCHS, seed=1)
     values.update(train_overrides)
-    return trainer.run(config.TrainConfig(**values), model, pipeline.PipelineConfig(shuffle_buffer=10_000, seed=1),
-                       strategies.get(strategies.StrategyConfig(name="single")))
+    return trainer.run(job_config.JobConfig(
+        train=config.TrainConfig(**values), model=model, input=pipeline.PipelineConfig(shuffle_buffer=10_000, seed=1),
+        strategy=strategies.StrategyConfig(name="single")))
 
 
 class EndToEndTest(tf.test.TestCase):
@@ -118,8 +119,9 @@ class ResumeTest(tf.test.TestCase):
         values = dict(model_dir=model_dir, train_files=tuple(files.resolve([self.data_dir], "tfrecord")),
                       batch_size=64, max_steps=self.STEPS, seed=1, save_checkpoints_steps=self.INTERVAL)
         values.update(overrides)
-        strategy = strategies.get(strategies.StrategyConfig(name="single", intra_op_threads=1, inter_op_threads=1))
-        return trainer.run(config.TrainConfig(**values), self.model, pipeline.PipelineConfig(), strategy)
+        return trainer.run(job_config.JobConfig(
+            train=config.TrainConfig(**values), model=self.model, input=pipeline.PipelineConfig(),
+            strategy=strategies.StrategyConfig(name="single", intra_op_threads=1, inter_op_threads=1)))
 
     def copy_checkpoint(self, model_dir, step):
         """A model directory holding `model_dir`'s checkpoint at `step` and its records, as a job killed after it."""
@@ -247,6 +249,21 @@ class BadInputTest(tf.test.TestCase):
                 self.assertFalse(os.path.exists(model_dir))
 
 
+class JobAndStrategyTest(tf.test.TestCase):
+    """`run` takes the job whole; a strategy handed with it must be the job's."""
+
+    def test_a_strategy_of_another_configuration_is_refused_before_anything_is_written(self):
+        model_dir = os.path.join(self.get_temp_dir(), "model")
+        job = job_config.JobConfig(
+            train=config.TrainConfig(model_dir=model_dir, train_files=("train.tfrecord",), batch_size=BATCH),
+            model=small_model(FEATURE_SIZE), input=pipeline.PipelineConfig(),
+            strategy=strategies.StrategyConfig(name="single"))
+        other = strategies.get(strategies.StrategyConfig(name="single", intra_op_threads=1))
+        with self.assertRaisesRegex(ValueError, r"intra_op_threads=1.*strategies.get\(job.strategy\)"):
+            trainer.run(job, other)
+        self.assertFalse(os.path.exists(model_dir))
+
+
 class CriteoTest(tf.test.TestCase):
 
     def test_real_criteo_rows_train_above_floor(self):
@@ -281,8 +298,9 @@ class PipeModeTest(tf.test.TestCase):
                                    max_steps=steps, val_channel="validation")
         input_config = pipeline.PipelineConfig(input_mode=pipeline.INPUT_MODE_PIPE, pipe_base_dir=base_dir,
                                                pipe_timeout_s=60)
-        result = trainer.run(train, small_model(FEATURE_SIZE), input_config, strategies.get(
-            strategies.StrategyConfig(name="single", train_channels=("train_0",))))
+        result = trainer.run(job_config.JobConfig(
+            train=train, model=small_model(FEATURE_SIZE), input=input_config,
+            strategy=strategies.StrategyConfig(name="single", train_channels=("train_0",))))
         self.assertEqual(steps, result.global_step)
         self.assertGreater(result.auc, 0.55)
         self.assertEqual(2, feeder.epochs_written["train_0"])
@@ -301,8 +319,9 @@ class PipeModeTest(tf.test.TestCase):
                                    num_epochs=epochs)
         input_config = pipeline.PipelineConfig(input_mode=pipeline.INPUT_MODE_PIPE, pipe_base_dir=base_dir,
                                                pipe_timeout_s=60)
-        result = trainer.run(train, small_model(FEATURE_SIZE), input_config, strategies.get(
-            strategies.StrategyConfig(name="single", train_channels=("train_0",))))
+        result = trainer.run(job_config.JobConfig(
+            train=train, model=small_model(FEATURE_SIZE), input=input_config,
+            strategy=strategies.StrategyConfig(name="single", train_channels=("train_0",))))
         self.assertEqual(epochs * (3_600 // BATCH), result.global_step)
         self.assertEqual(epochs, feeder.epochs_written["train_0"])
 
@@ -315,8 +334,9 @@ class PipeModeTest(tf.test.TestCase):
             shutil.copy(path, lone)
         train = config.TrainConfig(model_dir=os.path.join(root, "model"),
                                    train_files=tuple(tf.io.gfile.glob(os.path.join(lone, "*"))), batch_size=BATCH)
-        result = trainer.run(train, small_model(FEATURE_SIZE), pipeline.PipelineConfig(),
-                             strategies.get(strategies.StrategyConfig(name="single")))
+        result = trainer.run(job_config.JobConfig(train=train, model=small_model(FEATURE_SIZE),
+                                                  input=pipeline.PipelineConfig(),
+                                                  strategy=strategies.StrategyConfig(name="single")))
         self.assertEqual(1_800 // BATCH, result.global_step)
 
 
