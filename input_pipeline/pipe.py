@@ -34,7 +34,11 @@ fails at start. Before each later epoch the dataset waits again, up to
 `timeout_s`, for that epoch's FIFO, and fails with an error naming the FIFO
 when it does not appear (the reader's own wait, about 120 s, is never
 reached). Once a FIFO exists, opening it blocks until its writer opens it,
-as it does on SageMaker.
+as it does on SageMaker. A job whose step budget ends where the data
+source stopped feeding would otherwise wait out that timeout at its end: its
+input reads ahead into an epoch nobody wants, and the session cannot close
+while that read waits. `release_waits()` ends every such wait at once (the
+trainer calls it when training ends); a channel opened after it waits again.
 
 TensorFlow logs `UNIMPLEMENTED: Cannot compute input sources for dataset of
 type PipeModeDataset` when an iterator is created: `PipeModeDataset` does not
@@ -43,8 +47,9 @@ implement `InputDatasets`; the message is harmless.
 
 import json
 import os
+import threading
 import time
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from input_pipeline import formats
 
@@ -69,6 +74,26 @@ REPEAT_FOREVER = -1
 BROKEN_STREAM_MARK = "CRC check on"
 # Channel -> the FIFO this process opened last for it.
 _OPENED: Dict[str, str] = {}
+# The waits of the channels opened since the last `release_waits` (set: stop waiting).
+_WAITS: List[threading.Event] = []
+_WAITS_LOCK = threading.Lock()
+
+
+class WaitReleased(RuntimeError):
+    """A wait for a later epoch's FIFO ended by `release_waits`: nothing reads that epoch any more."""
+
+
+def release_waits() -> None:
+    """Ends every wait for a later epoch's FIFO of the channels opened so far in this process.
+
+    Called when training ends: a read-ahead into an epoch that will never be
+    fed then fails at once (`WaitReleased`, in a dataset nobody reads any
+    more) instead of holding the session's close for the FIFO timeout.
+    """
+    with _WAITS_LOCK:
+        for released in _WAITS:
+            released.set()
+        _WAITS.clear()
 
 
 def default_base_dir() -> str:
@@ -190,7 +215,7 @@ def next_epoch(channel: str, state_directory: str) -> Optional[int]:
 
 
 def wait_for_fifo(channel: str, base_dir: Optional[str], timeout_s: float,
-                  state_directory: Optional[str] = None) -> str:
+                  state_directory: Optional[str] = None, released: Optional[threading.Event] = None) -> str:
     """Waits until the FIFO `channel` reads next exists, and returns its path.
 
     Args:
@@ -199,10 +224,12 @@ def wait_for_fifo(channel: str, base_dir: Optional[str], timeout_s: float,
       timeout_s: seconds to wait at most.
       state_directory: the `PipeModeDataset` state directory (default:
         `state_dir(base_dir)`).
+      released: set by `release_waits`: stop waiting.
 
     Raises:
       TimeoutError: the FIFO did not appear within `timeout_s`; the message
         names it.
+      WaitReleased: `released` was set before the FIFO appeared.
     """
     state_directory = state_directory or state_dir(base_dir)
     deadline = time.monotonic() + timeout_s
@@ -214,6 +241,9 @@ def wait_for_fifo(channel: str, base_dir: Optional[str], timeout_s: float,
             what = fifo_path(base_dir, channel, epoch)
             if os.path.exists(what):
                 return what
+        if released is not None and released.is_set():
+            raise WaitReleased("no longer waiting for Pipe-mode FIFO %s of channel %r: training ended" % (
+                what, channel))
         if time.monotonic() >= deadline:
             raise TimeoutError(
                 "Pipe-mode FIFO %s of channel %r did not appear within %g s (is the data source "
@@ -274,9 +304,12 @@ def open_channel(channel: str, base_dir: Optional[str] = None,
     state_directory = state_directory or state_dir(base_dir)
     check_channel(channel, base_dir)
     wait_for_fifo(channel, base_dir, timeout_s, state_directory)
+    released = threading.Event()
+    with _WAITS_LOCK:
+        _WAITS.append(released)
 
     def wait() -> bool:
-        _OPENED[channel] = wait_for_fifo(channel, base_dir, timeout_s, state_directory)
+        _OPENED[channel] = wait_for_fifo(channel, base_dir, timeout_s, state_directory, released)
         return True
 
     def one_epoch(_):

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from deepfm.runtime import console as console_lib
+from input_pipeline import pipe
 
 DEFAULT_WARMUP_STEPS = 20
 # In TRAIN, the loss of every model_fn call (once per tower or replica) goes to
@@ -175,6 +176,19 @@ class ProgressHook(tf.estimator.SessionRunHook):
         if self._timed_steps:
             return self._timed_steps * self._examples_per_step / self._timed_seconds
         return None
+
+
+class ReleasePipeWaitsHook(tf.estimator.SessionRunHook):
+    """When training ends, before its session closes: Pipe mode's waits for FIFOs nobody reads end.
+
+    The input reads ahead; where the step budget ends at the end of the data
+    fed, that read waits for the next epoch's FIFO, and the session's close
+    would wait with it, up to `--pipe_timeout_s` (`pipe.release_waits`).
+    """
+
+    def end(self, session):
+        del session
+        pipe.release_waits()
 
 
 class ConsoleProgress:

@@ -8,6 +8,7 @@ the test process or, for the command line, in a subprocess; the records are
 import json
 import os
 import tempfile
+import threading
 import time
 from unittest import mock
 
@@ -20,6 +21,9 @@ from tests.input_pipeline import test_pipe_feeder as feeding
 
 WAIT_S = 30.0
 TINY_TIMEOUT_S = 0.3
+# A wait only `release_waits` ends within a test, released this long after it began.
+LONG_TIMEOUT_S = 600.0
+RELEASE_AFTER_S = 0.5
 # A missing FIFO must be reported within this, whatever the reader's own wait.
 ERROR_BOUND_S = 10.0
 RECORDS_PER_FILE = 12
@@ -173,6 +177,22 @@ class PipeTest(tf.test.TestCase, parameterized.TestCase):
         with self.assertRaisesRegex(tf.errors.UnknownError, "train_0_1 of channel 'train_0' did not appear"):
             next(iterator)
         self.assertLess(time.monotonic() - start, ERROR_BOUND_S)
+
+    def test_a_released_wait_for_a_later_epoch_fails_at_once(self):
+        paths, ids = self.write_files(first_id=0, files=1)
+        feeder = feeding.started_feeder(self, self.base_dir, {"train_0": paths}, epochs=1)
+        # A timeout no test waits out: only the release can end the wait.
+        iterator = pipe.open_channel("train_0", self.base_dir, LONG_TIMEOUT_S, epochs=2).as_numpy_iterator()
+        got = [next(iterator) for _ in ids]
+        self.assertEqual(feeding.example_ids(got), ids)
+        self.assertTrue(feeder.join(timeout=WAIT_S))
+        releaser = threading.Timer(RELEASE_AFTER_S, pipe.release_waits)
+        releaser.start()
+        self.addCleanup(releaser.cancel)
+        start = time.monotonic()
+        with self.assertRaisesRegex(tf.errors.UnknownError, "no longer waiting for .*train_0_1 .*training ended"):
+            next(iterator)
+        self.assertBetween(time.monotonic() - start, RELEASE_AFTER_S, RELEASE_AFTER_S + ERROR_BOUND_S)
 
     def test_check_channels(self):
         self.write_config({name: {"TrainingInputMode": "Pipe"} for name in ("train_0", "train_1")})
