@@ -33,6 +33,7 @@ from absl import app, flags
 from cli import config_flags, entry
 from deepfm import job_flags
 from jobs import spec as spec_lib
+from jobs.kubernetes import job as kubernetes_job
 from jobs.kubernetes import manifests
 from planner import cost_model
 
@@ -49,12 +50,12 @@ def define_flags() -> None:
     job_flags.define_job_flags()
     from jobs.kubernetes.local import run as kubernetes_local
     # render's and local's own flags, from their configs' fields
-    config_flags.define_flags([manifests.KubernetesJob, manifests.Resources, kubernetes_local.LocalConfig])
+    config_flags.define_flags([kubernetes_job.KubernetesJob, kubernetes_job.Resources, kubernetes_local.LocalConfig])
     flags.DEFINE_multi_string("fault", [], "local: ACTION:POD@STEP: once a checkpoint of that global step is "
                               "saved, kill the pod (kill) or lose its node for good (lose); repeatable.")
 
 
-def parse_job(flag_values, hyperparameter_args) -> manifests.KubernetesJob:
+def parse_job(flag_values, hyperparameter_args) -> kubernetes_job.KubernetesJob:
     """The `KubernetesJob` of the parsed flags and the arguments after `--`.
 
     Raises:
@@ -63,15 +64,15 @@ def parse_job(flag_values, hyperparameter_args) -> manifests.KubernetesJob:
     f = flag_values
     choice = None
     if f.distribution == spec_lib.DISTRIBUTION_AUTO:
-        resources = manifests.Resources(cpu=f.cpu)
+        resources = kubernetes_job.Resources(cpu=f.cpu)
         choice = job_flags.auto_choice(f, resources.cores() or 1, cost_model.DEFAULT_UNLIMITED_GBPS)
         print(choice.describe(), file=sys.stderr)
     spec = job_flags.parse_spec(f, hyperparameter_args, INSTANCE_TYPE, choice)
     if not f.image:
         raise ValueError("--image is required: the job's container image (see the rendered Dockerfile)")
-    return manifests.KubernetesJob(
-        spec=spec, resources=manifests.Resources(**config_flags.values(manifests.Resources, f)),
-        **config_flags.values(manifests.KubernetesJob, f))
+    return kubernetes_job.KubernetesJob(
+        spec=spec, resources=kubernetes_job.Resources(**config_flags.values(kubernetes_job.Resources, f)),
+        **config_flags.values(kubernetes_job.KubernetesJob, f))
 
 
 def run_render(hyperparameter_args) -> int:

@@ -7,7 +7,7 @@ import unittest
 import strategies
 from deepfm import launch
 from jobs import spec as spec_lib
-from jobs.kubernetes import manifests
+from jobs.kubernetes import job as kubernetes_job
 from jobs.local import launcher
 from jobs.sagemaker import env
 from strategies import strategy_names as names
@@ -68,17 +68,17 @@ class LauncherChoicesTest(unittest.TestCase):
     def test_kubernetes_jobs_run_their_distributions_strategies(self):
         for distribution in names.DISTRIBUTIONS:
             with self.subTest(distribution):
-                job = manifests.KubernetesJob(spec=spec_lib.JobSpec(job_name="j", distribution=distribution),
+                job = kubernetes_job.KubernetesJob(spec=spec_lib.JobSpec(job_name="j", distribution=distribution),
                                               image="i")
                 self.assertIn("--strategy=%s" % names.default_of(distribution), job.train_args())
                 for name in names.ALL:
                     spec = spec_lib.JobSpec(job_name="j", distribution=distribution,
                                             hyperparameters={"strategy": name})
                     if name in names.choices_of(distribution):
-                        manifests.KubernetesJob(spec=spec, image="i")
+                        kubernetes_job.KubernetesJob(spec=spec, image="i")
                     else:
                         with self.assertRaisesRegex(ValueError, "hyperparameter --strategy %s" % name):
-                            manifests.KubernetesJob(spec=spec, image="i")
+                            kubernetes_job.KubernetesJob(spec=spec, image="i")
 
     def test_sagemaker_jobs_run_their_distributions_defaults(self):
         with tempfile.TemporaryDirectory() as base_dir:

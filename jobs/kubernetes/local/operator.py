@@ -11,6 +11,7 @@ fail it). This module never imports TensorFlow.
 
 from typing import List, Optional, Sequence
 
+from jobs.kubernetes import job as kubernetes_job
 from jobs.kubernetes import manifests
 from jobs.kubernetes.local.pod import JUDGED_BY_EXIT_CODE, JUDGED_BY_JOB, JUDGED_BY_KUBELET, Pod
 
@@ -37,7 +38,7 @@ class Operator:
         self.documents = list(documents)
         self.job = self.documents[-1]
         self.name = self.job["metadata"]["name"]
-        self.namespace = self.job["metadata"].get("namespace", manifests.DEFAULT_NAMESPACE)
+        self.namespace = self.job["metadata"].get("namespace", kubernetes_job.DEFAULT_NAMESPACE)
         annotations = self.job["metadata"].get("annotations") or {}
         count = self.training_pods()
         self.min_workers = int(annotations.get(manifests.MIN_REPLICAS_ANNOTATION, count))

@@ -23,6 +23,7 @@ import yaml
 from jobs import source as source_lib
 from jobs import spec as spec_lib
 from jobs.kubernetes import entry as kubernetes_entry
+from jobs.kubernetes import job as kubernetes_job
 from jobs.kubernetes import manifests
 from tests import command_line, paths
 from tests.jobs.kubernetes import operator_models
@@ -71,18 +72,18 @@ def job_of(distribution, instance_count, **kwargs):
         channels=(spec_lib.Channel("train", "data/synthetic"),
                   spec_lib.Channel("validation", "data/synthetic/validation")),
         hyperparameters=hyperparameters)
-    return manifests.KubernetesJob(spec=spec, image="registry.example/deepfm:1", **kwargs)
+    return kubernetes_job.KubernetesJob(spec=spec, image="registry.example/deepfm:1", **kwargs)
 
 
 VARIANTS = {
     "ps, one worker": lambda: job_of(spec_lib.DISTRIBUTION_PS, 1),
     "ps, three workers, elastic, metrics, requests": lambda: job_of(
         spec_lib.DISTRIBUTION_PS, 3, num_ps=2, min_replicas=1, max_replicas=4, metrics_port=9090,
-        resources=manifests.Resources(cpu="4", memory="8Gi", gpus=1), storage_class="fsx-lustre"),
+        resources=kubernetes_job.Resources(cpu="4", memory="8Gi", gpus=1), storage_class="fsx-lustre"),
     "mpi, one worker": lambda: job_of(spec_lib.DISTRIBUTION_MPI, 1, pvc="shared"),
     "mpi, three workers of two slots, elastic, metrics": lambda: job_of(
         spec_lib.DISTRIBUTION_MPI, 3, processes_per_host=2, min_replicas=2, metrics_port=9090,
-        resources=manifests.Resources(cpu="500m")),
+        resources=kubernetes_job.Resources(cpu="500m")),
     "one process": lambda: job_of(spec_lib.DISTRIBUTION_NONE, 1),
 }
 
@@ -273,11 +274,11 @@ class BadInputTest(unittest.TestCase):
     def test_errors_name_the_flag(self):
         for make, message in (
                 (lambda: job_of("parameter_server", 2, job_name="Deepfm_X"), "--job_name"),
-                (lambda: manifests.KubernetesJob(spec=spec_lib.JobSpec(job_name="j"), image=""), "--image"),
+                (lambda: kubernetes_job.KubernetesJob(spec=spec_lib.JobSpec(job_name="j"), image=""), "--image"),
                 (lambda: job_of("parameter_server", 2, min_replicas=3), "--min_replicas"),
                 (lambda: job_of("parameter_server", 2, pvc="claim", storage_class="efs"), "--pvc"),
                 (lambda: job_of("parameter_server", 2, metrics_port=70000), "--metrics_port"),
-                (lambda: manifests.Resources(cpu="lots"), "--cpu"),
+                (lambda: kubernetes_job.Resources(cpu="lots"), "--cpu"),
                 (lambda: job_of("parameter_server", 2, hyperparameters={"strategy": "single"}),
                  "hyperparameter --strategy")):
             with self.subTest(message):
@@ -295,7 +296,7 @@ class BadInputTest(unittest.TestCase):
     def test_channels_live_in_the_volume(self):
         spec = spec_lib.JobSpec(job_name="deepfm-test", channels=(spec_lib.Channel("train", "/data/x"),))
         with self.assertRaisesRegex(ValueError, "inside the volume"):
-            manifests.KubernetesJob(spec=spec, image="i")
+            kubernetes_job.KubernetesJob(spec=spec, image="i")
 
     def test_nothing_is_overwritten(self):
         with tempfile.TemporaryDirectory() as directory:
