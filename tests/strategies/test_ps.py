@@ -26,7 +26,7 @@ from deepfm.models import deepfm as model_lib
 from input_pipeline import schema
 from jobs.local import processes
 from strategies import cluster as cluster_lib
-from strategies import ps, server_ports
+from strategies import ps, ps_coordination, server_ports
 from tests.jobs.local import launch_testing
 
 CLUSTER = {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3", "localhost:4"]}
@@ -240,7 +240,7 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
     def test_placer_honours_an_explicit_job(self):
         graph = tf.Graph()
         with graph.as_default(), graph.device(prepared_strategy(self, "worker").run.run_config.device_fn):
-            queue = ps.done_queue(1, num_workers=2)
+            queue = ps_coordination.done_queue(1, num_workers=2)
         self.assertStartsWith(queue.queue_ref.device, "/job:ps/task:1")
 
 
@@ -264,7 +264,7 @@ class InProcessClusterTest(tf.test.TestCase):
         self.tasks = {}
         for task_type in ("chief", "worker"):
             strategy = prepared_strategy(self, task_type, jobs=self.jobs)
-            hook_of(strategy, ps.StartServerHook).begin()  # starts the task's server
+            hook_of(strategy, ps_coordination.StartServerHook).begin()  # starts the task's server
             self.tasks[task_type] = strategy
 
     def tearDown(self):
@@ -280,7 +280,7 @@ class InProcessClusterTest(tf.test.TestCase):
         return tf.compat.v1.Session(target, config=strategy._session_config())
 
     def finish(self, strategy):
-        hook = hook_of(strategy, ps.TrainingDoneHook)
+        hook = hook_of(strategy, ps_coordination.TrainingDoneHook)
         with tf.Graph().as_default():
             hook.begin()
             with self.session(strategy) as session:
@@ -297,25 +297,25 @@ class InProcessClusterTest(tf.test.TestCase):
 
         def start_worker():
             with tf.Graph().as_default():
-                hook_of(self.tasks["worker"], ps.ChiefReadyHook).begin()
+                hook_of(self.tasks["worker"], ps_coordination.ChiefReadyHook).begin()
             worker_ready.set()
         thread = threading.Thread(target=start_worker, daemon=True)
         thread.start()
         self.assertFalse(worker_ready.wait(1.0), "the worker did not wait for the chief")
-        chief_hook = hook_of(self.tasks["chief"], ps.ChiefReadyHook)
+        chief_hook = hook_of(self.tasks["chief"], ps_coordination.ChiefReadyHook)
         with tf.Graph().as_default():
             chief_hook.begin()
             with self.session(self.tasks["chief"]) as session:
                 chief_hook.after_create_session(session, None)
                 chief_hook.after_create_session(session, None)  # a second chief session adds nothing
-                self.assertEqual(session.run(ps.chief_ready_queue().size()), 1)
+                self.assertEqual(session.run(ps_coordination.chief_ready_queue().size()), 1)
         self.assertTrue(worker_ready.wait(SERVE_TIMEOUT_S), "the worker did not see the chief's token")
         thread.join(SERVE_TIMEOUT_S)
 
     def test_worker_gives_up_waiting_after_the_timeout(self):
         worker = self.tasks["worker"]
-        hook = ps.ChiefReadyHook(worker.cluster, "grpc://" + worker.cluster.task_address, worker._session_config(),
-                                 timeout_seconds=0.5)
+        hook = ps_coordination.ChiefReadyHook(worker.cluster, "grpc://" + worker.cluster.task_address,
+                                              worker._session_config(), timeout_seconds=0.5)
         self.assertFalse(hook.wait_for_chief())
 
 
@@ -382,7 +382,7 @@ class ServeUntilTrainingExitsTest(tf.test.TestCase):
             time.sleep(0.1)
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps/task:0"])
         with tf.Graph().as_default():
-            enqueue = ps.done_queue(0, 2).enqueue_many([[0, 1]])
+            enqueue = ps_coordination.done_queue(0, 2).enqueue_many([[0, 1]])
             with tf.compat.v1.Session("grpc://" + self.jobs["ps"][0], config=config) as session:
                 session.run(enqueue)
 
