@@ -26,7 +26,7 @@ Variants:
   pipeline, without the trainer around it (its hooks, progress and stop
   agreement): `library` against it is what the trainer costs, it against
   `library_compute` what the input costs.
-* `bare+adam`: a plain Estimator recipe written in this module (`bare_model_fn`,
+* `bare+adam`: a plain Estimator recipe (`benchmarks.peers_models.bare_model_fn`,
   the same DeepFM in a few lines: the same loss, L2 on the looked-up rows,
   Adam), fed TFRecordDataset -> batch -> parse_example -> prefetch.
 * `bare_compute+adam`: the same recipe on one parsed batch, cached and repeated.
@@ -56,13 +56,8 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import common
+from benchmarks import peers_models as models
 
-BATCH_SIZE = 1024
-EMBEDDING_SIZE = 32
-DEEP_LAYERS = (128, 64, 32)
-DROPOUT = 0.5
-LEARNING_RATE = 0.0005
-L2_REG = 0.0001
 DEFAULT_WARMUP_STEPS = 200
 DEFAULT_STEPS = 500
 DEFAULT_RUNS = 3
@@ -98,7 +93,7 @@ class Variant:
       model: `deepfm.ModelConfig` fields set for this variant (`library` kinds), as (name, value) pairs.
       strategy: `strategies.StrategyConfig` fields set for it.
       pipeline: `input_pipeline.pipeline.PipelineConfig` fields set for it.
-      model_fn: the name of a model_fn of this module trained instead of
+      model_fn: the name of a model_fn of `benchmarks.peers_models` trained instead of
         the built-in DeepFM (`library` kinds); "" for the built-in one.
       env: environment variables of its process, as (name, value) pairs.
     """
@@ -228,12 +223,12 @@ def window_span(at_step: Dict[int, float], spec: RunSpec) -> float:
 
 def window_rate(times: Dict[int, float], spec: RunSpec) -> float:
     """Examples/sec in the window, from wall times by step (`window_span`)."""
-    return spec.steps * BATCH_SIZE / window_span(times, spec)
+    return spec.steps * models.BATCH_SIZE / window_span(times, spec)
 
 
 def window_cpu_us(cpu: Dict[int, float], spec: RunSpec) -> float:
     """CPU microseconds per example in the window, from the process's CPU seconds (every thread) by step."""
-    return window_span(cpu, spec) * 1e6 / (spec.steps * BATCH_SIZE)
+    return window_span(cpu, spec) * 1e6 / (spec.steps * models.BATCH_SIZE)
 
 
 def _step_timer(steps: Sequence[int]):
@@ -314,108 +309,6 @@ def _predictions(estimator, ids, values):
                                                                       yield_single_examples=True)])
 
 
-# --- the bare recipe -------------------------------------------------------------------------------
-def bare_model_fn(features, labels, mode, params):
-    """DeepFM as a plain TF 1.x Estimator model_fn: the library's model, without the library.
-
-    `params`: `feature_size`, `field_size`. The same network and loss as
-    `deepfm.models.deepfm` (first- and second-order FM, an MLP over the
-    field embeddings with dropout, mean cross-entropy plus L2 on the rows
-    looked up), trained with Adam.
-    """
-    import tensorflow as tf
-
-    from deepfm.models import ctr
-    from input_pipeline import schema
-
-    field_size = params["field_size"]
-    ids = features[schema.FEAT_IDS]
-    values = tf.reshape(features[schema.FEAT_VALS], [-1, field_size])
-    training = mode == tf.estimator.ModeKeys.TRAIN
-    init = tf.compat.v1.glorot_normal_initializer()
-    bias = tf.compat.v1.get_variable("fm_bias", [1], initializer=tf.compat.v1.zeros_initializer())
-    fm_w = tf.compat.v1.get_variable("fm_w", [params["feature_size"]], initializer=init)
-    fm_v = tf.compat.v1.get_variable("fm_v", [params["feature_size"], EMBEDDING_SIZE], initializer=init)
-    weights = tf.nn.embedding_lookup(fm_w, ids)
-    factors = tf.nn.embedding_lookup(fm_v, ids)
-    embeddings = factors * tf.expand_dims(values, -1)
-    first = tf.reduce_sum(weights * values, axis=1)
-    second = 0.5 * tf.reduce_sum(tf.square(tf.reduce_sum(embeddings, 1)) - tf.reduce_sum(tf.square(embeddings), 1), 1)
-    hidden = tf.reshape(embeddings, [-1, field_size * EMBEDDING_SIZE])
-    for width in DEEP_LAYERS:
-        hidden = tf.compat.v1.layers.dense(hidden, width, tf.nn.relu, kernel_initializer=init)
-        hidden = tf.compat.v1.layers.dropout(hidden, DROPOUT, training=training)
-    deep = tf.squeeze(tf.compat.v1.layers.dense(hidden, 1, kernel_initializer=init), 1)
-    logits = bias + first + second + deep
-    prob = tf.sigmoid(logits)
-    if mode == tf.estimator.ModeKeys.PREDICT:
-        return tf.estimator.EstimatorSpec(mode, predictions={ctr.PREDICTION_KEY: prob})
-    labels = tf.reshape(labels, [-1])
-    l2 = (tf.reduce_sum(tf.square(weights)) + tf.reduce_sum(tf.square(factors))) / tf.cast(tf.shape(ids)[0],
-                                                                                           tf.float32)
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)) + L2_REG * l2
-    train_op = tf.compat.v1.train.AdamOptimizer(LEARNING_RATE).minimize(
-        loss, global_step=tf.compat.v1.train.get_or_create_global_step())
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
-
-
-def one_gather_logits(feat_ids, feat_vals, config, training, context):
-    """The library's DeepFM network with its two tables in one: `[feature_size, 1 + k]`, looked up once.
-
-    Column 0 of a row is the id's first-order weight, the other `k` its
-    factors. Written against the library's model contract
-    (`deepfm.models.ctr.network_model_fn`): the table is created and looked
-    up through the strategy's context.
-    """
-    import tensorflow as tf
-
-    from deepfm.models import ctr
-
-    k = config.embedding_size
-    feat_ids, feat_vals = ctr.checked_inputs(feat_ids, feat_vals, config)
-    with tf.compat.v1.variable_scope("deepfm_model", reuse=tf.compat.v1.AUTO_REUSE):
-        bias = tf.compat.v1.get_variable("fm_bias", [1], initializer=tf.compat.v1.zeros_initializer())
-        rows = context.embedding("fm_wv", config.feature_size, [1 + k]).lookup(feat_ids)    # [B, F, 1 + k]
-        weights, factors = tf.split(rows, [1, k], axis=2)
-        first = tf.reduce_sum(tf.squeeze(weights, 2) * feat_vals, axis=1)
-        embeddings = factors * tf.expand_dims(feat_vals, -1)
-        second = 0.5 * tf.reduce_sum(
-            tf.square(tf.reduce_sum(embeddings, 1)) - tf.reduce_sum(tf.square(embeddings), 1), 1)
-        with tf.compat.v1.variable_scope("deep"):
-            hidden = ctr.mlp(tf.reshape(embeddings, [-1, config.field_size * k]), config, training)
-            deep = tf.squeeze(ctr.dense(hidden, 1, "output"), axis=1)
-        logits = bias + first + second + deep
-        l2 = ctr.l2_of_rows([rows], tf.shape(feat_ids)[0])
-    return logits, l2
-
-
-def one_gather_model_fn(features, labels, mode, params):
-    """The Estimator model_fn of `one_gather_logits`."""
-    from deepfm.models import ctr
-    return ctr.network_model_fn(one_gather_logits, "one_gather_model_fn")(features, labels, mode, params)
-
-
-def bare_input_fn(paths: Sequence[str], field_size: int, compute_only: bool):
-    """TFRecordDataset -> repeat -> batch -> parse_example -> prefetch (`compute_only`: one batch, cached, repeated)."""
-    import tensorflow as tf
-
-    from input_pipeline import decoders, schema
-
-    spec = decoders.tfrecord_feature_spec(field_size)
-
-    def parse(serialized):
-        parsed = tf.io.parse_example(serialized, spec)
-        return {schema.FEAT_IDS: parsed[schema.IDS_KEY], schema.FEAT_VALS: parsed[schema.VALUES_KEY]}, \
-            parsed[schema.LABEL_KEY]
-
-    def input_fn():
-        dataset = tf.data.TFRecordDataset(list(paths)).repeat().batch(BATCH_SIZE, drop_remainder=True).map(parse)
-        if compute_only:
-            dataset = dataset.take(1).cache().repeat()
-        return dataset.prefetch(tf.data.AUTOTUNE)
-    return input_fn
-
-
 # --- one run of each kind --------------------------------------------------------------------------
 def _quiet_tensorflow() -> None:
     import logging as std_logging
@@ -434,12 +327,12 @@ def _library_configs(spec: RunSpec, model_dir: str, variant: Variant, metadata, 
     input_config = pipeline.PipelineConfig(field_size=metadata.field_size, **pipeline_options)
     train_files = tuple(_split_files(spec.data_dir, TRAIN, input_config.data_format.name))
     return (deepfm.TrainConfig(model_dir=model_dir, train_files=train_files,
-                               max_steps=spec.total_steps, batch_size=BATCH_SIZE,
+                               max_steps=spec.total_steps, batch_size=models.BATCH_SIZE,
                                log_every_n_steps=spec.log_every_n_steps, progress_file=progress_file),
             deepfm.ModelConfig(feature_size=metadata.feature_size, field_size=metadata.field_size,
-                               embedding_size=EMBEDDING_SIZE, deep_layers=DEEP_LAYERS,
-                               dropout=(DROPOUT,) * len(DEEP_LAYERS), learning_rate=LEARNING_RATE,
-                               l2_reg=L2_REG, optimizer=variant.optimizer, **dict(variant.model)),
+                               embedding_size=models.EMBEDDING_SIZE, deep_layers=models.DEEP_LAYERS,
+                               dropout=(models.DROPOUT,) * len(models.DEEP_LAYERS), learning_rate=models.LEARNING_RATE,
+                               l2_reg=models.L2_REG, optimizer=variant.optimizer, **dict(variant.model)),
             strategies.StrategyConfig(name="single", **dict(variant.strategy)),
             input_config)
 
@@ -454,13 +347,13 @@ def run_library(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tu
     progress_file = os.path.join(model_dir, "progress.jsonl")
     train, model, strategy_config, input_config = _library_configs(spec, model_dir, variant, metadata, progress_file)
     strategy = strategies.get(strategy_config)
-    model_fn = globals()[variant.model_fn] if variant.model_fn else None
+    model_fn = getattr(models, variant.model_fn) if variant.model_fn else None
     if variant.kind == "library":
         deepfm.train_and_evaluate(train, model, input_config, strategy=strategy, model_fn=model_fn)
         times = {record.step: record.time for record in hooks.read_progress_file(progress_file)}
         cpu_us = None  # The trainer takes no hook of the benchmark's.
     else:
-        builder = pipeline.DatasetBuilder(list(train.train_files), input_config, batch_size=BATCH_SIZE,
+        builder = pipeline.DatasetBuilder(list(train.train_files), input_config, batch_size=models.BATCH_SIZE,
                                           num_epochs=None)
         strategy.setup()
         strategy.prepare(trainer.plan_for(train, spec.total_steps))
@@ -481,9 +374,9 @@ def run_bare(spec: RunSpec, variant: Variant, model_dir: str, metadata) -> tuple
     import tensorflow as tf
 
     timer = _step_timer((spec.warmup_steps, spec.total_steps))
-    estimator = tf.estimator.Estimator(bare_model_fn, model_dir=model_dir, params={
+    estimator = tf.estimator.Estimator(models.bare_model_fn, model_dir=model_dir, params={
         "feature_size": metadata.feature_size, "field_size": metadata.field_size})
-    estimator.train(bare_input_fn(_split_files(spec.data_dir, TRAIN), metadata.field_size,
+    estimator.train(models.bare_input_fn(_split_files(spec.data_dir, TRAIN), metadata.field_size,
                                   compute_only=variant.kind == "bare_compute"),
                     max_steps=spec.total_steps, hooks=[timer])
     return window_rate(timer.times, spec), window_cpu_us(timer.cpu, spec), estimator
@@ -496,13 +389,13 @@ def run_deepctr(spec: RunSpec, metadata, val_ids, val_labels) -> Dict:
     from deepctr.feature_column import SparseFeat
     from deepctr.models import DeepFM
 
-    ids, _, labels = read_rows(_split_files(spec.data_dir, TRAIN), spec.total_steps * BATCH_SIZE,
+    ids, _, labels = read_rows(_split_files(spec.data_dir, TRAIN), spec.total_steps * models.BATCH_SIZE,
                                metadata.field_size)
     names = ["f%d" % f for f in range(metadata.field_size)]
-    columns = [SparseFeat(name, vocabulary_size=metadata.feature_size, embedding_dim=EMBEDDING_SIZE,
+    columns = [SparseFeat(name, vocabulary_size=metadata.feature_size, embedding_dim=models.EMBEDDING_SIZE,
                           embedding_name="ids", dtype="int64") for name in names]
-    model = DeepFM(columns, columns, dnn_hidden_units=DEEP_LAYERS, dnn_dropout=DROPOUT)
-    model.compile(tf.keras.optimizers.Adam(LEARNING_RATE), "binary_crossentropy")
+    model = DeepFM(columns, columns, dnn_hidden_units=models.DEEP_LAYERS, dnn_dropout=models.DROPOUT)
+    model.compile(tf.keras.optimizers.Adam(models.LEARNING_RATE), "binary_crossentropy")
     times: Dict[int, float] = {}
     cpu: Dict[int, float] = {}
 
@@ -512,7 +405,7 @@ def run_deepctr(spec: RunSpec, metadata, val_ids, val_labels) -> Dict:
                 times[batch + 1] = time.perf_counter()
                 cpu[batch + 1] = time.process_time()
 
-    model.fit({name: ids[:, f] for f, name in enumerate(names)}, labels, batch_size=BATCH_SIZE, epochs=1,
+    model.fit({name: ids[:, f] for f, name in enumerate(names)}, labels, batch_size=models.BATCH_SIZE, epochs=1,
               shuffle=False, verbose=0, callbacks=[Timer()])
     prob = model.predict({name: val_ids[:, f] for f, name in enumerate(names)}, batch_size=EVAL_BATCH_SIZE,
                          verbose=0)
@@ -643,9 +536,10 @@ def main(argv=None) -> int:
         "the process's, every thread, in the same window, where a hook can time it: not `library`, whose trainer "
         "takes none); "
         "AUC: exact, on the first %s validation rows, after %s training examples.\n\n" % (
-            format(args.rows, ","), BATCH_SIZE, EMBEDDING_SIZE, "-".join(map(str, DEEP_LAYERS)), DROPOUT,
-            LEARNING_RATE, common.FEATURE_SIZE, args.runs, args.warmup_steps, args.steps, args.warmup_steps,
-            spec.total_steps, format(args.eval_rows, ","), format(spec.total_steps * BATCH_SIZE, ","))
+            format(args.rows, ","), models.BATCH_SIZE, models.EMBEDDING_SIZE, "-".join(map(str, models.DEEP_LAYERS)),
+            models.DROPOUT, models.LEARNING_RATE, common.FEATURE_SIZE, args.runs, args.warmup_steps, args.steps,
+            args.warmup_steps, spec.total_steps, format(args.eval_rows, ","),
+            format(spec.total_steps * models.BATCH_SIZE, ","))
         + common.markdown_table(["variant", "what", "examples/sec median (min-max)"]
                                 + ["ratio to %s" % r for r in references]
                                 + ["CPU µs/example median (min-max)", "AUC median (min-max)", "peak RSS MiB"], rows)

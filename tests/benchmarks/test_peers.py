@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import peers as bench
+from benchmarks import peers_models as models
 from dataprep import synthetic
 
 TINY_ROWS = 6_000  # 5,400 training rows: DeepCTR's arrays hold RUN_WARMUP + RUN_STEPS batches of 1,024
@@ -48,11 +49,11 @@ class RunSpecTest(tf.test.TestCase):
 
     def test_the_window_is_timed_from_the_end_of_warmup(self):
         spec = bench.RunSpec("data", warmup_steps=200, steps=500, log_every_n_steps=100)
-        self.assertAllClose(bench.window_rate({100: 0.0, 200: 1.0, 700: 11.0}, spec), 500 * bench.BATCH_SIZE / 10.0)
+        self.assertAllClose(bench.window_rate({100: 0.0, 200: 1.0, 700: 11.0}, spec), 500 * models.BATCH_SIZE / 10.0)
 
     def test_cpu_per_example_in_the_same_window(self):
         spec = bench.RunSpec("data", warmup_steps=200, steps=500, log_every_n_steps=100)
-        self.assertAllClose(bench.window_cpu_us({200: 3.0, 700: 13.0}, spec), 10.0 * 1e6 / (500 * bench.BATCH_SIZE))
+        self.assertAllClose(bench.window_cpu_us({200: 3.0, 700: 13.0}, spec), 10.0 * 1e6 / (500 * models.BATCH_SIZE))
 
     def test_an_untimed_step_is_named(self):
         spec = bench.RunSpec("data", warmup_steps=200, steps=500)
@@ -99,7 +100,7 @@ class OneGatherTest(tf.test.TestCase):
             library_logits, library_l2 = library_model.deepfm_logits(ids, values, config, False,
                                                                      strategies.ModelContext())
             # The deep layers and the bias are shared (AUTO_REUSE); the combined table gets the two tables' rows.
-            fused_logits, fused_l2 = bench.one_gather_logits(ids, values, config, False, strategies.ModelContext())
+            fused_logits, fused_l2 = models.one_gather_logits(ids, values, config, False, strategies.ModelContext())
             by_name = {v.op.name: v for v in tf.compat.v1.global_variables()}
             session.run(tf.compat.v1.global_variables_initializer())
             session.run(by_name["deepfm_model/fm_wv"].assign(tf.concat(
