@@ -144,14 +144,17 @@ def machine_section(info: Dict[str, str]) -> str:
 
 
 def write_report(name: str, title: str, body: str, info: Dict[str, str], raw: dict,
-                 results_dir: str = RESULTS_DIR) -> str:
-    """Writes `<results_dir>/<name>.md` and `<results_dir>/<name>.json`; returns the .md path."""
+                 results_dir: str = RESULTS_DIR, extra: Optional[dict] = None) -> str:
+    """Writes `<results_dir>/<name>.md` and `<results_dir>/<name>.json`; returns the .md path.
+
+    The json holds `machine` (`info`), `results` (`raw`) and the keys of `extra`.
+    """
     os.makedirs(results_dir, exist_ok=True)
     path = os.path.join(results_dir, name + ".md")
     with open(path, "w") as f:
         f.write("# %s\n\n%s\n\n## Machine\n%s\n" % (title, body, machine_section(info)))
     with open(os.path.join(results_dir, name + ".json"), "w") as f:
-        json.dump({"machine": info, "results": raw}, f, indent=1, sort_keys=True)
+        json.dump(dict(extra or {}, machine=info, results=raw), f, indent=1, sort_keys=True)
     return path
 
 

@@ -24,10 +24,11 @@ the traced ones. The report, per core count, medians (min-max) over rounds:
   / n) (`CriticalPath.speedup_bound`), beside the measured speed-up.
 
 `<name>.md` and `.json` go to `--results_dir` (default the committed
-`benchmarks/results/`), with the machine and `lscpu -e`.
+`benchmarks/results/`), with the machine, the command and `lscpu -e`; the
+json's rounds also hold each run's peak resident memory. The rounds run on
+`benchmarks.harness`.
 """
 
-import argparse
 import dataclasses
 import json
 import os
@@ -35,11 +36,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
-from benchmarks import common
+from benchmarks import common, harness
 from benchmarks import topology as topology_lib
 from benchmarks.scale_out import config as scale_out_config
+from cli import config_flags
 from deepfm.runtime import critical_path, hooks, step_trace
 
 NAME = "step_parallelism"
@@ -56,6 +58,11 @@ LOG_EVERY_STEPS = 50
 # (`step_trace.DEFAULT_WARMUP_STEPS` + TRACE_STEPS x `step_trace.DEFAULT_EVERY_N_STEPS` = 45).
 RATE_FROM_STEP = 100
 RUN_TIMEOUT_S = 900
+# Seconds between samples of a training process's resident memory.
+MEMORY_SAMPLE_S = 0.5
+# The figures of a run, as its measurement names them.
+RATE = "examples_per_sec"
+TRACED = ("span_ms", "work_ms", "critical_path_ms", "parallelism")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,10 +105,18 @@ def run_once(layout: Layout, data_dir: str, steps: int, batch_size: int, workdir
                "--log_every_n_steps", str(LOG_EVERY_STEPS), "--progress_file", progress]
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", workdir),
            "PYTHONPATH": ROOT}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    if done.returncode:
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with common.ProcessTreeSampler(process.pid, MEMORY_SAMPLE_S) as sampler:
+        try:
+            _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+    if process.returncode:
         raise RuntimeError("deepfm.train on %s failed (exit %d):\n%s"
-                           % (layout.label, done.returncode, done.stderr[-3000:]))
+                           % (layout.label, process.returncode, stderr[-3000:]))
+    peak_rss_mb = max((p.peak_rss_bytes for p in sampler.processes), default=0) / 2 ** 20
     records = [r for r in hooks.read_progress_file(progress) if r.global_step > RATE_FROM_STEP]
     if not records:
         raise RuntimeError("no progress after step %d in %s: raise --steps (%d)" % (RATE_FROM_STEP, progress, steps))
@@ -113,7 +128,7 @@ def run_once(layout: Layout, data_dir: str, steps: int, batch_size: int, workdir
     traced = {"span_ms": median["span_ms"], "work_ms": path["work_ms"],
               "critical_path_ms": path["critical_path_ms"], "parallelism": path["parallelism"]}
     return {"cores": cores, "intra": layout.intra, "inter": layout.inter, "vcpus": vcpus, "examples_per_sec": rate,
-            "traced": traced,
+            "traced": traced, "peak_rss_mb": peak_rss_mb,
             "critical_ops": summary["steps"][0][step_trace.CRITICAL_PATH]["critical_ops"]}
 
 
@@ -161,82 +176,107 @@ def report_body(layouts: Sequence[Layout], rounds: List[Dict[str, Dict]], batch_
         "Topology: %s" % topology.describe(sorted(os.sched_getaffinity(0))), ""])
 
 
-def _recorded(argv: Optional[Sequence[str]]) -> List[str]:
-    """The command's flags as a report records them: without `--results_dir`, a path of this machine."""
-    flags = list(argv if argv is not None else sys.argv[1:])
-    kept: List[str] = []
-    skip = False
-    for flag in flags:
-        if skip:
-            skip = False
-        elif flag == "--results_dir":
-            skip = True
-        elif not flag.startswith("--results_dir="):
-            kept.append(flag)
-    return kept
+def parse_cores(text: str) -> Tuple[int, ...]:
+    """The vCPU counts of `--cores`.
 
-
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cores", default=",".join(str(c) for c in DEFAULT_CORES),
-                        help="vCPU counts, the first the base (default 1,2)")
-    parser.add_argument("--threads", default="",
-                        help="intra/inter thread counts, comma-separated, run again on each vCPU count but the first")
-    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
-    parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH)
-    parser.add_argument("--data_dir", default=scale_out_config.DEFAULT_DATA_DIR)
-    parser.add_argument("--rows", type=int, default=scale_out_config.DEFAULT_ROWS,
-                        help="rows generated when --data_dir is missing")
-    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
-    parser.add_argument("--name", default=NAME)
-    args = parser.parse_args(argv)
+    Raises:
+      ValueError: not counts, out of range, or not multiples of the first.
+    """
     try:
-        args.cores = tuple(int(c) for c in args.cores.split(","))
+        cores = tuple(int(c) for c in text.split(","))
     except ValueError:
-        parser.error("--cores takes vCPU counts separated by commas, got %r" % args.cores)
+        raise ValueError("--cores takes vCPU counts separated by commas, got %r" % text) from None
     available = len(os.sched_getaffinity(0))
-    if not args.cores or min(args.cores) < 1 or max(args.cores) > available:
-        parser.error("--cores %s: each must be in [1, %d], the vCPUs this process may use" % (args.cores, available))
-    if any(n % args.cores[0] for n in args.cores):
-        parser.error("--cores %s: each must be a multiple of the first (the base)" % (args.cores,))
+    if not cores or min(cores) < 1 or max(cores) > available:
+        raise ValueError("--cores %s: each must be in [1, %d], the vCPUs this process may use" % (cores, available))
+    if any(n % cores[0] for n in cores):
+        raise ValueError("--cores %s: each must be a multiple of the first (the base)" % (cores,))
+    return cores
+
+
+def parse_threads(text: str) -> Tuple[Tuple[int, int], ...]:
+    """The intra/inter thread pairs of `--threads`.
+
+    Raises:
+      ValueError: not pairs of counts >= 1.
+    """
     try:
-        args.threads = tuple(tuple(int(t) for t in pair.split("/")) for pair in args.threads.split(",") if pair)
+        threads = tuple(tuple(int(t) for t in pair.split("/")) for pair in text.split(",") if pair)
     except ValueError:
-        parser.error("--threads takes intra/inter pairs separated by commas (e.g. 1/2,2/1), got %r" % args.threads)
-    if any(len(pair) != 2 or min(pair) < 1 for pair in args.threads):
-        parser.error("--threads %r: each must be intra/inter, both >= 1" % (args.threads,))
-    if args.runs < 1:
-        parser.error("--runs must be >= 1, got %d" % args.runs)
-    if args.steps <= RATE_FROM_STEP:
-        parser.error("--steps must be > %d (the rate counts the steps after it), got %d" % (RATE_FROM_STEP, args.steps))
-    return args
+        raise ValueError("--threads takes intra/inter pairs separated by commas (e.g. 1/2,2/1), got %r"
+                         % text) from None
+    if any(len(pair) != 2 or min(pair) < 1 for pair in threads):
+        raise ValueError("--threads %r: each must be intra/inter, both >= 1" % (threads,))
+    return tuple((pair[0], pair[1]) for pair in threads)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    common.ensure_data(args.data_dir, args.rows, common.FEATURE_SIZE)
+@dataclasses.dataclass(frozen=True)
+class StepParallelismConfig(harness.HarnessConfig):
+    """The benchmark's options (its flags)."""
+
+    rounds: int = config_flags.field(DEFAULT_RUNS, "Rounds; each trains every layout once, interleaved.",
+                                     flag="runs")
+    cores: str = config_flags.field(",".join(str(c) for c in DEFAULT_CORES),
+                                    "vCPU counts, comma-separated, the first the base.")
+    threads: str = config_flags.field("", "intra/inter thread counts, comma-separated (e.g. 1/2,2/1), run "
+                                          "again on each vCPU count but the first.")
+    steps: int = config_flags.field(DEFAULT_STEPS, "Steps per run (more than %d)." % RATE_FROM_STEP)
+    batch_size: int = config_flags.field(DEFAULT_BATCH, "Examples per step.")
+    data_dir: str = config_flags.field(scale_out_config.DEFAULT_DATA_DIR, "The synthetic dataset.")
+    rows: int = config_flags.field(scale_out_config.DEFAULT_ROWS, "Rows generated when --data_dir is missing.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        parse_cores(self.cores)
+        parse_threads(self.threads)
+        if self.steps <= RATE_FROM_STEP:
+            raise ValueError("--steps must be > %d (the rate counts the steps after it), got %d"
+                             % (RATE_FROM_STEP, self.steps))
+
+
+@dataclasses.dataclass
+class LayoutVariant(harness.Variant):
+    """`single` on one layout, a fresh `deepfm.train` per round."""
+
+    layout: Layout
+    config: StepParallelismConfig
+    workdir: str
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.layout.label
+
+    def measure(self, round_index: int) -> harness.Measurement:
+        run = run_once(self.layout, self.config.data_dir, self.config.steps, self.config.batch_size, self.workdir)
+        metrics = dict({RATE: run[RATE]}, **{key: run["traced"][key] for key in TRACED})
+        return harness.Measurement(metrics, run["peak_rss_mb"], run)
+
+
+def benchmark(config: StepParallelismConfig) -> int:
+    """Runs the benchmark; returns the exit status."""
+    common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
     topology = topology_lib.read()
-    layouts = plan(args.cores, args.threads)
-    rounds: List[Dict[str, Dict]] = []
+    name = config.name or NAME
     with tempfile.TemporaryDirectory() as workdir:
-        for number in range(args.runs):
-            result = {}
-            for layout in layouts:
-                run = result[layout.label] = run_once(layout, args.data_dir, args.steps, args.batch_size, workdir)
-                print("round %d: %s %8.0f examples/sec, traced span %.1f ms, work %.1f ms, critical path %.1f ms"
-                      % (number, layout.label, run["examples_per_sec"], run["traced"]["span_ms"],
-                         run["traced"]["work_ms"], run["traced"]["critical_path_ms"]), file=sys.stderr)
-            rounds.append(result)
-    info = common.machine_info()
-    info["command"] = "`python -m benchmarks.step_parallelism %s`" % " ".join(_recorded(argv))
-    body = report_body(layouts, rounds, args.batch_size, args.steps, topology)
-    raw = {"args": {k: v for k, v in vars(args).items() if k != "results_dir"}, "rounds": rounds,
+        layouts = plan(parse_cores(config.cores), parse_threads(config.threads))
+        variants = common.select_variants(config.variants, [LayoutVariant(layout, config, workdir)
+                                                            for layout in layouts])
+        results = harness.run(variants, config.rounds, config.warmup_rounds)
+    if results.failures:
+        raise RuntimeError("\n".join("%s: %s" % item for item in results.failures.items()))
+    chosen = [v.layout for v in variants]
+    rounds = [{label: dict(results.details[label][index]) for label in results.names}
+              for index in range(results.rounds_run)]
+    record = harness.machine_record()
+    body = report_body(chosen, rounds, config.batch_size, config.steps, topology)
+    args = dict(dataclasses.asdict(config), cores=parse_cores(config.cores), threads=parse_threads(config.threads))
+    del args["results_dir"]
+    raw = {"args": args, "rounds": rounds,
            "topology": topology.as_dict()}
-    common.write_report(args.name, TITLE, body, info, json.loads(json.dumps(raw)), results_dir=args.results_dir)
-    print(os.path.join(args.results_dir, args.name + ".md"))
+    common.write_report(name, TITLE, body, record, json.loads(json.dumps(raw)), results_dir=config.results_dir)
+    print(os.path.join(config.results_dir, name + ".md"))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.main(StepParallelismConfig, benchmark)

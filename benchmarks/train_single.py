@@ -11,18 +11,47 @@ runs) and each process's peak resident memory, and writes
 the committed results: a trial run names another directory).
 """
 
-import argparse
+import dataclasses
 import json
-import sys
 import tempfile
-from typing import Dict, List
 
-from benchmarks import common
+from benchmarks import common, harness
+from cli import config_flags
 
 FLOOR_EXAMPLES_PER_SEC = 60_000
 FLOOR_RSS_MB = 1024
 WARMUP_STEPS = 50
 VARIANTS = ("adam", "lazy_adam", "adagrad")
+NAME = "train_single"
+METRIC = "examples_per_sec"
+CHILD_TIMEOUT_S = 1800
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSingleConfig(harness.HarnessConfig):
+    """The benchmark's options (its flags)."""
+
+    rounds: int = config_flags.field(5, "Runs per optimizer, each a fresh process, variants interleaved.",
+                                     flag="runs")
+    data_dir: str = config_flags.field(common.DEFAULT_DATA_DIR, "The synthetic dataset (written when missing).")
+    rows: int = config_flags.field(common.DEFAULT_ROWS, "Rows of the dataset written when missing.")
+    steps: int = config_flags.field(300, "Timed steps per run, after %d warm-up steps." % WARMUP_STEPS)
+    one: str = config_flags.field("", "Internal: train this optimizer in this process and print its result "
+                                      "as JSON.")
+
+
+@dataclasses.dataclass
+class OptimizerVariant(harness.Variant):
+    """One optimizer, trained in a fresh process per round."""
+
+    name: str
+    config: TrainSingleConfig
+
+    def measure(self, round_index: int) -> harness.Measurement:
+        out = common.run_json_subprocess(
+            ["-m", "benchmarks.train_single", "--data_dir", self.config.data_dir, "--steps", str(self.config.steps),
+             "--one", self.name], timeout=CHILD_TIMEOUT_S)
+        return harness.Measurement({METRIC: out[METRIC]}, out[harness.PEAK_RSS_MB])
 
 
 def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
@@ -49,62 +78,48 @@ def run_one(data_dir: str, optimizer: str, steps: int) -> dict:
                                                   strategy=strategies.StrategyConfig(name="single")))
     if result is None:
         raise RuntimeError("the single process trained without a result: it is the chief and reports one")
-    return {"examples_per_sec": result.examples_per_sec, "peak_rss_mb": common.peak_rss_mb()}
+    return {METRIC: result.examples_per_sec, harness.PEAK_RSS_MB: common.peak_rss_mb()}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data_dir", default=common.DEFAULT_DATA_DIR)
-    parser.add_argument("--rows", type=int, default=common.DEFAULT_ROWS)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=300, help="timed steps per run, after warm-up")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--results_dir", default=common.RESULTS_DIR,
-                        help="where the report goes (default: the committed benchmarks/results/)")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.one:
-        print(json.dumps(run_one(args.data_dir, args.one, args.steps)))
+def benchmark(config: TrainSingleConfig) -> int:
+    """Runs the benchmark (or, with `one`, one optimizer's run); returns the exit status."""
+    if config.one:
+        print(json.dumps(run_one(config.data_dir, config.one, config.steps)))
         return 0
-
-    common.ensure_data(args.data_dir, args.rows, common.FEATURE_SIZE)
-    variants = args.variants.split(",")
-    results: Dict[str, Dict[str, List[float]]] = {v: {"examples_per_sec": [], "peak_rss_mb": []} for v in variants}
-    for run in range(args.runs):
-        for variant in variants:
-            out = common.run_json_subprocess(
-                ["-m", "benchmarks.train_single", "--data_dir", args.data_dir, "--steps", str(args.steps),
-                 "--one", variant], timeout=1800)
-            for key in results[variant]:
-                results[variant][key].append(out[key])
-            print("run %d %-10s %8.0f examples/sec  %6.0f MiB" % (
-                run, variant, out["examples_per_sec"], out["peak_rss_mb"]), file=sys.stderr)
-
-    stats = {v: common.Stats(r["examples_per_sec"]) for v, r in results.items()}
-    baseline = stats[variants[0]].median
-    rows = [[v, stats[v].fmt(), "%.2f" % (stats[v].median / baseline),
-             "%.0f" % max(results[v]["peak_rss_mb"]),
-             "yes" if stats[v].median >= FLOOR_EXAMPLES_PER_SEC and max(results[v]["peak_rss_mb"]) < FLOOR_RSS_MB
-             else "no"] for v in variants]
+    common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
+    variants = common.select_variants(config.variants or ",".join(VARIANTS),
+                                      [OptimizerVariant(name, config) for name in VARIANTS])
+    results = harness.run(variants, config.rounds, config.warmup_rounds)
+    measured = {v: stats for v in results.names if (stats := results.stats(v, METRIC)) is not None}
+    names = list(measured)
+    rows = []
+    for v, stats in measured.items():
+        ratios = results.ratios(v, METRIC)
+        peak = max(results.values[v][harness.PEAK_RSS_MB])
+        rows.append([v, stats.fmt(), ratios.fmt(".2f") if ratios is not None else "-", "%.0f" % peak,
+                     "yes" if stats.median >= FLOOR_EXAMPLES_PER_SEC and peak < FLOOR_RSS_MB else "no"])
     body = (
         "Single-device DeepFM training on %s synthetic rows (TFRecord, vectorized pipeline), batch 1024, "
         "embedding 32, layers 128-64-32, feature_size %d, 39 fields. %d runs per optimizer, each a fresh "
         "process, variants interleaved; %d warm-up steps then %d timed steps per run.\n\n"
         "Floor: %s examples/sec with under %d MiB resident.\n\n" % (
-            format(args.rows, ","), common.FEATURE_SIZE, args.runs, WARMUP_STEPS, args.steps,
+            format(config.rows, ","), common.FEATURE_SIZE, results.rounds_run, WARMUP_STEPS, config.steps,
             format(FLOOR_EXAMPLES_PER_SEC, ","), FLOOR_RSS_MB)
         + common.markdown_table(
-            ["optimizer", "examples/sec median (min-max)", "ratio to %s" % variants[0],
+            ["optimizer", "examples/sec median (min-max)", "ratio to %s per run, median (min-max)" % results.baseline,
              "peak RSS MiB", "meets floor"], rows))
-    info = common.machine_info()
-    common.write_report("train_single", "Single-device training throughput", body, info, results,
-                        results_dir=args.results_dir)
-    common.bar_chart("train_single", "Single-device DeepFM training (%s cores)" % info["cores"], variants,
-                     [stats[v] for v in variants], "examples/sec", FLOOR_EXAMPLES_PER_SEC, "floor",
-                     results_dir=args.results_dir)
+    record = harness.machine_record()
+
+    def chart(name: str, results_dir: str) -> str:
+        return common.bar_chart(name, "Single-device DeepFM training (%s cores)" % record["cores"], names,
+                                list(measured.values()), "examples/sec",
+                                FLOOR_EXAMPLES_PER_SEC, "floor", results_dir=results_dir)
+
+    harness.write(results, config, NAME, "Single-device training throughput", body, record,
+                  chart=chart if names else None)
     print(body)
-    return 0
+    return 1 if results.failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.main(TrainSingleConfig, benchmark)

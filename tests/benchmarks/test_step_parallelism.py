@@ -1,14 +1,13 @@
 """`python -m benchmarks.step_parallelism`: its arguments, its report, and a real run at tiny size."""
 
-import contextlib
-import io
 import json
 import os
 
 import pytest
 import tensorflow as tf
+from absl import app
 
-from benchmarks import step_parallelism
+from benchmarks import harness, step_parallelism
 from benchmarks import topology as topology_lib
 from dataprep import synthetic
 from tests import command_line, paths
@@ -30,14 +29,12 @@ class ArgumentsTest(tf.test.TestCase):
                               (["--runs", "0"], "--runs must be >= 1, got 0"),
                               (["--threads", "2"], "--threads \\(\\(2,\\),\\): each must be intra/inter"),
                               (["--threads", "a/b"], "--threads takes intra/inter pairs")):
-            err = io.StringIO()
-            with self.assertRaises(SystemExit, msg=args), contextlib.redirect_stderr(err):
-                step_parallelism.parse_args(args)
-            self.assertRegex(err.getvalue(), message)
+            with self.assertRaisesRegex(app.UsageError, message, msg=args):
+                harness.parse(step_parallelism.StepParallelismConfig, ["step_parallelism"] + args)
 
     def test_the_recorded_command_leaves_the_results_dir_out(self):
-        self.assertEqual(["--runs", "3"], step_parallelism._recorded(["--results_dir", "/tmp/x", "--runs", "3"]))
-        self.assertEqual(["--runs", "3"], step_parallelism._recorded(["--results_dir=/tmp/x", "--runs", "3"]))
+        self.assertEqual(["--runs", "3"], harness.recorded_flags(["--results_dir", "/tmp/x", "--runs", "3"]))
+        self.assertEqual(["--runs", "3"], harness.recorded_flags(["--results_dir=/tmp/x", "--runs", "3"]))
 
 
 class ReportTest(tf.test.TestCase):

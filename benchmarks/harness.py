@@ -1,0 +1,288 @@
+"""The harness every benchmark runs on: variants, interleaved rounds, summary, report, flags.
+
+A benchmark names its variants (each a `Variant`: a name and `measure`),
+and `run` measures them side by side in one run: the warm-up rounds first
+(discarded), then the timed rounds, interleaved round by round (A, B, C, A,
+B, C, ...) so that noise from a shared machine falls on all of them alike.
+A variant that fails is recorded with its message and left out of the
+later rounds; the others go on. `Results` gives per variant and metric the
+`common.Stats` of its rounds, and the ratios of each round against the
+baseline variant (the first). `write` puts the report (md + json, and the
+png a benchmark draws) with the machine record and the exact command line
+into the results directory.
+
+A benchmark's options are one frozen config dataclass that extends
+`HarnessConfig` (the shared options); its fields carry their help texts
+(`cli.config_flags.field`), and `main` generates the absl flags from them:
+
+    @dataclasses.dataclass(frozen=True)
+    class SpeedConfig(harness.HarnessConfig):
+        steps: int = config_flags.field(300, "Timed steps per round.")
+
+    if __name__ == "__main__":
+        harness.main(SpeedConfig, run_benchmark)   # run_benchmark(config) -> exit status
+"""
+
+import abc
+import dataclasses
+import shlex
+import sys
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from absl import app, flags
+
+from benchmarks import common
+from cli import config_flags, entry
+
+# The metric every measurement holds beside its own: the peak resident memory of what ran.
+PEAK_RSS_MB = "peak_rss_mb"
+# How much of a failure's message the report keeps.
+FAILURE_MESSAGE_CHARS = 3000
+
+
+@dataclasses.dataclass(frozen=True)
+class HarnessConfig:
+    """The options every benchmark shares (a benchmark's config extends it).
+
+    A benchmark whose users type another flag for one of them redefines the
+    field with its own `flag=` (the default stays one, the field's).
+    """
+
+    rounds: int = config_flags.field(5, "Timed rounds; each measures every variant once, interleaved.")
+    warmup_rounds: int = config_flags.field(0, "Rounds measured first and discarded.")
+    variants: str = config_flags.field("", "Comma-separated variants to measure, in this order; the first is "
+                                           "the baseline of the ratios (empty: all, in the benchmark's order).")
+    name: str = config_flags.field("", "The report's file name, without extension (empty: the benchmark's own).")
+    results_dir: str = config_flags.field(common.RESULTS_DIR, "Where the report goes (default: the committed "
+                                                              "benchmarks/results/; a trial run names another).")
+
+    def __post_init__(self):
+        flag = {item.name: config_flags.flag_name(item) for item in dataclasses.fields(self)}
+        if self.rounds < 1:
+            raise ValueError("--%s must be >= 1, got %d" % (flag["rounds"], self.rounds))
+        if self.warmup_rounds < 0:
+            raise ValueError("--%s must be >= 0, got %d" % (flag["warmup_rounds"], self.warmup_rounds))
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One round of one variant.
+
+    Attributes:
+      metrics: named figures, e.g. `{"examples_per_sec": 81234.0}`.
+      peak_rss_mb: the peak resident memory of what ran (a process's, or a
+        process tree's), in MiB.
+      details: what else the round saw, kept as it is for the report (e.g.
+        the ops of a traced step).
+    """
+
+    metrics: Mapping[str, float]
+    peak_rss_mb: float
+    details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def values(self) -> Dict[str, float]:
+        """The metrics and the peak memory (`PEAK_RSS_MB`)."""
+        return dict(self.metrics, **{PEAK_RSS_MB: self.peak_rss_mb})
+
+
+class Variant(abc.ABC):
+    """What a benchmark compares: a name, and one measurement per round."""
+
+    name: str
+
+    @abc.abstractmethod
+    def measure(self, round_index: int) -> Measurement:
+        """Runs the variant once; `round_index` counts warm-up rounds from -warmup_rounds up to -1."""
+
+
+@dataclasses.dataclass
+class Results:
+    """What `run` measured.
+
+    Attributes:
+      names: the variants, in the order run; the first is the baseline.
+      values: per variant and metric, the timed rounds' values in order.
+      details: per variant, the timed rounds' `Measurement.details` in order.
+      failures: per variant that failed, `round N: message`.
+      rounds_run: the timed rounds started (fewer than asked after a deadline).
+    """
+
+    names: List[str]
+    values: Dict[str, Dict[str, List[float]]]
+    details: Dict[str, List[Mapping[str, Any]]]
+    failures: Dict[str, str]
+    rounds_run: int
+
+    @property
+    def baseline(self) -> str:
+        return self.names[0]
+
+    def stats(self, variant: str, metric: str) -> Optional[common.Stats]:
+        """The variant's values of `metric` over the timed rounds; None where it has none."""
+        found = self.values[variant].get(metric, [])
+        return common.Stats(list(found)) if found else None
+
+    def ratios(self, variant: str, metric: str) -> Optional[common.Stats]:
+        """Round by round, the variant's `metric` over the baseline's; None where no round has both."""
+        mine, base = self.values[variant].get(metric, []), self.values[self.baseline].get(metric, [])
+        found = [a / b for a, b in zip(mine, base) if b]
+        return common.Stats(found) if found else None
+
+    def ratio_table(self) -> Dict[str, Dict[str, Dict[str, float]]]:
+        """Per variant and metric, the min/median/max of the per-round ratios (for the json)."""
+        table: Dict[str, Dict[str, Dict[str, float]]] = {}
+        for variant in self.names:
+            for metric in self.values[variant]:
+                stats = self.ratios(variant, metric)
+                if stats is not None:
+                    table.setdefault(variant, {})[metric] = {
+                        "min": stats.min, "median": stats.median, "max": stats.max}
+        return table
+
+
+def run(variants: Sequence[Variant], rounds: int, warmup_rounds: int = 0, deadline_s: Optional[float] = None,
+        log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> Results:
+    """Measures `variants` round by round, interleaved; warm-up rounds first, discarded.
+
+    Args:
+      variants: what to compare; the first is the baseline.
+      rounds: timed rounds.
+      warmup_rounds: rounds run first whose measurements are dropped.
+      deadline_s: seconds after which no further round starts (None: no limit).
+      log: where a line per measurement goes.
+
+    Returns:
+      The timed rounds' measurements and the failures.
+    """
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise ValueError("variants %s: each name once" % ", ".join(names))
+    values: Dict[str, Dict[str, List[float]]] = {name: {} for name in names}
+    details: Dict[str, List[Mapping[str, Any]]] = {name: [] for name in names}
+    failures: Dict[str, str] = {}
+    start = time.monotonic()
+    rounds_run = 0
+    for round_index in range(-warmup_rounds, rounds):
+        if deadline_s is not None and time.monotonic() - start > deadline_s:
+            log("deadline of %.0f s passed: %d of %d timed rounds run" % (deadline_s, rounds_run, rounds))
+            break
+        if round_index >= 0:
+            rounds_run += 1
+        for variant in variants:
+            if variant.name in failures:
+                continue
+            try:
+                measurement = variant.measure(round_index)
+            except Exception as e:  # noqa: BLE001 - a failed variant is reported, the others go on
+                message = "".join(traceback.format_exception_only(type(e), e)).strip()[-FAILURE_MESSAGE_CHARS:]
+                failures[variant.name] = "round %d: %s" % (round_index, message)
+                log("round %d %s failed: %s" % (round_index, variant.name, message))
+                continue
+            log("%s %d %s %s" % ("warm-up" if round_index < 0 else "round", round_index, variant.name,
+                                 "  ".join("%s %.6g" % item for item in measurement.values().items())))
+            if round_index >= 0:
+                details[variant.name].append(measurement.details)
+                for metric, value in measurement.values().items():
+                    values[variant.name].setdefault(metric, []).append(value)
+    return Results(names, values, details, failures, rounds_run)
+
+
+def recorded_flags(argv: Optional[Sequence[str]] = None) -> List[str]:
+    """The command's flags (`argv`, default this process's) as a report records them.
+
+    `--results_dir` is left out: a path of the machine that ran it, not
+    part of what was measured.
+    """
+    given = list(argv if argv is not None else sys.argv[1:])
+    kept: List[str] = []
+    skip = False
+    for flag in given:
+        if skip:
+            skip = False
+        elif flag == "--results_dir":
+            skip = True
+        elif not flag.startswith("--results_dir="):
+            kept.append(flag)
+    return kept
+
+
+def command_line() -> str:
+    """The command that started this process, as a user would type it again (without `--results_dir`)."""
+    return shlex.join(["python", "-m", _module_name()] + recorded_flags())
+
+
+def _module_name() -> str:
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec.name if spec is not None else sys.argv[0]
+
+
+def machine_record() -> Dict[str, str]:
+    """The machine, the package versions and the exact command line a result came from."""
+    return dict(common.machine_info(), command=command_line())
+
+
+def failures_section(results: Results) -> str:
+    """The failed variants as markdown ("" when none failed)."""
+    if not results.failures:
+        return ""
+    return "\n\n## Failures\n\n" + "\n".join("- %s: %s" % item for item in results.failures.items())
+
+
+def write(results: Results, config: HarnessConfig, default_name: str, title: str, body: str,
+          record: Mapping[str, str], chart: Optional[Callable[[str, str], str]] = None) -> str:
+    """Writes `<results_dir>/<name>.md` and `.json` (and `.png` where `chart` draws one); returns the .md path.
+
+    Args:
+      results: what `run` measured.
+      config: the run's options (its `name` and `results_dir`).
+      default_name: the file name where `config.name` is empty.
+      title: the report's title.
+      body: the report's text (its tables).
+      record: the machine record (`machine_record`).
+      chart: `chart(name, results_dir)` draws the png (e.g. with `common.bar_chart`).
+    """
+    name = config.name or default_name
+    path = common.write_report(
+        name, title, body + failures_section(results), dict(record), results.values,
+        results_dir=config.results_dir,
+        extra={"failures": results.failures, "ratios": results.ratio_table(), "rounds_run": results.rounds_run,
+               "config": dataclasses.asdict(config)})
+    if chart is not None:
+        chart(name, config.results_dir)
+    return path
+
+
+def config_from(config_class: type, flag_values: flags.FlagValues = flags.FLAGS):
+    """The config the parsed flags give."""
+    try:
+        return config_class(**config_flags.values(config_class, flag_values))
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
+
+
+def parse(config_class: type, argv: Sequence[str]):
+    """The config of a command line (`argv[0]` the program), with flags of its own (not absl's global ones)."""
+    flag_values = flags.FlagValues()
+    config_flags.define_flags([config_class], flag_values)
+    flag_values(list(argv))
+    return config_from(config_class, flag_values)
+
+
+def main(config_class: type, benchmark: Callable[..., int]) -> None:
+    """The entry point: defines the flags of `config_class`, parses them, runs `benchmark(config)`.
+
+    Started as every command line of the project is (`cli.entry.run`): `--help`
+    and `--helpfull` list the flags and exit 0; a bad flag or value ends with
+    `<program>: error: <message>`.
+    """
+    def run_benchmark(argv: List[str]) -> int:
+        if len(argv) > 1:
+            raise app.UsageError("unexpected arguments %s: give flags only" % " ".join(argv[1:]))
+        return benchmark(config_from(config_class))
+
+    module = sys.modules.get(benchmark.__module__)
+    spec = getattr(module, "__spec__", None)
+    program = spec.name if spec is not None else benchmark.__module__   # `python -m`'s module, not __main__
+    entry.run(run_benchmark, program, define_flags=lambda: config_flags.define_flags([config_class]))
