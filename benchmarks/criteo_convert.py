@@ -1,6 +1,7 @@
 """Criteo converter benchmark: throughput and memory against distinct values and workers; text decode speed.
 
     python -m benchmarks.criteo_convert [--rows 2000000] [--distinct 500000,8000000] [--workers 1,2] [--runs 3]
+                                        [--variants NAME,...] [--results_dir DIR]
 
 Part 1, conversion: generates raw Criteo-shaped TSV (`dataprep.raw_criteo`,
 once per distinct-value count, kept in `--data_dir`) and converts it with
@@ -20,11 +21,15 @@ pipeline reads them; `libsvm_fixed_lines` reads them line by line instead
 (as with `skip_bad_records`). Examples/sec and CPU us/example, each run a
 fresh process.
 
-Writes `benchmarks/results/criteo_convert.{md,json,png}`.
+Every conversion and every read is a variant of `benchmarks.harness`
+(`--variants` names some of them: `convert_<distinct>_<workers>w`,
+`convert_<distinct>_x<copies>`, and the read variants by name), all of them
+interleaved round by round. Writes `benchmarks/results/criteo_convert.{md,json,png}`
+after every round, so that a run cut short keeps its complete rounds.
 """
 
-import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -34,13 +39,16 @@ import tempfile
 import time
 from typing import Dict, List, Sequence, Tuple
 
-from benchmarks import common
+from benchmarks import common, harness
+from cli import config_flags
 
 DEFAULT_ROWS = 2_000_000
 DEFAULT_DISTINCT = (500_000, 8_000_000)
 DEFAULT_WORKERS = (1, 2)
 DEFAULT_COPIES = 2
 DEFAULT_DATA_DIR = os.path.join("data", "criteo_raw")
+NAME = "criteo_convert"
+DECODE_TIMEOUT_S = 600
 DECODE_ROWS = 200_000
 DECODE_BATCH = 1024
 DECODE_WARMUP_BATCHES = 20
@@ -54,6 +62,53 @@ SAMPLE_INTERVAL_S = 0.2
 CONVERT_TIMEOUT_S = 3600
 _MB = 1e6
 _MIB = float(1 << 20)
+
+
+def _integers(text: str, flag: str) -> List[int]:
+    try:
+        values = [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ValueError("--%s %r: give comma-separated integers, e.g. 1,2" % (flag, text)) from None
+    if not values or min(values) < 1:
+        raise ValueError("--%s %r: give comma-separated integers >= 1, e.g. 1,2" % (flag, text))
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class CriteoConvertConfig(harness.HarnessConfig):
+    """The benchmark's options (its flags)."""
+
+    rounds: int = config_flags.field(3, "Rounds; each runs every conversion and read once, a fresh process each.",
+                                     flag="runs")
+    data_dir: str = config_flags.field(DEFAULT_DATA_DIR, "Where the generated inputs are kept.")
+    rows: int = config_flags.field(DEFAULT_ROWS, "Rows of each generated input.")
+    distinct: str = config_flags.field(",".join(str(d) for d in DEFAULT_DISTINCT),
+                                       "Comma-separated distinct-value counts, an input each.")
+    workers: str = config_flags.field(",".join(str(w) for w in DEFAULT_WORKERS),
+                                      "Comma-separated worker counts of the converter.")
+    memory_mb: int = config_flags.field(512, "The converter's --memory_mb.")
+    copies: int = config_flags.field(DEFAULT_COPIES, "Independent 1-worker conversions run at once as the "
+                                                     "speed-up ceiling; < 2 skips.")
+    decode_rows: int = config_flags.field(DECODE_ROWS, "Rows of part 2's dataset; 0 skips part 2.")
+    one_decode: str = config_flags.field("", "Internal: time this read variant in this process and print JSON.")
+    roots: str = config_flags.field("", "Internal: the read variants' dataset roots, as JSON.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.distinct_counts()
+        self.worker_counts()
+        if self.rows < 1:
+            raise ValueError("--rows must be >= 1, got %d" % self.rows)
+        if self.decode_rows < 0:
+            raise ValueError("--decode_rows must be >= 0 (0 skips part 2), got %d" % self.decode_rows)
+        if self.one_decode and self.one_decode not in DECODE_VARIANTS:
+            raise ValueError("--one_decode %r: not one of %s" % (self.one_decode, ", ".join(DECODE_VARIANTS)))
+
+    def distinct_counts(self) -> List[int]:
+        return _integers(self.distinct, "distinct")
+
+    def worker_counts(self) -> List[int]:
+        return _integers(self.workers, "workers")
 
 
 def raw_file(data_dir: str, rows: int, distinct: int) -> str:
@@ -169,54 +224,89 @@ def decode_one(variant: str, roots: Dict[str, str]) -> dict:
             after = resource.getrusage(resource.RUSAGE_SELF)
     examples = DECODE_TIMED_BATCHES * DECODE_BATCH
     cpu_seconds = (after.ru_utime + after.ru_stime) - (cpu.ru_utime + cpu.ru_stime)
-    return {"examples_per_sec": examples / seconds, "cpu_us_per_example": cpu_seconds / examples * 1e6}
+    return {"examples_per_sec": examples / seconds, "cpu_us_per_example": cpu_seconds / examples * 1e6,
+            harness.PEAK_RSS_MB: common.peak_rss_mb()}
 
 
-def _stats(results: Dict[str, List[dict]], name: str, key: str) -> common.Stats:
-    return common.Stats([r[key] for r in results[name]])
+def _stats(results: harness.Results, name: str, metric: str) -> common.Stats:
+    stats = results.stats(name, metric)
+    if stats is None:
+        raise ValueError("variant %s has no %s" % (name, metric))
+    return stats
 
 
-def convert_name(distinct: int, workers: int, copies: int = 1) -> str:
-    name = "%s distinct, %d worker%s" % (format(distinct, ","), workers, "" if workers == 1 else "s")
-    return name if copies == 1 else "%s, %d conversions at once" % (name, copies)
+def convert_label(distinct: int, workers: int, copies: int = 1) -> str:
+    """A conversion as the report names it."""
+    label = "%s distinct, %d worker%s" % (format(distinct, ","), workers, "" if workers == 1 else "s")
+    return label if copies == 1 else "%s, %d conversions at once" % (label, copies)
 
 
-def conversions(args) -> List[Tuple[int, int, int]]:
+def convert_variant_name(distinct: int, workers: int, copies: int = 1) -> str:
+    """A conversion as `--variants` names it."""
+    return "convert_%d_%dw" % (distinct, workers) if copies == 1 else "convert_%d_x%d" % (distinct, copies)
+
+
+def conversions(config: CriteoConvertConfig) -> List[Tuple[int, int, int]]:
     """(distinct, workers, copies) of every conversion row, in the order a round runs them."""
     rows = []
-    for distinct in args.distinct:
-        rows += [(distinct, workers, 1) for workers in args.workers]
-        if args.copies > 1:
-            rows.append((distinct, 1, args.copies))
+    for distinct in config.distinct_counts():
+        rows += [(distinct, workers, 1) for workers in config.worker_counts()]
+        if config.copies > 1:
+            rows.append((distinct, 1, config.copies))
     return rows
 
 
-def report(args, convert_results: Dict[str, List[dict]], decode_results: Dict[str, List[dict]],
-           load: Sequence[float]) -> str:
-    """The markdown body of the results file."""
+@dataclasses.dataclass
+class ConvertVariant(harness.Variant):
+    """One conversion (a distinct-value count, workers, copies at once), a fresh converter process per round."""
+
+    name: str
+    label: str
+    path: str
+    workers: int
+    copies: int
+    memory_mb: int
+
+    def measure(self, round_index: int) -> harness.Measurement:
+        result = convert_once(self.path, self.workers, self.memory_mb, copies=self.copies)
+        print("%s: %.1fs, %.1f MB/s, largest RSS %.0f MiB, sum %.0f MiB, rows %d/%d"
+              % (self.label, result["seconds"], result["input_mb"] / result["seconds"], result["largest_rss_mb"],
+                 result["sum_rss_mb"], result["rows"], result["lines"]), flush=True)
+        metrics = {key: float(result[key]) for key in ("seconds", "rows", "lines", "input_mb", "sum_rss_mb",
+                                                       "cpu_seconds")}
+        metrics.update(rows_per_sec=result["lines"] / result["seconds"],
+                       mb_per_sec=result["input_mb"] / result["seconds"])
+        return harness.Measurement(metrics, result["largest_rss_mb"], details={"phases": result["phases"]})
+
+
+@dataclasses.dataclass
+class DecodeVariant(harness.Variant):
+    """One way of reading the converter's output (`DECODE_VARIANTS`), a fresh process per round."""
+
+    name: str
+    roots: Dict[str, str]
+
+    def measure(self, round_index: int) -> harness.Measurement:
+        result = common.run_json_subprocess(["-m", "benchmarks.criteo_convert", "--one_decode", self.name,
+                                             "--roots", json.dumps(self.roots)], timeout=DECODE_TIMEOUT_S)
+        print("%s: %.0f examples/sec" % (self.name, result["examples_per_sec"]), flush=True)
+        return harness.Measurement({"examples_per_sec": result["examples_per_sec"],
+                                    "cpu_us_per_example": result["cpu_us_per_example"]}, result[harness.PEAK_RSS_MB])
+
+
+def report(config: CriteoConvertConfig, results: harness.Results, load: Sequence[float]) -> str:
+    """The markdown body of the results file: the measured rows, the targets those rows decide."""
+    measured = {name for name in results.names if results.values[name]}
+    convert_rows = [(d, w, c) for d, w, c in conversions(config) if convert_variant_name(d, w, c) in measured]
     rows = []
-    for distinct, workers, copies in conversions(args):
-        name = convert_name(distinct, workers, copies)
-        results = convert_results[name]
-        seconds = _stats(convert_results, name, "seconds")
-        lines = results[0]["lines"]
-        mb = results[0]["input_mb"]
+    for distinct, workers, copies in convert_rows:
+        name = convert_variant_name(distinct, workers, copies)
+        values = results.values[name]
         rows.append([
-            name, common.Stats([lines / r["seconds"] for r in results]).fmt(),
-            common.Stats([mb / r["seconds"] for r in results]).fmt(",.1f"), seconds.fmt(",.1f"),
-            _stats(convert_results, name, "largest_rss_mb").fmt(),
-            _stats(convert_results, name, "sum_rss_mb").fmt(),
-            "yes" if all(r["rows"] == r["lines"] for r in results) else "NO"])
-    speedups = []
-    for distinct in args.distinct:
-        if 1 in args.workers and 2 in args.workers:
-            one = _stats(convert_results, convert_name(distinct, 1), "seconds").median
-            two = _stats(convert_results, convert_name(distinct, 2), "seconds").median
-            ceiling = None
-            if args.copies > 1:
-                at_once = _stats(convert_results, convert_name(distinct, 1, args.copies), "seconds").median
-                ceiling = args.copies * one / at_once
-            speedups.append((distinct, one / two, ceiling))
+            convert_label(distinct, workers, copies), _stats(results, name, "rows_per_sec").fmt(),
+            _stats(results, name, "mb_per_sec").fmt(",.1f"), _stats(results, name, "seconds").fmt(",.1f"),
+            _stats(results, name, harness.PEAK_RSS_MB).fmt(), _stats(results, name, "sum_rss_mb").fmt(),
+            "yes" if values["rows"] == values["lines"] else "NO"])
     body = ["Raw Criteo-shaped TSV (`dataprep.raw_criteo`: %s rows, the near-unique categorical fields "
             "holding the distinct values named in each row, the other fields small Zipf vocabularies) converted by "
             "`python -m dataprep.criteo --workers W --memory_mb %d` (defaults otherwise: val_fraction 0.1, "
@@ -227,124 +317,123 @@ def report(args, convert_results: Dict[str, List[dict]], decode_results: Dict[st
             "at once`: as many independent 1-worker conversions of the input started together, the time until the "
             "last ends, rows and MB of all of them: what this machine's cores give work that shares nothing, the "
             "ceiling of a speed-up. 1-minute load average %.2f at the start, %.2f at the end, this benchmark "
-            "included." % (format(args.rows, ","), args.memory_mb, args.runs, args.copies, load[0], load[1]),
-            "", "## Conversion", "",
-            common.markdown_table(["row", "rows/s median (min-max)", "MB/s", "seconds", "peak RSS MiB, largest process",
-                                   "peak RSS MiB, sum of processes", "every row accounted"], rows), ""]
-    body.append("Phases of the last run of each row (from the converter's console report; of the first conversion "
-                "in rows of several):")
-    body.append("")
-    for name, results in convert_results.items():
-        body.append("- %s: %s" % (name, "; ".join(" ".join(p.split()[:2]) for p in results[-1]["phases"][:-1])))
-    body += ["", "## Targets", ""]
-    target_rows = []
-    top = max(args.distinct)
-    target_rows.append(["%s rows with %s distinct values: peak RSS (sum of processes) < %d MiB"
-                        % (format(args.rows, ","), format(top, ","), TARGET_RSS_MB),
-                        "%.0f MiB (max over its runs and worker counts)" % max(
-                            r["sum_rss_mb"] for w in args.workers for r in convert_results[convert_name(top, w)]),
-                        "yes" if max(r["sum_rss_mb"] for w in args.workers
-                                     for r in convert_results[convert_name(top, w)]) < TARGET_RSS_MB else "no"])
-    target_rows.append(["every row accounted for", "all runs" if all(
-        r["rows"] == r["lines"] for results in convert_results.values() for r in results) else "NOT all runs",
-        "yes" if all(r["rows"] == r["lines"] for results in convert_results.values() for r in results) else "no"])
-    for distinct, speedup, ceiling in speedups:
-        target_rows.append(["2 workers >= %.1fx 1 worker (%s distinct)" % (TARGET_SPEEDUP, format(distinct, ",")),
-                            "%.2fx (median seconds)%s" % (speedup, "" if ceiling is None else
-                                                          "; %d conversions at once: %.2fx" % (args.copies, ceiling)),
-                            "yes" if speedup >= TARGET_SPEEDUP else "no"])
-    if decode_results:
-        tf_rate = _stats(decode_results, "tfrecord", "examples_per_sec").median
-        fixed_rate = _stats(decode_results, "libsvm_fixed", "examples_per_sec").median
-        target_rows.append(["fixed-width LibSVM pipeline within %.0fx of TFRecord" % TARGET_TEXT_RATIO,
-                            "%.2fx slower" % (tf_rate / fixed_rate), "yes" if tf_rate / fixed_rate <= TARGET_TEXT_RATIO
-                            else "no"])
-    body.append(common.markdown_table(["target", "measured", "met"], target_rows))
-    if decode_results:
-        tf_rate = _stats(decode_results, "tfrecord", "examples_per_sec").median
+            "included." % (format(config.rows, ","), config.memory_mb, results.rounds_run, config.copies, load[0],
+                           load[1])]
+    if rows:
+        body += ["", "## Conversion", "",
+                 common.markdown_table(["row", "rows/s median (min-max)", "MB/s", "seconds",
+                                        "peak RSS MiB, largest process", "peak RSS MiB, sum of processes",
+                                        "every row accounted"], rows), "",
+                 "Phases of the last run of each row (from the converter's console report; of the first conversion "
+                 "in rows of several):", ""]
+        for distinct, workers, copies in convert_rows:
+            phases = results.details[convert_variant_name(distinct, workers, copies)][-1]["phases"]
+            body.append("- %s: %s" % (convert_label(distinct, workers, copies),
+                                      "; ".join(" ".join(p.split()[:2]) for p in phases[:-1])))
+    body += ["", "## Targets", "", common.markdown_table(["target", "measured", "met"],
+                                                         target_rows(config, results, measured))]
+    decoded = [variant for variant in DECODE_VARIANTS if variant in measured]
+    if decoded:
+        base = _stats(results, decoded[0], "examples_per_sec").median
         body += ["", "## Reading what the converter writes", "",
                  "%s rows converted once in each LibSVM layout (TFRecord identical in both), 4 train shards. Bare "
                  "pipelines built by the benchmark like the default one (files interleaved, batch %d, vectorized "
                  "decode with `input_pipeline.decoders`, AUTOTUNE map and prefetch), graph mode; `decode_*` rows: the "
                  "decode alone on one cached batch. %d warm-up then %d timed batches per run, %d runs, fresh process "
                  "each. CPU us/example: CPU time of the process per timed example."
-                 % (format(args.decode_rows, ","), DECODE_BATCH, DECODE_WARMUP_BATCHES, DECODE_TIMED_BATCHES,
-                    args.runs), ""]
+                 % (format(config.decode_rows, ","), DECODE_BATCH, DECODE_WARMUP_BATCHES, DECODE_TIMED_BATCHES,
+                    results.rounds_run), ""]
         decode_rows = []
-        for variant in DECODE_VARIANTS:
-            rate = _stats(decode_results, variant, "examples_per_sec")
-            decode_rows.append([variant, rate.fmt(), "%.2f" % (rate.median / tf_rate),
-                                "%.2f" % _stats(decode_results, variant, "cpu_us_per_example").median])
-        body.append(common.markdown_table(["row", "examples/sec median (min-max)", "ratio to tfrecord",
-                                           "CPU us/example"], decode_rows))
+        for variant in decoded:
+            rate = _stats(results, variant, "examples_per_sec")
+            decode_rows.append([variant, rate.fmt(), "%.2f" % (rate.median / base),
+                                "%.2f" % _stats(results, variant, "cpu_us_per_example").median,
+                                _stats(results, variant, harness.PEAK_RSS_MB).fmt()])
+        body.append(common.markdown_table(["row", "examples/sec median (min-max)", "ratio to %s" % decoded[0],
+                                           "CPU us/example", "peak RSS MiB"], decode_rows))
     return "\n".join(body)
 
 
-def write_outputs(args, convert_results: Dict[str, List[dict]], decode_results: Dict[str, List[dict]],
-                  load: Sequence[float], rounds: int) -> str:
+def target_rows(config: CriteoConvertConfig, results: harness.Results, measured: set) -> List[List[str]]:
+    """The targets the measured variants decide, each with what was measured and whether it was met."""
+    rows = []
+    top = max(config.distinct_counts())
+    top_names = [name for name in (convert_variant_name(top, w) for w in config.worker_counts()) if name in measured]
+    if top_names:
+        largest = max(max(results.values[name]["sum_rss_mb"]) for name in top_names)
+        rows.append(["%s rows with %s distinct values: peak RSS (sum of processes) < %d MiB"
+                     % (format(config.rows, ","), format(top, ","), TARGET_RSS_MB),
+                     "%.0f MiB (max over its runs and worker counts)" % largest,
+                     "yes" if largest < TARGET_RSS_MB else "no"])
+    converted = [name for name in results.names if name.startswith("convert_") and name in measured]
+    if converted:
+        every = all(results.values[name]["rows"] == results.values[name]["lines"] for name in converted)
+        rows.append(["every row accounted for", "all runs" if every else "NOT all runs", "yes" if every else "no"])
+    for distinct in config.distinct_counts():
+        one, two = convert_variant_name(distinct, 1), convert_variant_name(distinct, 2)
+        if one not in measured or two not in measured:
+            continue
+        one_s = _stats(results, one, "seconds").median
+        speedup = one_s / _stats(results, two, "seconds").median
+        ceiling = ""
+        at_once = convert_variant_name(distinct, 1, config.copies)
+        if config.copies > 1 and at_once in measured:
+            ceiling = "; %d conversions at once: %.2fx" % (
+                config.copies, config.copies * one_s / _stats(results, at_once, "seconds").median)
+        rows.append(["2 workers >= %.1fx 1 worker (%s distinct)" % (TARGET_SPEEDUP, format(distinct, ",")),
+                     "%.2fx (median seconds)%s" % (speedup, ceiling), "yes" if speedup >= TARGET_SPEEDUP else "no"])
+    if "tfrecord" in measured and "libsvm_fixed" in measured:
+        slower = (_stats(results, "tfrecord", "examples_per_sec").median
+                  / _stats(results, "libsvm_fixed", "examples_per_sec").median)
+        rows.append(["fixed-width LibSVM pipeline within %.0fx of TFRecord" % TARGET_TEXT_RATIO,
+                     "%.2fx slower" % slower, "yes" if slower <= TARGET_TEXT_RATIO else "no"])
+    return rows
+
+
+def write_outputs(config: CriteoConvertConfig, results: harness.Results, load: Sequence[float]) -> str:
     """Writes the results of the rounds done so far; returns the .md path."""
-    args.runs = rounds
-    info = common.machine_info()
-    body = report(args, convert_results, decode_results, load)
-    recorded_args = {k: v for k, v in vars(args).items() if k not in ("roots", "results_dir")}
-    path = common.write_report("criteo_convert", "Criteo conversion: bounded memory, every core, text decode", body,
-                               info, {"convert": convert_results, "decode": decode_results, "load": load,
-                                      "args": recorded_args},
-                               results_dir=args.results_dir)
-    names = list(convert_results)
-    common.bar_chart("criteo_convert", "Criteo conversion throughput (%s raw rows)" % format(args.rows, ","), names,
-                     [common.Stats([r["input_mb"] / r["seconds"] for r in convert_results[n]]) for n in names],
-                     "MB/s of raw TSV", results_dir=args.results_dir)
-    return path
+    record = harness.machine_record()
+    body = report(config, results, load)
+    labels = {convert_variant_name(d, w, c): convert_label(d, w, c) for d, w, c in conversions(config)}
+    converted = [name for name in results.names if name in labels and results.values[name]]
+
+    def chart(name: str, results_dir: str) -> str:
+        return common.bar_chart(name, "Criteo conversion throughput (%s raw rows)" % format(config.rows, ","),
+                                [labels[n] for n in converted], [_stats(results, n, "mb_per_sec") for n in converted],
+                                "MB/s of raw TSV", results_dir=results_dir)
+
+    return harness.write(results, config, NAME, "Criteo conversion: bounded memory, every core, text decode",
+                         body + "\n\nCommand: `%s`\n" % record["command"], record,
+                         chart=chart if converted else None, extra={"load": list(load)})
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR, help="where generated inputs are kept")
-    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
-    parser.add_argument("--distinct", default=",".join(str(d) for d in DEFAULT_DISTINCT))
-    parser.add_argument("--workers", default=",".join(str(w) for w in DEFAULT_WORKERS))
-    parser.add_argument("--memory_mb", type=int, default=512)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--copies", type=int, default=DEFAULT_COPIES,
-                        help="independent 1-worker conversions run at once as the speed-up ceiling; < 2 skips")
-    parser.add_argument("--decode_rows", type=int, default=DECODE_ROWS, help="0 skips part 2")
-    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
-    parser.add_argument("--one_decode", help=argparse.SUPPRESS)
-    parser.add_argument("--roots", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.one_decode:
-        print(json.dumps(decode_one(args.one_decode, json.loads(args.roots))))
+def benchmark(config: CriteoConvertConfig) -> int:
+    """Runs the benchmark (or, with `one_decode`, one read variant in this process); returns the exit status."""
+    if config.one_decode:
+        print(json.dumps(decode_one(config.one_decode, json.loads(config.roots))))
         return 0
-    args.distinct = [int(d) for d in args.distinct.split(",")]
-    args.workers = [int(w) for w in args.workers.split(",")]
-    os.makedirs(args.data_dir, exist_ok=True)
-    inputs = {distinct: raw_file(args.data_dir, args.rows, distinct) for distinct in args.distinct}
-    roots = decode_data(args.data_dir, args.decode_rows) if args.decode_rows else {}
+    os.makedirs(config.data_dir, exist_ok=True)
+    convert = [ConvertVariant(convert_variant_name(d, w, c), convert_label(d, w, c),
+                              raw_file(config.data_dir, config.rows, d), w, c, config.memory_mb)
+               for d, w, c in conversions(config)]
+    decode: List[harness.Variant] = []
+    if config.decode_rows:
+        roots = decode_data(config.data_dir, config.decode_rows)
+        decode = [DecodeVariant(variant, roots) for variant in DECODE_VARIANTS]
+    variants = common.select_variants(config.variants, list(convert) + decode)
     load_start = os.getloadavg()[0]
-    convert_results: Dict[str, List[dict]] = {}
-    decode_results: Dict[str, List[dict]] = {}
-    path = ""
-    for run in range(args.runs):
-        for distinct, workers, copies in conversions(args):
-            name = convert_name(distinct, workers, copies)
-            result = convert_once(inputs[distinct], workers, args.memory_mb, copies=copies)
-            convert_results.setdefault(name, []).append(result)
-            print("run %d %s: %.1fs, %.1f MB/s, largest RSS %.0f MiB, sum %.0f MiB, rows %d/%d"
-                  % (run, name, result["seconds"], result["input_mb"] / result["seconds"],
-                     result["largest_rss_mb"], result["sum_rss_mb"], result["rows"], result["lines"]), flush=True)
-        for variant in DECODE_VARIANTS if roots else ():
-            result = common.run_json_subprocess(["-m", "benchmarks.criteo_convert", "--one_decode", variant,
-                                                 "--roots", json.dumps(roots)], timeout=600)
-            decode_results.setdefault(variant, []).append(result)
-            print("run %d %s: %.0f examples/sec" % (run, variant, result["examples_per_sec"]), flush=True)
-        # Results after every round, so that a run cut short still leaves its complete rounds.
-        path = write_outputs(args, convert_results, decode_results, (load_start, os.getloadavg()[0]), run + 1)
-    with open(path) as f:
-        print(f.read())
-    print("wrote %s" % path)
-    return 0
+    paths: List[str] = []
+
+    def write_round(so_far: harness.Results) -> None:
+        paths.append(write_outputs(config, so_far, (load_start, os.getloadavg()[0])))
+
+    results = harness.run(variants, config.rounds, config.warmup_rounds, after_round=write_round)
+    if paths:
+        with open(paths[-1]) as f:
+            print(f.read())
+        print("wrote %s" % paths[-1])
+    return 1 if results.failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.main(CriteoConvertConfig, benchmark)

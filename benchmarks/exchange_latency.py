@@ -2,11 +2,12 @@
 
     python -m benchmarks.exchange_latency [--ranks 2] [--rows 5000] [--width 33] [--runs 3]
                                           [--cycle_times 1,0.1] [--controllers gloo,mpi,tf]
-                                          [--name exchange_latency]
+                                          [--name exchange_latency] [--results_dir DIR]
 
 A step of `hybrid` waits on the exchanges of its critical path. This
 measures one exchange on its own: each rank pinned to its own core runs one
-exchange per `session.run`, `--runs` rounds with every launch interleaved:
+exchange per `session.run`, `--runs` rounds with every launch interleaved
+(on `benchmarks.harness`: each launch is a variant, a fresh start per round):
 
 * `gloo`, `mpi` and `mpi_yield`, once per Horovod cycle time: ranks of
   `benchmarks.exchange_latency_rank` under `horovodrun --gloo` or `mpirun`
@@ -29,10 +30,11 @@ exchange per `session.run`, `--runs` rounds with every launch interleaved:
 
 Writes `benchmarks/results/<name>.md` and `.json`: per launch and variant the
 median wall time of one run (min-max over rounds) and the CPU time of one run
-summed over the rank's threads; the JSON also holds what each `tf` rank
-received from each peer in its check.
+summed over the rank's threads, and rank 0's peak resident memory; the
+JSON also holds what each `tf` rank received from each peer in its check.
 """
 
+import dataclasses
 import itertools
 import json
 import os
@@ -42,13 +44,11 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from absl import app, flags
-
-from benchmarks import common
-from cli import entry
+from benchmarks import common, harness
+from cli import config_flags
 from jobs.local import processes
 
-FLAGS = flags.FLAGS
+NAME = "exchange_latency"
 RANK_MODULE = "benchmarks.exchange_latency_rank"
 COLLECTIVE_RANK_MODULE = "benchmarks.exchange_latency_collective_rank"
 # Horovod's controllers (one launch per cycle time) and TensorFlow's collective runtime (one launch).
@@ -58,26 +58,48 @@ MPI_OPTIONS = {"mpi": (), "mpi_yield": ("-mca", "mpi_yield_when_idle", "1")}
 COLLECTIVES = "tf"
 CONTROLLERS = HOROVOD_CONTROLLERS + (COLLECTIVES,)
 COLLECTIVES_LAUNCH = "tf collectives, grpc"
+# What a launch's measurement holds per exchange variant: `<variant>.<figure>`.
+FIGURES = ("wall_us", "cpu_us", "p90_us")
 LAUNCH_TIMEOUT_S = 600
 VARIANT_ORDER = ("idle_10ms", "session", "horovod_alltoall_fixed", "horovod_alltoall_variable", "horovod_allreduce",
                  "mpi_alltoall_in_session", "mpi_alltoall", "tf_collective_alltoall", "tf_collective_gather",
                  "tf_collective_reduce")
 
 
-def define_flags() -> None:
-    flags.DEFINE_integer("ranks", 2, "Ranks, each pinned to its own core (the machine needs as many).")
-    flags.DEFINE_integer("rows", 5000, "Rows each rank sends every rank per exchange.")
-    flags.DEFINE_integer("width", 33, "Floats per row.")
-    flags.DEFINE_integer("iterations", 300, "Timed exchanges per variant and round.")
-    flags.DEFINE_integer("warmup", 30, "Untimed exchanges per variant and round.")
-    flags.DEFINE_integer("runs", 3, "Rounds; each starts every launch afresh.")
-    flags.DEFINE_list("cycle_times", ["1", "0.1"], "Horovod cycle times to measure, in ms.")
-    flags.DEFINE_list("controllers", list(CONTROLLERS),
-                      "gloo (horovodrun --gloo), mpi (mpirun), mpi_yield (mpirun -mca mpi_yield_when_idle 1) "
-                      "and/or tf (TensorFlow's collective ops over gRPC, "
-                      "ranks started by this program).")
-    flags.DEFINE_string("name", "exchange_latency", "Results name.")
-    flags.DEFINE_string("results_dir", common.RESULTS_DIR, "Where the results go.")
+def _names(text: str) -> List[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExchangeLatencyConfig(harness.HarnessConfig):
+    """The benchmark's options (its flags)."""
+
+    rounds: int = config_flags.field(3, "Rounds; each starts every launch afresh.", flag="runs")
+    ranks: int = config_flags.field(2, "Ranks, each pinned to its own core (the machine needs as many).")
+    rows: int = config_flags.field(5000, "Rows each rank sends every rank per exchange.")
+    width: int = config_flags.field(33, "Floats per row.")
+    iterations: int = config_flags.field(300, "Timed exchanges per variant and round.")
+    warmup: int = config_flags.field(30, "Untimed exchanges per variant and round.")
+    cycle_times: str = config_flags.field("1,0.1", "Comma-separated Horovod cycle times to measure, in ms.")
+    controllers: str = config_flags.field(
+        ",".join(CONTROLLERS), "Comma-separated: gloo (horovodrun --gloo), mpi (mpirun), mpi_yield (mpirun -mca "
+        "mpi_yield_when_idle 1) and/or tf (TensorFlow's collective ops over gRPC, ranks started by this program).")
+
+    def __post_init__(self):
+        super().__post_init__()
+        for controller in _names(self.controllers):
+            if controller not in CONTROLLERS:
+                raise ValueError("--controllers: %r is not one of %s" % (controller, ", ".join(CONTROLLERS)))
+        if not _names(self.controllers):
+            raise ValueError("--controllers: name at least one of %s" % ", ".join(CONTROLLERS))
+        for cycle_time in _names(self.cycle_times):
+            try:
+                float(cycle_time)
+            except ValueError:
+                raise ValueError("--cycle_times: %r is not a number of milliseconds" % cycle_time) from None
+        if self.ranks > (os.cpu_count() or 1):
+            raise ValueError("--ranks %d: this machine has %d cores, one per rank is needed"
+                             % (self.ranks, os.cpu_count() or 1))
 
 
 def launch_argv(controller: str, ranks: int, rank_flags: Sequence[str]) -> List[str]:
@@ -104,12 +126,12 @@ def collective_tf_config(workers: Sequence[str], rank: int) -> str:
 
 
 def measure_collectives(ranks: int, rows: int, width: int, iterations: int,
-                        warmup: int) -> Tuple[Dict[str, dict], List[dict]]:
+                        warmup: int) -> Tuple[dict, List[dict]]:
     """One launch of TensorFlow collective ranks on free local ports.
 
     Returns:
-      Every variant's result on rank 0, and each rank's checks (what it
-      received from each peer), in rank order.
+      Rank 0's record (`results`, every variant's; `peak_rss_mb`), and each
+      rank's checks (what it received from each peer), in rank order.
 
     Raises:
       processes.TaskFailedError: a rank failed (its log's tail in the message).
@@ -133,14 +155,14 @@ def measure_collectives(ranks: int, rows: int, width: int, iterations: int,
         for rank in range(ranks):
             with open(os.path.join(work, "rank%d.json" % rank)) as f:
                 records.append(json.load(f))
-        return records[0]["results"], [record["checks"] for record in records]
+        return records[0], [record["checks"] for record in records]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def measure(controller: str, cycle_time: str, ranks: int, rows: int, width: int, iterations: int,
-            warmup: int) -> Dict[str, dict]:
-    """One launch: every variant's result on rank 0."""
+            warmup: int) -> dict:
+    """One launch of Horovod ranks: rank 0's record (`results`, every variant's; `peak_rss_mb`)."""
     work = tempfile.mkdtemp(prefix="exchange-latency-")
     try:
         output = os.path.join(work, "rank0.json")
@@ -156,86 +178,105 @@ def measure(controller: str, cycle_time: str, ranks: int, rows: int, width: int,
             raise RuntimeError("%s launch (cycle %s ms) failed with exit code %d:\n%s" % (
                 controller, cycle_time, completed.returncode, (completed.stdout + completed.stderr)[-3000:]))
         with open(output) as f:
-            return json.load(f)["results"]
+            return json.load(f)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def summarize(rounds: Dict[str, List[Dict[str, dict]]]) -> Dict[str, Dict[str, dict]]:
-    """Per launch and variant: the rounds' medians as `Stats` values (wall and CPU, microseconds)."""
+@dataclasses.dataclass
+class LaunchVariant(harness.Variant):
+    """One launch (a controller, and a cycle time for Horovod's), started afresh every round.
+
+    Attributes:
+      name: the variant's name for `--variants` (e.g. `gloo_1ms`, `tf`).
+      label: the launch as the report names it (e.g. `gloo, cycle 1 ms`).
+      checks: per round, what each `tf` rank received from each peer.
+    """
+
+    name: str
+    label: str
+    controller: str
+    cycle_time: Optional[str]
+    config: ExchangeLatencyConfig
+    checks: List[List[dict]] = dataclasses.field(default_factory=list)
+
+    def measure(self, round_index: int) -> harness.Measurement:
+        c = self.config
+        if self.controller == COLLECTIVES:
+            record, rank_checks = measure_collectives(c.ranks, c.rows, c.width, c.iterations, c.warmup)
+            if round_index >= 0:
+                self.checks.append(rank_checks)
+        else:
+            record = measure(self.controller, self.cycle_time or "", c.ranks, c.rows, c.width, c.iterations,
+                             c.warmup)
+        metrics = {}
+        for variant, result in record["results"].items():
+            metrics.update({variant + ".wall_us": result["median_us"], variant + ".cpu_us": result["cpu_us_per_run"],
+                            variant + ".p90_us": result["p90_us"]})
+        return harness.Measurement(metrics, record["peak_rss_mb"])
+
+
+def launch_variants(config: ExchangeLatencyConfig) -> List[LaunchVariant]:
+    """The launches `--controllers` and `--cycle_times` name, Horovod's first, one per cycle time."""
+    controllers = _names(config.controllers)
+    launches = [LaunchVariant("%s_%sms" % (controller, cycle_time), "%s, cycle %s ms" % (controller, cycle_time),
+                              controller, cycle_time, config)
+                for controller, cycle_time in itertools.product(
+                    [c for c in controllers if c in HOROVOD_CONTROLLERS], _names(config.cycle_times))]
+    if COLLECTIVES in controllers:
+        launches.append(LaunchVariant(COLLECTIVES, COLLECTIVES_LAUNCH, COLLECTIVES, None, config))
+    return launches
+
+
+def summarize(results: harness.Results, labels: Dict[str, str]) -> Dict[str, Dict[str, dict]]:
+    """Per launch (by its label) and exchange variant: the rounds' values (wall, CPU and p90, microseconds)."""
     summary: Dict[str, Dict[str, dict]] = {}
-    for launch, results in rounds.items():
-        summary[launch] = {}
-        for variant in VARIANT_ORDER:
-            if variant not in results[0]:
-                continue
-            summary[launch][variant] = {
-                "wall_us": [r[variant]["median_us"] for r in results],
-                "cpu_us": [r[variant]["cpu_us_per_run"] for r in results],
-                "p90_us": [r[variant]["p90_us"] for r in results]}
+    for name in results.names:
+        values = results.values[name]
+        if not values:
+            continue
+        summary[labels[name]] = {variant: {figure: values[variant + "." + figure] for figure in FIGURES}
+                                 for variant in VARIANT_ORDER if variant + ".wall_us" in values}
     return summary
 
 
-def report(summary: Dict[str, Dict[str, dict]], config: dict, info: Dict[str, str], name: str,
-           results_dir: str, checks: Optional[Dict[str, list]] = None) -> str:
+def report(summary: Dict[str, Dict[str, dict]], results: harness.Results, config: ExchangeLatencyConfig,
+           peaks: Dict[str, float], checks: Dict[str, list]) -> str:
     """Writes the markdown and JSON reports; returns the markdown body."""
     rows = []
     for launch, variants in summary.items():
         for variant, values in variants.items():
             rows.append([launch, "`%s`" % variant, common.Stats(values["wall_us"]).fmt(",.0f"),
-                         common.Stats(values["p90_us"]).fmt(",.0f"), common.Stats(values["cpu_us"]).fmt(",.0f")])
-    body = ("Ranks: %(ranks)d, each pinned to its own core; an exchange sends %(rows)d rows of %(width)d float32 "
-            "to every rank (%(bytes)s bytes to each other rank); %(iterations)d timed runs per variant after "
-            "%(warmup)d, %(runs)d rounds (each a new launch). One `session.run` per exchange. Wall: median of "
-            "one run on rank 0 (min-max over rounds); p90: the 90th percentile of one run; CPU: rank 0's "
-            "process CPU per run, every thread. Launch `%(tf)s`: TensorFlow's own collective ops in graph "
-            "mode between `tf.distribute.Server`s, no Horovod.\n\n"
-            % dict(config, bytes=format(config["rows"] * config["width"] * 4, ","), tf=COLLECTIVES_LAUNCH))
-    body += common.markdown_table(["launch", "variant", "wall us", "p90 us", "CPU us per run"], rows)
-    command = ("python -m benchmarks.exchange_latency --ranks %(ranks)d --rows %(rows)d --width %(width)d "
-               "--iterations %(iterations)d --warmup %(warmup)d --runs %(runs)d --cycle_times %(cycle_times)s "
-               "--controllers %(controllers)s --name %(name)s" % dict(
-                   config, cycle_times=",".join(config["cycle_times"]), controllers=",".join(config["controllers"])))
-    common.write_report(name, "One exchange between ranks", body + "\n\nCommand: `%s`\n" % command, info,
-                        {"config": config, "summary": summary, "checks": checks or {}}, results_dir=results_dir)
+                         common.Stats(values["p90_us"]).fmt(",.0f"), common.Stats(values["cpu_us"]).fmt(",.0f"),
+                         "%.0f" % peaks[launch]])
+    body = ("Ranks: %d, each pinned to its own core; an exchange sends %d rows of %d float32 to every rank (%s "
+            "bytes to each other rank); %d timed runs per variant after %d, %d rounds (each a new launch). One "
+            "`session.run` per exchange. Wall: median of one run on rank 0 (min-max over rounds); p90: the 90th "
+            "percentile of one run; CPU: rank 0's process CPU per run, every thread; peak RSS: rank 0's, the "
+            "largest of the rounds. Launch `%s`: TensorFlow's own collective ops in graph mode between "
+            "`tf.distribute.Server`s, no Horovod.\n\n"
+            % (config.ranks, config.rows, config.width, format(config.rows * config.width * 4, ","),
+               config.iterations, config.warmup, results.rounds_run, COLLECTIVES_LAUNCH))
+    body += common.markdown_table(["launch", "variant", "wall us", "p90 us", "CPU us per run", "peak RSS MiB"],
+                                  rows)
+    record = harness.machine_record()
+    harness.write(results, config, NAME, "One exchange between ranks",
+                  body + "\n\nCommand: `%s`\n" % record["command"], record,
+                  extra={"summary": summary, "checks": checks})
     return body
 
 
-def main(argv):
-    del argv
-    config = dict(ranks=FLAGS.ranks, rows=FLAGS.rows, width=FLAGS.width, iterations=FLAGS.iterations,
-                  warmup=FLAGS.warmup, runs=FLAGS.runs, cycle_times=list(FLAGS.cycle_times),
-                  controllers=list(FLAGS.controllers), name=FLAGS.name)
-    for controller in FLAGS.controllers:
-        if controller not in CONTROLLERS:
-            raise app.UsageError("--controllers: %r is not one of %s" % (controller, ", ".join(CONTROLLERS)))
-    if FLAGS.ranks > (os.cpu_count() or 1):
-        raise app.UsageError("--ranks %d: this machine has %d cores, one per rank is needed"
-                             % (FLAGS.ranks, os.cpu_count() or 1))
-    info = common.machine_info()
-    rounds: Dict[str, List[Dict[str, dict]]] = {}
-    checks: Dict[str, list] = {}
-    horovod = [c for c in FLAGS.controllers if c in HOROVOD_CONTROLLERS]
-    launches = list(itertools.product(horovod, FLAGS.cycle_times))
-    if COLLECTIVES in FLAGS.controllers:
-        launches.append((COLLECTIVES, None))
-    for round_index in range(FLAGS.runs):
-        for controller, cycle_time in launches:
-            if controller == COLLECTIVES:
-                launch = COLLECTIVES_LAUNCH
-                print("round %d: %s" % (round_index + 1, launch), flush=True)
-                results, rank_checks = measure_collectives(FLAGS.ranks, FLAGS.rows, FLAGS.width, FLAGS.iterations,
-                                                           FLAGS.warmup)
-                checks.setdefault(launch, []).append(rank_checks)
-            else:
-                launch = "%s, cycle %s ms" % (controller, cycle_time)
-                print("round %d: %s" % (round_index + 1, launch), flush=True)
-                results = measure(controller, cycle_time, FLAGS.ranks, FLAGS.rows, FLAGS.width, FLAGS.iterations,
-                                  FLAGS.warmup)
-            rounds.setdefault(launch, []).append(results)
-    print(report(summarize(rounds), config, info, FLAGS.name, FLAGS.results_dir, checks))
+def benchmark(config: ExchangeLatencyConfig) -> int:
+    """Measures every launch, interleaved round by round; returns the exit status."""
+    launches = common.select_variants(config.variants, launch_variants(config))
+    results = harness.run(launches, config.rounds, config.warmup_rounds)
+    labels = {launch.name: launch.label for launch in launches}
+    peaks = {launch.label: max(results.values[launch.name][harness.PEAK_RSS_MB])
+             for launch in launches if results.values[launch.name]}
+    checks = {launch.label: launch.checks for launch in launches if launch.checks}
+    print(report(summarize(results, labels), results, config, peaks, checks))
+    return 1 if results.failures else 0
 
 
 if __name__ == "__main__":
-    # `--help` ends with status 0 and a bad flag with one line, as every command line of the project.
-    entry.run(main, "benchmarks.exchange_latency", define_flags, entry.NO_TENSORFLOW)
+    harness.main(ExchangeLatencyConfig, benchmark)

@@ -214,7 +214,7 @@ def main(argv):
     cluster = cluster_from_env()
     record = run_variants(cluster["workers"], cluster["index"], FLAGS.rows, FLAGS.width, FLAGS.iterations,
                           FLAGS.warmup)
-    record.update(controller="tf", rank=cluster["index"])
+    record.update(controller="tf", rank=cluster["index"], peak_rss_mb=exchange_latency_rank.peak_rss_mb())
     finish(FLAGS.output_dir, cluster["index"], len(cluster["workers"]), record)
     sys.stdout.flush()
 

@@ -50,6 +50,11 @@ def define_flags() -> None:
     flags.mark_flag_as_required("output")
 
 
+def peak_rss_mb() -> float:
+    """This rank's peak resident memory so far, in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -133,7 +138,7 @@ def main(argv):
     if rank == 0:
         with open(FLAGS.output, "w") as f:
             json.dump({"controller": FLAGS.controller, "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "1"),
-                       "results": results}, f)
+                       "results": results, "peak_rss_mb": peak_rss_mb()}, f)
     sys.stdout.flush()
 
 

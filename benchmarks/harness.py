@@ -143,7 +143,8 @@ class Results:
 
 
 def run(variants: Sequence[Variant], rounds: int, warmup_rounds: int = 0, deadline_s: Optional[float] = None,
-        log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> Results:
+        log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+        after_round: Optional[Callable[[Results], None]] = None, rotate: bool = False) -> Results:
     """Measures `variants` round by round, interleaved; warm-up rounds first, discarded.
 
     Args:
@@ -152,6 +153,12 @@ def run(variants: Sequence[Variant], rounds: int, warmup_rounds: int = 0, deadli
       warmup_rounds: rounds run first whose measurements are dropped.
       deadline_s: seconds after which no further round starts (None: no limit).
       log: where a line per measurement goes.
+      after_round: called with the results so far after every timed round
+        (e.g. to write the report, so that a run cut short keeps its
+        complete rounds).
+      rotate: each round starts one variant further on (A, B, C, then B, C,
+        A, ...), so that no variant always runs first, after the machine
+        was idle.
 
     Returns:
       The timed rounds' measurements and the failures.
@@ -170,7 +177,8 @@ def run(variants: Sequence[Variant], rounds: int, warmup_rounds: int = 0, deadli
             break
         if round_index >= 0:
             rounds_run += 1
-        for variant in variants:
+        start_at = (round_index + warmup_rounds) % len(variants) if rotate and variants else 0
+        for variant in list(variants[start_at:]) + list(variants[:start_at]):
             if variant.name in failures:
                 continue
             try:
@@ -186,6 +194,8 @@ def run(variants: Sequence[Variant], rounds: int, warmup_rounds: int = 0, deadli
                 details[variant.name].append(measurement.details)
                 for metric, value in measurement.values().items():
                     values[variant.name].setdefault(metric, []).append(value)
+        if after_round is not None and round_index >= 0:
+            after_round(Results(names, values, details, dict(failures), rounds_run))
     return Results(names, values, details, failures, rounds_run)
 
 
@@ -231,7 +241,8 @@ def failures_section(results: Results) -> str:
 
 
 def write(results: Results, config: HarnessConfig, default_name: str, title: str, body: str,
-          record: Mapping[str, str], chart: Optional[Callable[[str, str], str]] = None) -> str:
+          record: Mapping[str, str], chart: Optional[Callable[[str, str], str]] = None,
+          extra: Optional[Mapping[str, Any]] = None) -> str:
     """Writes `<results_dir>/<name>.md` and `.json` (and `.png` where `chart` draws one); returns the .md path.
 
     Args:
@@ -242,13 +253,15 @@ def write(results: Results, config: HarnessConfig, default_name: str, title: str
       body: the report's text (its tables).
       record: the machine record (`machine_record`).
       chart: `chart(name, results_dir)` draws the png (e.g. with `common.bar_chart`).
+      extra: what else the json holds beside the measurements, by key (e.g.
+        a benchmark's summary; the harness's own keys win).
     """
     name = config.name or default_name
     path = common.write_report(
         name, title, body + failures_section(results), dict(record), results.values,
         results_dir=config.results_dir,
-        extra={"failures": results.failures, "ratios": results.ratio_table(), "rounds_run": results.rounds_run,
-               "config": dataclasses.asdict(config)})
+        extra={**(extra or {}), "failures": results.failures, "ratios": results.ratio_table(),
+               "rounds_run": results.rounds_run, "config": dataclasses.asdict(config)})
     if chart is not None:
         chart(name, config.results_dir)
     return path

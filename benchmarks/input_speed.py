@@ -48,20 +48,19 @@ are `benchmarks.input_speed_variants`, the report
 `benchmarks.input_speed_report`.
 """
 
-import argparse
+import dataclasses
 import json
 import os
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
-from benchmarks import common
+from benchmarks import common, harness
 from benchmarks.input_speed_report import write_outputs
 from benchmarks.input_speed_variants import (
     FILES_SPLIT,
     PIPE_CHANNEL,
-    REFERENCE,
     SPLIT_PARTS,
     VARIANTS_BY_NAME,
     BenchConfig,
@@ -70,68 +69,24 @@ from benchmarks.input_speed_variants import (
     split_tfrecords,
     train_files,
 )
-from input_pipeline import files, formats
+from input_pipeline import formats
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_BATCH_SIZE = 1024
 CHILD_TIMEOUT_S = 900
 MIB = float(1 << 20)
 MICROSECONDS = 1e6
-
-# Defaults of a full run and of --quick.
-FULL_RUNS, FULL_BATCHES, FULL_WARMUP, FULL_CACHE_EPOCHS = 3, 500, 50, 4
-QUICK_RUNS, QUICK_BATCHES, QUICK_WARMUP, QUICK_CACHE_EPOCHS = 1, 20, 5, 3
+# What a row's run reports beside its metrics, kept per run for the report (the cache rows' memory per epoch).
+PER_EPOCH_KEYS = ("rss_mb_before", "rss_mb_per_epoch")
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> BenchConfig:
-    """Parses the command line into a `BenchConfig` (see `--help`).
+def parse_args(argv: Sequence[str]) -> BenchConfig:
+    """The config of a command line's flags (see `--help`).
 
     Raises:
-      SystemExit: a bad flag value (argparse's usage error names it).
+      absl.app.UsageError: a bad value, named with its flag.
+      absl.flags.Error: an unknown flag.
     """
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data_dir", default=common.DEFAULT_DATA_DIR, help="dataset root with metadata.json")
-    parser.add_argument("--runs", type=int, help="measured runs per variant (default %d; --quick %d)"
-                        % (FULL_RUNS, QUICK_RUNS))
-    parser.add_argument("--batches", type=int, help="timed batches per run (default %d; --quick %d)"
-                        % (FULL_BATCHES, QUICK_BATCHES))
-    parser.add_argument("--warmup", type=int, help="warm-up batches, not timed (default %d; --quick %d)"
-                        % (FULL_WARMUP, QUICK_WARMUP))
-    parser.add_argument("--cache_epochs", type=int, help="epochs of the cache rows (default %d; --quick %d)"
-                        % (FULL_CACHE_EPOCHS, QUICK_CACHE_EPOCHS))
-    parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE)
-    parser.add_argument("--variants", default=",".join(VARIANTS_BY_NAME),
-                        help="comma-separated rows; %r is always measured" % REFERENCE)
-    parser.add_argument("--quick", action="store_true", help="a short run (smaller defaults)")
-    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--split_dir", help=argparse.SUPPRESS)
-    parser.add_argument("--pipe_base_dir", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    quick = args.quick
-    defaults = {"runs": QUICK_RUNS if quick else FULL_RUNS, "batches": QUICK_BATCHES if quick else FULL_BATCHES,
-                "warmup": QUICK_WARMUP if quick else FULL_WARMUP,
-                "cache_epochs": QUICK_CACHE_EPOCHS if quick else FULL_CACHE_EPOCHS}
-    values = {key: getattr(args, key) if getattr(args, key) is not None else default
-              for key, default in defaults.items()}
-    minimum = {"runs": 1, "batches": 1, "warmup": 0, "cache_epochs": 2}
-    for key, value in values.items():
-        if value < minimum[key]:
-            parser.error("--%s must be >= %d, got %d" % (key, minimum[key], value))
-    if args.batch_size < 1:
-        parser.error("--batch_size must be >= 1, got %d" % args.batch_size)
-    names = [name for name in args.variants.split(",") if name]
-    unknown = [name for name in names if name not in VARIANTS_BY_NAME]
-    if unknown:
-        parser.error("--variants: unknown %s; known: %s" % (", ".join(map(repr, unknown)),
-                                                            ", ".join(VARIANTS_BY_NAME)))
-    variants = (REFERENCE,) + tuple(dict.fromkeys(name for name in names if name != REFERENCE))
-    if not files.is_dataset_root(args.data_dir):
-        parser.error("--data_dir %r is not a dataset root (no metadata.json); make one with "
-                     "`python -m dataprep.synthetic`" % args.data_dir)
-    return BenchConfig(data_dir=args.data_dir, batch_size=args.batch_size, variants=variants,
-                       results_dir=args.results_dir, one=args.one, split_dir=args.split_dir,
-                       pipe_base_dir=args.pipe_base_dir, **values)
+    return harness.parse(BenchConfig, ["benchmarks.input_speed"] + list(argv))
 
 
 # --- one measured run (child process) -----------------------------------------------
@@ -149,7 +104,7 @@ def run_one(config: BenchConfig) -> dict:
     import psutil
     import tensorflow as tf
 
-    if config.one is None:
+    if not config.one:
         raise ValueError("run_one measures the row named by `one`, which is not set")
     variant = VARIANTS_BY_NAME[config.one]
     num_epochs, per_epoch = planned_epochs(variant, config)
@@ -195,8 +150,8 @@ def child_args(config: BenchConfig, name: str, split_dir: str, pipe_base_dir: st
     """The command line of the child process measuring `name` once."""
     return ["-m", "benchmarks.input_speed", "--data_dir", config.data_dir, "--batches", str(config.batches),
             "--warmup", str(config.warmup), "--cache_epochs", str(config.cache_epochs),
-            "--batch_size", str(config.batch_size), "--variants", REFERENCE, "--one", name,
-            "--split_dir", split_dir, "--pipe_base_dir", pipe_base_dir]
+            "--batch_size", str(config.batch_size), "--one", name, "--split_dir", split_dir,
+            "--pipe_base_dir", pipe_base_dir]
 
 
 def measure(config: BenchConfig, name: str, split_dir: str, pipe_base_dir: str) -> dict:
@@ -217,40 +172,64 @@ def measure(config: BenchConfig, name: str, split_dir: str, pipe_base_dir: str) 
         return common.run_json_subprocess(args, timeout=CHILD_TIMEOUT_S, env=env)
 
 
-def run_all(config: BenchConfig) -> Tuple[Dict[str, Dict[str, list]], Tuple[float, float]]:
-    """Measures every variant `config.runs` times, interleaved.
+@dataclasses.dataclass
+class RowVariant(harness.Variant):
+    """One row, measured in a fresh process per round (with a Pipe-mode feeder where it reads a FIFO)."""
+
+    name: str
+    config: BenchConfig
+    split_dir: str
+    pipe_base_dir: str
+
+    def measure(self, round_index: int) -> harness.Measurement:
+        out = measure(self.config, self.name, self.split_dir, self.pipe_base_dir)
+        print("run %d %-22s %9.0f examples/sec %6.2f us CPU/example %6.0f MiB" % (
+            round_index, self.name, out["examples_per_sec"], out["cpu_us_per_example"], out[harness.PEAK_RSS_MB]),
+            file=sys.stderr)
+        return harness.Measurement(
+            {key: out[key] for key in ("examples_per_sec", "cpu_us_per_example", "timed_batches")},
+            out[harness.PEAK_RSS_MB], details={key: out[key] for key in PER_EPOCH_KEYS if key in out})
+
+
+def table(results: harness.Results) -> Dict[str, Dict[str, list]]:
+    """Measured row -> measurement -> one value per run (the metrics, the peak memory, the per-epoch memory)."""
+    rows: Dict[str, Dict[str, list]] = {}
+    for name in results.names:
+        if not results.values[name]:
+            continue
+        rows[name] = {key: list(values) for key, values in results.values[name].items()}
+        for details in results.details[name]:
+            for key, value in details.items():
+                rows[name].setdefault(key, []).append(value)
+    return rows
+
+
+def run_all(config: BenchConfig) -> Tuple[harness.Results, Tuple[float, float]]:
+    """Measures every row `config.rounds` times, interleaved.
 
     Returns:
-      `(results, load)`: variant name -> measurement -> one value per run,
-      and the machine's 1-minute load average at the start and at the end.
+      `(results, load)`: what the rows measured, and the machine's 1-minute
+      load average at the start and at the end.
     """
-    results: Dict[str, Dict[str, list]] = {name: {} for name in config.variants}
     load_at_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="input_pipeline_benchmark_") as work:
         split_dir, pipe_base_dir = os.path.join(work, "split"), os.path.join(work, "sagemaker")
-        if any(VARIANTS_BY_NAME[name].files == FILES_SPLIT for name in config.variants):
+        if any(VARIANTS_BY_NAME[name].files == FILES_SPLIT for name in config.names()):
             split_tfrecords(train_files(config.data_dir, formats.TFRECORD), split_dir, SPLIT_PARTS)
-        for run in range(config.runs):
-            for name in config.variants:
-                out = measure(config, name, split_dir, pipe_base_dir)
-                for key, value in out.items():
-                    results[name].setdefault(key, []).append(value)
-                print("run %d %-22s %9.0f examples/sec %6.2f us CPU/example %6.0f MiB" % (
-                    run, name, out["examples_per_sec"], out["cpu_us_per_example"], out["peak_rss_mb"]),
-                    file=sys.stderr)
+        rows = [RowVariant(name, config, split_dir, pipe_base_dir) for name in config.names()]
+        results = harness.run(rows, config.rounds, config.warmup_rounds)
     return results, (load_at_start, os.getloadavg()[0])
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Runs the benchmark (or, with the hidden `--one`, one measurement) and returns the exit status."""
-    config = parse_args(argv)
+def benchmark(config: BenchConfig) -> int:
+    """Runs the benchmark (or, with `one`, one measurement in this process); returns the exit status."""
     if config.one:
         print(json.dumps(run_one(config)))
         return 0
     results, load = run_all(config)
-    print(write_outputs(results, load, config))
-    return 0
+    print(write_outputs(results, table(results), load, config))
+    return 1 if results.failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.main(BenchConfig, benchmark)

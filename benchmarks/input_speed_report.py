@@ -6,10 +6,9 @@ Nothing here measures: `benchmarks.input_speed` measures the rows of
 `<results_dir>/input_pipeline.{md,json,png}`.
 """
 
-import dataclasses
 from typing import Dict, List, Optional, Tuple
 
-from benchmarks import common
+from benchmarks import common, harness
 from benchmarks.input_speed_variants import (
     CACHE_SHARDS,
     KIND_DECODE_ONLY,
@@ -74,7 +73,7 @@ def targets(results: dict) -> List[Tuple[str, Optional[float], str, str, Optiona
 
 def memory_table(results: dict, config: BenchConfig) -> str:
     """Resident memory after each epoch of the per-epoch rows (median over runs)."""
-    names = [name for name in config.variants if VARIANTS_BY_NAME[name].per_epoch]
+    names = [name for name in config.names() if VARIANTS_BY_NAME[name].per_epoch and results.get(name)]
     if not names:
         return ""
     header = (["row", "before (MiB)"] + ["epoch %d" % (e + 1) for e in range(config.cache_epochs)]
@@ -135,15 +134,18 @@ def profile_text(results: dict) -> str:
 
 
 def report(results: dict, config: BenchConfig, info: Dict[str, str], load: Tuple[float, float]) -> str:
-    """The markdown body of the report (`load`: 1-minute load average at the start and end)."""
-    stats = {name: common.Stats(results[name]["examples_per_sec"]) for name in config.variants}
-    reference = stats[REFERENCE].median
+    """The markdown body of the report (`results`: row -> measurement -> a value per run; `load`: 1-minute load
+    average at the start and end)."""
+    measured = [name for name in config.names() if results.get(name)]
+    stats = {name: common.Stats(results[name]["examples_per_sec"]) for name in measured}
+    reference = stats[REFERENCE].median if REFERENCE in stats else None
     table = common.markdown_table(
         ["row", "what", "examples/sec median (min-max)", "ratio to %s" % REFERENCE, "CPU us/example",
          "peak RSS MiB"],
-        [[name, VARIANTS_BY_NAME[name].description, stats[name].fmt(), "%.2f" % (stats[name].median / reference),
+        [[name, VARIANTS_BY_NAME[name].description, stats[name].fmt(),
+          "-" if reference is None else "%.2f" % (stats[name].median / reference),
           "%.2f" % _measured(results, name, "cpu_us_per_example"), "%.0f" % max(results[name]["peak_rss_mb"])]
-         for name in config.variants])
+         for name in measured])
     target_rows = [[target, "-" if measured is None else format(measured, spec) + " " + unit,
                     "not measured" if met is None else ("yes" if met else "no")]
                    for target, measured, unit, spec, met in targets(results)]
@@ -158,7 +160,7 @@ def report(results: dict, config: BenchConfig, info: Dict[str, str], load: Tuple
         "%.2f at the start, %.2f at the end, this benchmark included)."
         % (config.batch_size, config.data_dir,
            format(train_rows(train_files(config.data_dir, formats.TFRECORD), formats.TFRECORD), ","),
-           len(train_files(config.data_dir, formats.TFRECORD)), config.runs, config.warmup, config.batches,
+           len(train_files(config.data_dir, formats.TFRECORD)), config.rounds, config.warmup, config.batches,
            config.cache_epochs, CACHE_SHARDS, info["cores"], load[0], load[1]),
         table,
         "## Targets (2 cores, batch %d)\n\n" % config.batch_size
@@ -178,20 +180,29 @@ def report(results: dict, config: BenchConfig, info: Dict[str, str], load: Tuple
     return "\n\n".join(sections)
 
 
-def write_outputs(results: dict, load: Tuple[float, float], config: BenchConfig) -> str:
-    """Writes `<results_dir>/input_pipeline.{md,json,png}`; returns the markdown body."""
-    info = common.machine_info()
-    body = report(results, config, info, load)
-    raw = {"config": {key: value for key, value in dataclasses.asdict(config).items()
-                      if key not in ("one", "split_dir", "pipe_base_dir", "results_dir")},
-           "load_average_1min": {"start": load[0], "end": load[1]},
-           "variants": results,
-           "targets": [{"target": t, "measured": m, "met": met} for t, m, _, _, met in targets(results)]}
-    common.write_report(NAME, "Input-pipeline throughput", body, info, raw, results_dir=config.results_dir)
-    charted = [name for name in config.variants if VARIANTS_BY_NAME[name].kind != KIND_DECODE_ONLY]
-    common.bar_chart(NAME, "Input pipeline alone, batch %d (%s cores)" % (config.batch_size, info["cores"]),
-                     charted, [common.Stats(results[name]["examples_per_sec"]) for name in charted],
-                     "examples/sec", TARGET_TFRECORD_EXAMPLES_PER_SEC, "TFRecord target",
-                     results_dir=config.results_dir)
-    return body
+def write_outputs(measured: harness.Results, results: dict, load: Tuple[float, float], config: BenchConfig) -> str:
+    """Writes `<results_dir>/input_pipeline.{md,json,png}`; returns the markdown body.
 
+    Args:
+      measured: what the harness measured.
+      results: the same, row -> measurement -> a value per run (`input_speed.table`).
+      load: the 1-minute load average at the start and the end.
+      config: the run's options.
+    """
+    record = harness.machine_record()
+    body = report(results, config, record, load)
+    charted = [name for name in config.names()
+               if VARIANTS_BY_NAME[name].kind != KIND_DECODE_ONLY and results.get(name)]
+
+    def chart(name: str, results_dir: str) -> str:
+        return common.bar_chart(name, "Input pipeline alone, batch %d (%s cores)" % (config.batch_size,
+                                                                                   record["cores"]),
+                                charted, [common.Stats(results[row]["examples_per_sec"]) for row in charted],
+                                "examples/sec", TARGET_TFRECORD_EXAMPLES_PER_SEC, "TFRecord target",
+                                results_dir=results_dir)
+
+    harness.write(measured, config, NAME, "Input-pipeline throughput",
+                  body + "\n\nCommand: `%s`" % record["command"], record, chart=chart if charted else None,
+                  extra={"load_average_1min": {"start": load[0], "end": load[1]}, "variants": results,
+                         "targets": [{"target": t, "measured": m, "met": met} for t, m, _, _, met in targets(results)]})
+    return body

@@ -18,6 +18,8 @@ import os
 import struct
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from benchmarks import common, harness
+from cli import config_flags
 from input_pipeline import files, format_base, format_tfrecord, format_tfrecord_packed, formats
 
 PIPE_CHANNEL = "train"
@@ -113,37 +115,69 @@ VARIANTS = (
 )
 VARIANTS_BY_NAME = {variant.name: variant for variant in VARIANTS}
 
+# Defaults of a full run and of --quick (a field left unset takes one of them).
+FULL_RUNS, FULL_BATCHES, FULL_WARMUP, FULL_CACHE_EPOCHS = 3, 500, 50, 4
+QUICK_RUNS, QUICK_BATCHES, QUICK_WARMUP, QUICK_CACHE_EPOCHS = 1, 20, 5, 3
+DEFAULT_BATCH_SIZE = 1024
+# The value of `--runs`, `--batches` and `--cache_epochs` (0) and of `--warmup` (-1) that stands for the
+# default of the run's kind (full or --quick): none of them is a value one could measure with.
+UNSET, UNSET_WARMUP = 0, -1
+
 
 @dataclasses.dataclass(frozen=True)
-class BenchConfig:
-    """What the command line asks for.
+class BenchConfig(harness.HarnessConfig):
+    """What the command line asks for (its flags); the full or `--quick` defaults filled in.
 
-    Attributes:
-      data_dir: the dataset root (with metadata.json) whose train split is read.
-      runs: measured runs of every variant.
-      batches: timed batches per run (after the warm-up), except the
-        per-epoch rows, which time every epoch after the first.
-      warmup: batches read before timing starts.
-      batch_size: examples per batch.
-      cache_epochs: epochs of the per-epoch (cache) rows.
-      variants: the rows, by name; the reference row always comes first.
-      results_dir: where the report goes.
-      one: (child process) the variant to measure.
-      split_dir: (child process) the files of the `FILES_SPLIT` rows.
-      pipe_base_dir: (child process) the emulated SageMaker base directory.
+    `variants` names the rows (all where empty); `names()` gives them with
+    the reference row first. `one`, `split_dir` and `pipe_base_dir` are a
+    child process's: the row it measures, the files of the `FILES_SPLIT`
+    rows and the emulated SageMaker base directory.
     """
 
-    data_dir: str
-    runs: int
-    batches: int
-    warmup: int
-    batch_size: int
-    cache_epochs: int
-    variants: Tuple[str, ...]
-    results_dir: str
-    one: Optional[str] = None
-    split_dir: Optional[str] = None
-    pipe_base_dir: Optional[str] = None
+    rounds: int = config_flags.field(UNSET, "Measured runs per variant (0: %d; with --quick %d)."
+                                     % (FULL_RUNS, QUICK_RUNS), flag="runs")
+    data_dir: str = config_flags.field(common.DEFAULT_DATA_DIR, "Dataset root with metadata.json.")
+    batches: int = config_flags.field(UNSET, "Timed batches per run (0: %d; with --quick %d)."
+                                      % (FULL_BATCHES, QUICK_BATCHES))
+    warmup: int = config_flags.field(UNSET_WARMUP, "Warm-up batches, not timed (-1: %d; with --quick %d)."
+                                     % (FULL_WARMUP, QUICK_WARMUP))
+    cache_epochs: int = config_flags.field(UNSET, "Epochs of the cache rows (0: %d; with --quick %d)."
+                                           % (FULL_CACHE_EPOCHS, QUICK_CACHE_EPOCHS))
+    batch_size: int = config_flags.field(DEFAULT_BATCH_SIZE, "Examples per batch.")
+    quick: bool = config_flags.field(False, "A short run (smaller defaults).")
+    one: str = config_flags.field("", "Internal: measure this row once in this process and print JSON.")
+    split_dir: str = config_flags.field("", "Internal: the files of the split rows.")
+    pipe_base_dir: str = config_flags.field("", "Internal: the emulated SageMaker base directory of the Pipe rows.")
+
+    def __post_init__(self):
+        defaults = ((QUICK_RUNS, QUICK_BATCHES, QUICK_WARMUP, QUICK_CACHE_EPOCHS) if self.quick
+                    else (FULL_RUNS, FULL_BATCHES, FULL_WARMUP, FULL_CACHE_EPOCHS))
+        for key, unset, default in zip(("rounds", "batches", "warmup", "cache_epochs"),
+                                       (UNSET, UNSET, UNSET_WARMUP, UNSET), defaults):
+            if getattr(self, key) == unset:
+                object.__setattr__(self, key, default)
+        super().__post_init__()
+        for flag, value, minimum in (("batches", self.batches, 1), ("warmup", self.warmup, 0),
+                                     ("cache_epochs", self.cache_epochs, 2), ("batch_size", self.batch_size, 1)):
+            if value < minimum:
+                raise ValueError("--%s must be >= %d, got %d" % (flag, minimum, value))
+        self.names()
+        if not files.is_dataset_root(self.data_dir):
+            raise ValueError("--data_dir %r is not a dataset root (no metadata.json); make one with "
+                             "`python -m dataprep.synthetic`" % self.data_dir)
+
+    def names(self) -> Tuple[str, ...]:
+        """The rows to measure, the reference first, each once.
+
+        Raises:
+          ValueError: an unknown row; the message lists the known ones.
+        """
+        asked = [name.strip() for name in self.variants.split(",") if name.strip()] or list(VARIANTS_BY_NAME)
+        unknown = [name for name in asked if name not in VARIANTS_BY_NAME]
+        if unknown:
+            raise ValueError("--variants: unknown %s; known: %s" % (", ".join(map(repr, unknown)),
+                                                                   ", ".join(VARIANTS_BY_NAME)))
+        return (REFERENCE,) + tuple(dict.fromkeys(name for name in asked if name != REFERENCE))
 
 
 # --- data ----------------------------------------------------------------------
@@ -245,7 +279,7 @@ def build_dataset(variant: Variant, config: BenchConfig, num_epochs: Optional[in
     source: Union[str, Sequence[str]] = paths
     if variant.files == FILES_SPLIT:
         split_dir = config.split_dir
-        if split_dir is None:
+        if not split_dir:
             raise ValueError("row %s reads the files of split_dir, which is not set" % variant.name)
         source = sorted(os.path.join(split_dir, name) for name in os.listdir(split_dir))
     elif variant.files == FILES_CACHE:

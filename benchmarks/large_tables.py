@@ -2,7 +2,7 @@
 
     python -m benchmarks.large_tables [--feature_sizes 117581,2000000,20000000]
         [--strategies single,hybrid,ps] [--processes 2,4] [--rows 400000] [--max_steps 300]
-        [--host_memory 6g] [--work_dir runs/large_tables] [--results_dir DIR]
+        [--host_memory 6g] [--work_dir runs/large_tables] [--results_dir DIR] [--rounds 1]
 
 For every table size (`--feature_sizes`, ids) it generates a synthetic
 dataset once (`python -m dataprep.synthetic --rows R --feature_size F
@@ -45,12 +45,13 @@ Per row (variant, table size):
   also per GB of the largest share): the slowest process's, from the lines
   its log holds at `--verbosity 0` (`large_tables_report.slowest`).
 
-Results go to `<results_dir>/<name>.{md,json}` with the machine and the
-command. A failed run (killed for memory, refused by the memory check) is a
-row that says why; the benchmark then exits with 1.
+Each row (a variant at a table size) is a variant of `benchmarks.harness`,
+run `--rounds` times (default once: a 20M-id row takes minutes), the
+smallest table first. Results go to `<results_dir>/<name>.{md,json}` with
+the machine and the command. A failed run (killed for memory, refused by
+the memory check) is a row that says why; the benchmark then exits with 1.
 """
 
-import argparse
 import dataclasses
 import glob
 import json
@@ -61,9 +62,10 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchmarks import common
+from benchmarks import common, harness
 from benchmarks import large_tables_report as report
 from benchmarks.strategy_speed.measure import job_window, read_progress
+from cli import config_flags
 from jobs import source
 from jobs.local import processes as processes_lib
 
@@ -108,55 +110,51 @@ def variants_of(strategies: Sequence[str], counts: Sequence[int]) -> List[report
             for s in strategies for n in ((1,) if s == report.SINGLE else counts)]
 
 
-def int_list(text: str) -> Tuple[int, ...]:
+def int_list(text: str, flag: str) -> Tuple[int, ...]:
     """`"117581,2000000"` -> (117581, 2000000); "_" separators allowed.
 
     Raises:
-      ValueError: an entry that is not an integer; the message names it.
+      ValueError: an entry that is not an integer; the message names the flag and it.
     """
     try:
         return tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
     except ValueError as e:
-        raise ValueError("expected comma-separated integers, got %r" % text) from e
+        raise ValueError("--%s: expected comma-separated integers, got %r" % (flag, text)) from e
 
 
 @dataclasses.dataclass(frozen=True)
-class BenchmarkConfig:
-    """What one benchmark run measures.
+class BenchmarkConfig(harness.HarnessConfig):
+    """What one benchmark run measures (its flags).
 
-    Attributes:
-      feature_sizes: table sizes (ids), one dataset each.
-      variants: what runs on each.
-      rows: rows of each generated dataset.
-      max_steps: steps of the start run (a global step).
-      restart_steps: steps the restart adds.
-      warmup_steps: steps of each training process left out of examples/sec.
-      batch_size: `--batch_size` of every training process.
-      seed: `--seed` of every run.
-      host_memory: `deepfm.launch --host_memory` ("": none).
-      work_dir: datasets and runs.
-      results_dir: where the report goes.
-      name: the report's file name (without extension).
-      timeout_s: the longest one run may take.
+    `sizes()` and `table_variants()` are `feature_sizes` and the variants
+    of `strategies` x `processes`, parsed; `variants` (the harness's) names
+    rows to keep, e.g. `single@117581` (empty: all).
     """
 
-    feature_sizes: Tuple[int, ...]
-    variants: Tuple[report.Variant, ...]
-    rows: int = DEFAULT_ROWS
-    max_steps: int = DEFAULT_MAX_STEPS
-    restart_steps: int = DEFAULT_RESTART_STEPS
-    warmup_steps: int = DEFAULT_WARMUP_STEPS
-    batch_size: int = DEFAULT_BATCH
-    seed: int = DEFAULT_SEED
-    host_memory: str = ""
-    work_dir: str = DEFAULT_WORK_DIR
-    results_dir: str = common.RESULTS_DIR
-    name: str = NAME
-    timeout_s: float = RUN_TIMEOUT_S
+    rounds: int = config_flags.field(1, "Rounds; each runs every row once (a 20M-id row takes minutes).")
+    feature_sizes: str = config_flags.field(",".join(map(str, DEFAULT_FEATURE_SIZES)),
+                                            "Table sizes in ids, comma-separated.")
+    strategies: str = config_flags.field(",".join(DEFAULT_STRATEGIES), "Of single, hybrid, ps, comma-separated.")
+    processes: str = config_flags.field(",".join(map(str, DEFAULT_PROCESSES)),
+                                        "hybrid ranks; ps parameter servers and as many workers.")
+    rows: int = config_flags.field(DEFAULT_ROWS, "Rows of each generated dataset.")
+    max_steps: int = config_flags.field(DEFAULT_MAX_STEPS, "Steps of the start run (a global step).")
+    restart_steps: int = config_flags.field(DEFAULT_RESTART_STEPS, "Steps the restart trains beyond --max_steps.")
+    warmup_steps: int = config_flags.field(DEFAULT_WARMUP_STEPS,
+                                           "Steps of each training process left out of examples/sec.")
+    batch_size: int = config_flags.field(DEFAULT_BATCH, "--batch_size of every training process.")
+    seed: int = config_flags.field(DEFAULT_SEED, "--seed of every run.")
+    host_memory: str = config_flags.field("", "deepfm.launch --host_memory (e.g. 12g; root needed).")
+    work_dir: str = config_flags.field(DEFAULT_WORK_DIR, "Datasets and runs.")
+    timeout_s: float = config_flags.field(RUN_TIMEOUT_S, "The longest one run may take.")
+    child_state: str = config_flags.field("", "Internal: measure the state of these table sizes (JSON), print JSON.")
 
     def __post_init__(self):
-        if not self.feature_sizes or min(self.feature_sizes) < 2:
-            raise ValueError("--feature_sizes needs sizes of at least 2 ids, got %r" % (self.feature_sizes,))
+        super().__post_init__()
+        sizes = self.sizes()
+        if not sizes or min(sizes) < 2:
+            raise ValueError("--feature_sizes needs sizes of at least 2 ids, got %r" % self.feature_sizes)
+        self.table_variants()
         for flag, value, least in (("rows", self.rows, 1), ("max_steps", self.max_steps, 2),
                                    ("restart_steps", self.restart_steps, 1), ("warmup_steps", self.warmup_steps, 0),
                                    ("batch_size", self.batch_size, 1), ("timeout_s", self.timeout_s, 1)):
@@ -166,51 +164,30 @@ class BenchmarkConfig:
             raise ValueError("--warmup_steps %d leaves fewer than 2 timed steps of --max_steps %d: lower it"
                              % (self.warmup_steps, self.max_steps))
 
+    def sizes(self) -> Tuple[int, ...]:
+        """`--feature_sizes`, parsed (ValueError names a bad entry)."""
+        return int_list(self.feature_sizes, "feature_sizes")
+
+    def table_variants(self) -> Tuple[report.Variant, ...]:
+        """The variants of `--strategies` at each of `--processes` (ValueError names a bad entry)."""
+        strategies = [s.strip() for s in self.strategies.split(",") if s.strip()]
+        return tuple(variants_of(strategies, int_list(self.processes, "processes")))
+
     def data_dir(self, feature_size: int) -> str:
-        return os.path.join(self.work_dir, "data", "%dids_%drows" % (feature_size, self.rows))
+        return os.path.join(os.path.abspath(self.work_dir), "data", "%dids_%drows" % (feature_size, self.rows))
 
     def run_dir(self, variant: report.Variant, feature_size: int) -> str:
-        return os.path.join(self.work_dir, "runs", "%s-%d" % (variant.name.replace(" ", ""), feature_size))
+        return os.path.join(os.path.abspath(self.work_dir), "runs",
+                            "%s-%d" % (variant.name.replace(" ", ""), feature_size))
 
 
-
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--feature_sizes", default=",".join(map(str, DEFAULT_FEATURE_SIZES)),
-                        help="table sizes in ids, comma-separated")
-    parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help="of single, hybrid, ps")
-    parser.add_argument("--processes", default=",".join(map(str, DEFAULT_PROCESSES)),
-                        help="hybrid ranks; ps parameter servers and as many workers")
-    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="rows of each generated dataset")
-    parser.add_argument("--max_steps", type=int, default=DEFAULT_MAX_STEPS)
-    parser.add_argument("--restart_steps", type=int, default=DEFAULT_RESTART_STEPS,
-                        help="steps the restart trains beyond --max_steps")
-    parser.add_argument("--warmup_steps", type=int, default=DEFAULT_WARMUP_STEPS,
-                        help="steps of each training process left out of examples/sec")
-    parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH, help="per training process")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument("--host_memory", default="", help="deepfm.launch --host_memory (e.g. 12g; root needed)")
-    parser.add_argument("--work_dir", default=DEFAULT_WORK_DIR, help="datasets and runs")
-    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
-    parser.add_argument("--name", default=NAME, help="the report's file name")
-    parser.add_argument("--timeout_s", type=float, default=RUN_TIMEOUT_S, help="limit of one run")
-    parser.add_argument("--child_state", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
-
-
-def make_config(args: argparse.Namespace) -> BenchmarkConfig:
-    """The `BenchmarkConfig` of the parsed arguments.
+def parse_args(argv: Sequence[str]) -> BenchmarkConfig:
+    """The config of a command line's flags (`argv` without the program).
 
     Raises:
-      ValueError: a bad argument; the message names it and its value.
+      absl.app.UsageError: a bad value, named with its flag.
     """
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    return BenchmarkConfig(
-        feature_sizes=int_list(args.feature_sizes), variants=tuple(variants_of(strategies, int_list(args.processes))),
-        rows=args.rows, max_steps=args.max_steps, restart_steps=args.restart_steps, warmup_steps=args.warmup_steps,
-        batch_size=args.batch_size, seed=args.seed, host_memory=args.host_memory,
-        work_dir=os.path.abspath(args.work_dir), results_dir=args.results_dir, name=args.name,
-        timeout_s=args.timeout_s)
+    return harness.parse(BenchmarkConfig, ["benchmarks.large_tables"] + list(argv))
 
 
 # --- state -------------------------------------------------------------------------------------------------
@@ -250,8 +227,8 @@ def _state_child(spec: str) -> dict:
 
 def measure_states(config: BenchmarkConfig) -> Dict[int, Dict]:
     """`state_bytes` of every table size, from one child process."""
-    spec = json.dumps({"feature_sizes": list(config.feature_sizes), "batch_size": config.batch_size,
-                       "variants": [[v.strategy, v.processes] for v in config.variants]})
+    spec = json.dumps({"feature_sizes": list(config.sizes()), "batch_size": config.batch_size,
+                       "variants": [[v.strategy, v.processes] for v in config.table_variants()]})
     out = common.run_json_subprocess(["-m", "benchmarks.large_tables", "--child_state", spec], timeout=1200,
                                      env={"PYTHONPATH": _python_path()})
     return {int(size): value for size, value in out.items()}
@@ -279,7 +256,7 @@ def ensure_data(config: BenchmarkConfig, feature_size: int) -> str:
         return data_dir
     argv = [sys.executable, "-m", "dataprep.synthetic", "--rows", str(config.rows), "--feature_size",
             str(feature_size), "--output_dir", data_dir, "--overwrite"]
-    log_dir = os.path.join(config.work_dir, "logs")
+    log_dir = os.path.join(os.path.abspath(config.work_dir), "logs")
     with processes_lib.ProcessGroup(log_dir) as group:
         group.start("synthetic-%d" % feature_size, argv, env=_child_env())
         group.wait(timeout=config.timeout_s)
@@ -420,19 +397,50 @@ def measure_row(variant: report.Variant, feature_size: int, state: Dict, config:
     return row
 
 
-def measure(config: BenchmarkConfig) -> List[report.Row]:
-    """Every variant at every table size, smallest first; a failed run is a row, not the end."""
+@dataclasses.dataclass
+class RowVariant(harness.Variant):
+    """A variant at a table size: its start and restart each round, a fresh process tree each.
+
+    `rows` keeps each round's `report.Row` (a failed run is a row that says
+    why, not a harness failure: the other rows go on either way).
+    """
+
+    variant: report.Variant
+    feature_size: int
+    state: Dict
+    config: BenchmarkConfig
+    rows: List[report.Row] = dataclasses.field(default_factory=list)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return "%s@%d" % (self.variant.name.replace(" ", ""), self.feature_size)
+
+    def measure(self, round_index: int) -> harness.Measurement:
+        row = measure_row(self.variant, self.feature_size, self.state, self.config,
+                          ensure_data(self.config, self.feature_size))
+        if round_index >= 0:
+            self.rows.append(row)
+        metrics: Dict[str, float] = {"failed": float(bool(row.error))}
+        peak = 0.0
+        for phase in (report.START, report.RESTART):
+            measured = getattr(row, phase)
+            if measured is None:
+                continue
+            metrics[phase + ".time_to_first_step_s"] = measured.time_to_first_step_s
+            metrics[phase + ".wall_s"] = measured.wall_s
+            if measured.examples_per_sec is not None:
+                metrics[phase + ".examples_per_sec"] = measured.examples_per_sec
+            peak = max([peak] + [p["peak_rss_bytes"] / float(1 << 20) for p in measured.processes])
+        return harness.Measurement(metrics, peak)
+
+
+def measure(config: BenchmarkConfig) -> Tuple[harness.Results, List[report.Row]]:
+    """Every variant at every table size, smallest first, `config.rounds` times; a failed run is a row."""
     states = measure_states(config)
-    rows = []
-    for feature_size in sorted(config.feature_sizes):
-        data_dir = ensure_data(config, feature_size)
-        for variant in config.variants:
-            rows.append(measure_row(variant, feature_size, states[feature_size], config, data_dir))
-    return rows
-
-
-# --- report ------------------------------------------------------------------------------------------------
-
+    rows = [RowVariant(variant, size, states[size], config)
+            for size in sorted(config.sizes()) for variant in config.table_variants()]
+    results = harness.run(common.select_variants(config.variants, rows), config.rounds, config.warmup_rounds)
+    return results, [row for variant in rows for row in variant.rows]
 
 
 def report_body(config: BenchmarkConfig, rows: Sequence[report.Row], argv: Sequence[str]) -> str:
@@ -460,33 +468,28 @@ def report_body(config: BenchmarkConfig, rows: Sequence[report.Row], argv: Seque
 def raw_results(config: BenchmarkConfig, rows: Sequence[report.Row], argv: Sequence[str]) -> dict:
     """The JSON of the report: the command, the set-up and every run."""
     setup = dataclasses.asdict(config)
-    setup["variants"] = [v.name for v in config.variants]
+    setup["variants"] = [v.name for v in config.table_variants()]
     setup.pop("results_dir")
-    setup["work_dir"] = os.path.basename(config.work_dir)
+    setup["work_dir"] = os.path.basename(os.path.abspath(config.work_dir))
     return {
         "command": ["python", "-m", "benchmarks.large_tables"] + list(argv), "setup": setup,
         "rows": report.rows_json(rows),
     }
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    if args.child_state:
-        print(json.dumps(_state_child(args.child_state)))
+def benchmark(config: BenchmarkConfig) -> int:
+    """Runs the benchmark (or, with `child_state`, the state of its table sizes); returns the exit status."""
+    if config.child_state:
+        print(json.dumps(_state_child(config.child_state)))
         return 0
-    try:
-        config = make_config(args)
-    except ValueError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 2
-    rows = measure(config)
+    results, rows = measure(config)
+    argv = harness.recorded_flags()
     body = report_body(config, rows, argv)
-    common.write_report(config.name, "Tables larger than a host: memory, start-up and speed per strategy", body,
-                        common.machine_info(), raw_results(config, rows, argv), results_dir=config.results_dir)
+    harness.write(results, config, NAME, "Tables larger than a host: memory, start-up and speed per strategy", body,
+                  harness.machine_record(), extra=raw_results(config, rows, argv))
     print(body)
-    return 1 if any(row.error for row in rows) else 0
+    return 1 if results.failures or any(row.error for row in rows) else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.main(BenchmarkConfig, benchmark)

@@ -1,11 +1,13 @@
 """One process against its peers: the library's `single` strategy, a bare TF 1.x Estimator recipe, DeepCTR.
 
     python -m benchmarks.peers --data_dir data/synthetic [--runs 3] [--warmup_steps 200] [--steps 500]
+                               [--variants NAME,...] [--name peers] [--results_dir DIR]
 
 Every variant trains DeepFM at the SageMaker sample's sizes (batch 1,024,
 embedding 32, layers 128-64-32, dropout 0.5, learning rate 0.0005) on the
 benchmarks' synthetic TFRecord set, in a fresh process per run, variants
-interleaved round by round. Throughput is the wall time from the end of step
+interleaved round by round (`benchmarks.harness`, each round starting one
+variant further on). Throughput is the wall time from the end of step
 `warmup_steps` to the end of step `warmup_steps + steps` (everything between
 steps included: hooks, input, summaries); AUC is the exact (rank) AUC of the
 trained model's predictions on the same first `eval_rows` validation rows,
@@ -44,7 +46,6 @@ run, with their ratio to `library`.
 Writes `benchmarks/results/<--name>.{md,json,png}` (default `peers`).
 """
 
-import argparse
 import dataclasses
 import importlib.metadata
 import importlib.util
@@ -55,8 +56,9 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from benchmarks import common
+from benchmarks import common, harness
 from benchmarks import peers_models as models
+from cli import config_flags
 
 DEFAULT_WARMUP_STEPS = 200
 DEFAULT_STEPS = 500
@@ -471,64 +473,78 @@ def goals(results: Dict[str, Dict[str, list]], auc: Dict[str, common.Stats]) -> 
     return rows
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data_dir", default=common.DEFAULT_DATA_DIR)
-    parser.add_argument("--rows", type=int, default=common.DEFAULT_ROWS, help="rows generated when data_dir is empty")
-    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
-    parser.add_argument("--warmup_steps", type=int, default=DEFAULT_WARMUP_STEPS)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="timed steps per run, after warm-up")
-    parser.add_argument("--eval_rows", type=int, default=DEFAULT_EVAL_ROWS)
-    parser.add_argument("--log_every_n_steps", type=int, default=DEFAULT_LOG_EVERY_N_STEPS)
-    parser.add_argument("--variants", default="", help="comma-separated names (default: %s; levers: %s)"
-                        % (", ".join(v.name for v in VARIANTS), ", ".join(v.name for v in LEVERS)))
-    parser.add_argument("--name", default=NAME, help="the results' file name")
-    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
-    parser.add_argument("--one", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class PeersConfig(harness.HarnessConfig):
+    """The benchmark's options (its flags); `spec()` is what each run trains and measures."""
+
+    rounds: int = config_flags.field(DEFAULT_RUNS, "Runs per variant, each a fresh process.", flag="runs")
+    variants: str = config_flags.field("", "Comma-separated variants (default: %s; levers: %s)." % (
+        ", ".join(v.name for v in VARIANTS), ", ".join(v.name for v in LEVERS)))
+    data_dir: str = config_flags.field(common.DEFAULT_DATA_DIR, "The synthetic dataset (written when missing).")
+    rows: int = config_flags.field(common.DEFAULT_ROWS, "Rows generated when --data_dir is empty.")
+    warmup_steps: int = config_flags.field(DEFAULT_WARMUP_STEPS, "Steps before the timed window.")
+    steps: int = config_flags.field(DEFAULT_STEPS, "Timed steps per run, after the warm-up.")
+    eval_rows: int = config_flags.field(DEFAULT_EVAL_ROWS, "Validation rows the AUC is computed on.")
+    log_every_n_steps: int = config_flags.field(DEFAULT_LOG_EVERY_N_STEPS, "The library's progress interval; "
+                                                "divides --warmup_steps and --steps.")
+    one: str = config_flags.field("", "Internal: train this variant once in this process and print JSON.")
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.spec()
+        common.select_variants(self.variants or self.one, VARIANTS + LEVERS)
+
+    def spec(self) -> RunSpec:
+        """What one run trains and measures (checked: a bad value is named with its flag)."""
+        return RunSpec(self.data_dir, self.warmup_steps, self.steps, self.eval_rows, self.log_every_n_steps)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    spec = RunSpec(args.data_dir, args.warmup_steps, args.steps, args.eval_rows, args.log_every_n_steps)
-    variants = common.select_variants(args.variants or ",".join(v.name for v in VARIANTS), VARIANTS + LEVERS)
-    if args.one:
-        print(json.dumps(run_one(spec, common.select_variants(args.one, VARIANTS + LEVERS)[0])))
-        return 0
+@dataclasses.dataclass
+class PeerVariant(harness.Variant):
+    """A contender, trained in a fresh process per round."""
 
-    common.ensure_data(args.data_dir, args.rows, common.FEATURE_SIZE)
-    absent = {v.name: deepctr_available() for v in variants if v.kind == "deepctr" and deepctr_available()}
-    measured = [v for v in variants if v.name not in absent]
-    results: Dict[str, Dict[str, List[float]]] = {
-        v.name: {"examples_per_sec": [], "cpu_us_per_example": [], "auc": [], "peak_rss_mb": []} for v in measured}
-    for run in range(args.runs):
-        # Each round starts one variant further on, so no variant always runs first.
-        start = run % len(measured)
-        for variant in measured[start:] + measured[:start]:
-            out = common.run_json_subprocess(
-                ["-m", "benchmarks.peers", "--data_dir", args.data_dir, "--warmup_steps", str(args.warmup_steps),
-                 "--steps", str(args.steps), "--eval_rows", str(args.eval_rows),
-                 "--log_every_n_steps", str(args.log_every_n_steps), "--one", variant.name], timeout=RUN_TIMEOUT_S,
-                env=dict(variant.env))
-            for key in results[variant.name]:
-                results[variant.name][key].append(out[key])
-            print("run %d %-18s %8.0f examples/sec  AUC %.4f  %6.0f MiB" % (
-                run, variant.name, out["examples_per_sec"], out["auc"], out["peak_rss_mb"]), file=sys.stderr)
+    variant: Variant
+    config: PeersConfig
 
-    stats = {name: common.Stats(r["examples_per_sec"]) for name, r in results.items()}
-    auc = {name: common.Stats(r["auc"]) for name, r in results.items()}
-    references = [name for name in REFERENCES if name in stats] or [measured[0].name]
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.variant.name
+
+    def measure(self, round_index: int) -> harness.Measurement:
+        c = self.config
+        out = common.run_json_subprocess(
+            ["-m", "benchmarks.peers", "--data_dir", c.data_dir, "--warmup_steps", str(c.warmup_steps),
+             "--steps", str(c.steps), "--eval_rows", str(c.eval_rows), "--log_every_n_steps", str(c.log_every_n_steps),
+             "--one", self.variant.name], timeout=RUN_TIMEOUT_S, env=dict(self.variant.env))
+        print("run %d %-18s %8.0f examples/sec  AUC %.4f  %6.0f MiB" % (
+            round_index, self.variant.name, out["examples_per_sec"], out["auc"], out[harness.PEAK_RSS_MB]),
+            file=sys.stderr)
+        metrics = {"examples_per_sec": out["examples_per_sec"], "auc": out["auc"]}
+        if out["cpu_us_per_example"] is not None:
+            metrics["cpu_us_per_example"] = out["cpu_us_per_example"]
+        return harness.Measurement(metrics, out[harness.PEAK_RSS_MB])
+
+
+def report_body(config: PeersConfig, variants: Sequence[Variant], results: harness.Results,
+                absent: Dict[str, str]) -> str:
+    """The report's tables: a row per variant (or why it was not measured), then the goals."""
+    table = {name: results.values[name] for name in results.names if results.values[name]}
+    stats = {name: common.Stats(r["examples_per_sec"]) for name, r in table.items()}
+    auc = {name: common.Stats(r["auc"]) for name, r in table.items()}
+    references = [name for name in REFERENCES if name in stats] or list(stats)[:1]
+    spec = config.spec()
     rows = []
     for v in variants:
-        if v.name in absent:
-            rows.append([v.name, v.what, "not measured: %s" % absent[v.name]] + [""] * (len(references) + 3))
+        if v.name in absent or v.name not in table:
+            why = absent.get(v.name) or results.failures.get(v.name, "no round")
+            rows.append([v.name, v.what, "not measured: %s" % why] + [""] * (len(references) + 3))
             continue
-        cpu = [value for value in results[v.name]["cpu_us_per_example"] if value is not None]
+        cpu = table[v.name].get("cpu_us_per_example", [])
         rows.append([v.name, v.what, stats[v.name].fmt()]
-                    + [round_ratios(results, v.name, r).fmt(".2f") for r in references]
+                    + [round_ratios(table, v.name, r).fmt(".2f") for r in references]
                     + [common.Stats(cpu).fmt(".1f") if cpu else "-",
-                       auc[v.name].fmt(".4f"), "%.0f" % max(results[v.name]["peak_rss_mb"])])
-    body = (
+                       auc[v.name].fmt(".4f"), "%.0f" % max(table[v.name][harness.PEAK_RSS_MB])])
+    return (
         "DeepFM on %s synthetic rows (TFRecord), batch %d, embedding %d, layers %s, dropout %.1f, learning rate "
         "%g, feature_size %d, 39 fields. %d runs per variant, each a fresh process, variants interleaved (each "
         "round starting one variant further on); ratios: median (min-max) of the per-round ratios; "
@@ -536,27 +552,46 @@ def main(argv=None) -> int:
         "the process's, every thread, in the same window, where a hook can time it: not `library`, whose trainer "
         "takes none); "
         "AUC: exact, on the first %s validation rows, after %s training examples.\n\n" % (
-            format(args.rows, ","), models.BATCH_SIZE, models.EMBEDDING_SIZE, "-".join(map(str, models.DEEP_LAYERS)),
-            models.DROPOUT, models.LEARNING_RATE, common.FEATURE_SIZE, args.runs, args.warmup_steps, args.steps,
-            args.warmup_steps, spec.total_steps, format(args.eval_rows, ","),
+            format(config.rows, ","), models.BATCH_SIZE, models.EMBEDDING_SIZE, "-".join(map(str, models.DEEP_LAYERS)),
+            models.DROPOUT, models.LEARNING_RATE, common.FEATURE_SIZE, results.rounds_run, config.warmup_steps,
+            config.steps, config.warmup_steps, spec.total_steps, format(config.eval_rows, ","),
             format(spec.total_steps * models.BATCH_SIZE, ","))
         + common.markdown_table(["variant", "what", "examples/sec median (min-max)"]
                                 + ["ratio to %s" % r for r in references]
                                 + ["CPU µs/example median (min-max)", "AUC median (min-max)", "peak RSS MiB"], rows)
         + "\n\nGoals:\n\n" + common.markdown_table(["goal", "measured (median (min-max) over rounds)", "met"],
-                                                    goals(results, auc)))
-    info = common.machine_info()
+                                                      goals(table, auc)))
+
+
+def benchmark(config: PeersConfig) -> int:
+    """Runs the benchmark (or, with `one`, one variant's run in this process); returns the exit status."""
+    if config.one:
+        print(json.dumps(run_one(config.spec(), common.select_variants(config.one, VARIANTS + LEVERS)[0])))
+        return 0
+    variants = common.select_variants(config.variants or ",".join(v.name for v in VARIANTS), VARIANTS + LEVERS)
+    common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
+    absent = {v.name: why for v in variants if v.kind == "deepctr" and (why := deepctr_available())}
+    measured = [PeerVariant(v, config) for v in variants if v.name not in absent]
+    results = harness.run(measured, config.rounds, config.warmup_rounds, rotate=True)
+    body = report_body(config, variants, results, absent)
+    record = harness.machine_record()
     try:
-        info["deepctr"] = importlib.metadata.version("deepctr")
+        record["deepctr"] = importlib.metadata.version("deepctr")
     except importlib.metadata.PackageNotFoundError:
-        info["deepctr"] = "not installed"
-    raw = dict(results, **{name: {"absent": why} for name, why in absent.items()})
-    common.write_report(args.name, "One process against its peers", body, info, raw, results_dir=args.results_dir)
-    common.bar_chart(args.name, "DeepFM, one process (%s cores)" % info["cores"], [v.name for v in measured],
-                     [stats[v.name] for v in measured], "examples/sec", results_dir=args.results_dir)
+        record["deepctr"] = "not installed"
+    shown = [name for name in results.names if results.values[name]]
+
+    def chart(name: str, results_dir: str) -> str:
+        return common.bar_chart(name, "DeepFM, one process (%s cores)" % record["cores"], shown,
+                                [common.Stats(results.values[n]["examples_per_sec"]) for n in shown], "examples/sec",
+                                results_dir=results_dir)
+
+    harness.write(results, config, NAME, "One process against its peers",
+                  body + "\n\nCommand: `%s`" % record["command"], record, chart=chart if shown else None,
+                  extra={"absent": absent})
     print(body)
-    return 0
+    return 1 if results.failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.main(PeersConfig, benchmark)

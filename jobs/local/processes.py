@@ -17,7 +17,9 @@ watches them:
   after `stop_grace_seconds`. No process outlives the group;
 * the training tasks are stopped first and the services (parameter servers)
   only once those are gone: a chief stopping on SIGTERM saves a checkpoint
-  of variables that live on the parameter servers;
+  of variables that live on the parameter servers. When a service itself
+  failed, that save cannot happen: the training tasks get SIGKILL at once
+  instead of a grace period they could only spend waiting on it;
 * on Linux a task is also killed by the kernel if the supervising process
   itself dies without cleaning up (SIGKILL);
 * with `memories` (`jobs.local.memory.HostMemories`), a task started on a
@@ -407,7 +409,8 @@ class ProcessGroup:
                 if code is None:
                     running.append(task)
                 elif code != 0:
-                    self.stop()
+                    # A failed service held state the training tasks would save on SIGTERM: they cannot.
+                    self.stop(grace_seconds=0.0 if task.service else None)
                     raise TaskFailedError(task.name, code, task.log_path, log_tail(task.log_path),
                                           memory=self.memory_event(task),
                                           task_host=task.memory.host if task.memory is not None else "")
@@ -441,25 +444,30 @@ class ProcessGroup:
         others = self.memories.take_events()
         return own or (others[0] if others else None)
 
-    def stop(self) -> None:
+    def stop(self, grace_seconds: Optional[float] = None) -> None:
         """Stops every task and every process they started; waits until all are gone.
 
         The training tasks first, then the services: running tasks get
         SIGTERM (their whole process group), as do the processes they
         started; whatever still runs `stop_grace_seconds` later gets SIGKILL.
         Safe to call more than once.
+
+        Args:
+          grace_seconds: the training tasks' grace period this time (None:
+            `stop_grace_seconds`); the services always get theirs.
         """
         self._remember_descendants()
-        for service in (False, True):
-            self._stop_tasks([task for task in self._tasks.values() if task.service == service])
+        training = [task for task in self._tasks.values() if not task.service]
+        self._stop_tasks(training, self._stop_grace_seconds if grace_seconds is None else grace_seconds)
+        self._stop_tasks([task for task in self._tasks.values() if task.service], self._stop_grace_seconds)
 
-    def _stop_tasks(self, tasks: Sequence[Task]) -> None:
+    def _stop_tasks(self, tasks: Sequence[Task], grace_seconds: float) -> None:
         running = [task for task in tasks if task.poll() is None]
         for task in running:
             _signal_group(task.pid, signal.SIGTERM)
         descendants = [p for task in tasks for p in self._descendants.get(task.name, {}).values()
                        if (_send(p, signal.SIGTERM) if self._terminate_descendants else _alive(p))]
-        deadline = time.monotonic() + self._stop_grace_seconds
+        deadline = time.monotonic() + grace_seconds
         for task in running:
             try:
                 task.process.wait(max(0.0, deadline - time.monotonic()))

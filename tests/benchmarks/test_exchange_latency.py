@@ -7,7 +7,7 @@ from unittest import mock
 import pytest
 import tensorflow as tf
 
-from benchmarks import exchange_latency, exchange_latency_collective_rank
+from benchmarks import exchange_latency, exchange_latency_collective_rank, harness
 from tests import command_line, paths
 
 
@@ -43,13 +43,30 @@ class LaunchTest(tf.test.TestCase):
                 exchange_latency_collective_rank.cluster_from_env()
 
     def test_summary_keeps_the_variant_order_and_every_round(self):
-        round_result = {name: {"median_us": 10.0 * i, "cpu_us_per_run": 1.0, "p90_us": 20.0 * i}
-                        for i, name in enumerate(reversed(exchange_latency.VARIANT_ORDER[:4]))}
-        summary = exchange_latency.summarize({"gloo, cycle 1 ms": [round_result, round_result]})
+        order = list(exchange_latency.VARIANT_ORDER[:4])
+        values = {}
+        for i, name in enumerate(reversed(order)):
+            values.update({name + ".wall_us": [10.0 * i] * 2, name + ".cpu_us": [1.0] * 2,
+                           name + ".p90_us": [20.0 * i] * 2})
+        results = harness.Results(["gloo_1ms"], {"gloo_1ms": dict(values, **{harness.PEAK_RSS_MB: [5.0, 6.0]})},
+                                  {"gloo_1ms": [{}, {}]}, {}, 2)
+        summary = exchange_latency.summarize(results, {"gloo_1ms": "gloo, cycle 1 ms"})
         variants = summary["gloo, cycle 1 ms"]
-        self.assertEqual(list(exchange_latency.VARIANT_ORDER[:4]), list(variants))
-        expected = 10.0 * list(reversed(exchange_latency.VARIANT_ORDER[:4])).index("session")
+        self.assertEqual(order, list(variants))
+        expected = 10.0 * list(reversed(order)).index("session")
         self.assertEqual([expected, expected], variants["session"]["wall_us"])
+
+    def test_a_launch_per_controller_and_cycle_time_and_bad_options_are_named(self):
+        config = exchange_latency.ExchangeLatencyConfig(controllers="gloo,mpi,tf", cycle_times="1,5", ranks=1)
+        self.assertEqual(["gloo_1ms", "gloo_5ms", "mpi_1ms", "mpi_5ms", "tf"],
+                         [launch.name for launch in exchange_latency.launch_variants(config)])
+        self.assertEqual("mpi, cycle 5 ms", exchange_latency.launch_variants(config)[3].label)
+        with self.assertRaisesRegex(ValueError, "--controllers: 'nccl' is not one of gloo"):
+            exchange_latency.ExchangeLatencyConfig(controllers="gloo,nccl", ranks=1)
+        with self.assertRaisesRegex(ValueError, "--cycle_times: 'fast' is not a number"):
+            exchange_latency.ExchangeLatencyConfig(cycle_times="fast", ranks=1)
+        with self.assertRaisesRegex(ValueError, "--ranks 100000: this machine has"):
+            exchange_latency.ExchangeLatencyConfig(ranks=100000)
 
 
 @pytest.mark.slow
@@ -66,13 +83,14 @@ class TinyRunTest(tf.test.TestCase):
         completed = command_line.run(command, paths.REPO_ROOT, timeout=300)
         self.assertEqual(0, completed.returncode, command_line.describe(command, completed))
         with open(os.path.join(results, "tiny.json")) as f:
-            summary = json.load(f)["results"]["summary"]["gloo, cycle 1 ms"]
+            summary = json.load(f)["summary"]["gloo, cycle 1 ms"]
         self.assertEqual(sorted(["idle_10ms", "session", "horovod_alltoall_fixed", "horovod_alltoall_variable",
                                  "horovod_allreduce"]), sorted(summary))
         for variant, values in summary.items():
             self.assertGreater(values["wall_us"][0], 0, variant)
         with open(os.path.join(results, "tiny.md")) as f:
-            self.assertIn("python -m benchmarks.exchange_latency --ranks 2 --rows 50", f.read())
+            self.assertIn("python -m benchmarks.exchange_latency --runs 1 --iterations 5 --warmup 2 --rows 50",
+                          f.read())
 
     def test_two_ranks_exchange_the_right_values_with_tensorflow_collectives(self):
         if (os.cpu_count() or 1) < 2:
@@ -86,7 +104,7 @@ class TinyRunTest(tf.test.TestCase):
         completed = command_line.run(command, paths.REPO_ROOT, timeout=120)
         self.assertEqual(0, completed.returncode, command_line.describe(command, completed))
         with open(os.path.join(results, "tiny_tf.json")) as f:
-            raw = json.load(f)["results"]
+            raw = json.load(f)
         launch = exchange_latency.COLLECTIVES_LAUNCH
         summary = raw["summary"][launch]
         self.assertEqual(["session", "tf_collective_alltoall", "tf_collective_gather", "tf_collective_reduce"],

@@ -81,6 +81,27 @@ class RunTest(tf.test.TestCase):
         results = harness.run([Loop("a", 1, calls)], rounds=5, deadline_s=0.0, log=lambda line: None)
         self.assertLessEqual(results.rounds_run, 1)
 
+    def test_rotated_rounds_start_one_variant_further_on(self):
+        calls: List[Tuple[str, int]] = []
+        harness.run([Loop("a", 1, calls), Loop("b", 2, calls), Loop("c", 3, calls)], rounds=2, warmup_rounds=1,
+                    rotate=True, log=lambda line: None)
+        self.assertEqual(["a", "b", "c", "b", "c", "a", "c", "a", "b"], [name for name, _ in calls])
+
+    def test_after_round_sees_every_complete_round(self):
+        seen: List[int] = []
+        harness.run([Loop("a", 1, []), Loop("b", 2, [])], rounds=3, warmup_rounds=1, log=lambda line: None,
+                    after_round=lambda so_far: seen.append(len(so_far.values["b"]["work"])))
+        self.assertEqual([1, 2, 3], seen)
+
+    def test_extra_keys_go_into_the_json_beside_the_measurements(self):
+        results = harness.run([Loop("a", 1, [])], rounds=1, log=lambda line: None)
+        config = LoopConfig(results_dir=self.get_temp_dir())
+        harness.write(results, config, "extra", "Extra", "body", {"cores": "2"}, extra={"summary": {"x": 1}})
+        with open(os.path.join(self.get_temp_dir(), "extra.json")) as f:
+            written = json.load(f)
+        self.assertEqual({"x": 1}, written["summary"])
+        self.assertEqual([1.0], written["results"]["a"]["work"])
+
     def test_each_variant_name_once(self):
         with self.assertRaisesRegex(ValueError, "each name once"):
             harness.run([Loop("a", 1, []), Loop("a", 2, [])], rounds=1)

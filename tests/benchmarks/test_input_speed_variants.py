@@ -71,8 +71,8 @@ class SlowOrderTest(tf.test.TestCase, parameterized.TestCase):
         shards = [example_files.make_rows(SLOW_SHARD_ROWS, field_size=schema.FIELD_SIZE, seed=index,
                                           first_label=index * SLOW_SHARD_ROWS) for index in range(2)]
         example_files.write_dataset_root(root, {"train": shards}, field_size=schema.FIELD_SIZE)
-        self.config = variants.BenchConfig(data_dir=root, runs=1, batches=1, warmup=0, batch_size=SLOW_BATCH,
-                                           cache_epochs=SLOW_EPOCHS, variants=(variants.REFERENCE,),
+        self.config = variants.BenchConfig(data_dir=root, rounds=1, batches=1, warmup=0, batch_size=SLOW_BATCH,
+                                           cache_epochs=SLOW_EPOCHS, variants=variants.REFERENCE,
                                            results_dir=self.get_temp_dir())
 
     def dataset_of(self, variant):

@@ -5,6 +5,7 @@ import os
 
 import pytest
 import tensorflow as tf
+from absl import app
 from absl.testing import parameterized
 
 from benchmarks import large_tables, large_tables_report
@@ -22,7 +23,7 @@ GB = 1000 ** 3
 
 
 def config(**changes) -> large_tables.BenchmarkConfig:
-    values = dict(feature_sizes=(FEATURE_SIZE,), variants=(Variant("single"),), max_steps=STEPS,
+    values = dict(feature_sizes=str(FEATURE_SIZE), strategies="single", max_steps=STEPS,
                   warmup_steps=WARMUP, work_dir="/work", results_dir="/results")
     values.update(changes)
     return large_tables.BenchmarkConfig(**values)
@@ -35,21 +36,20 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual([v.name for v in variants], ["hybrid x2", "hybrid x4", "single", "ps x2", "ps x4"])
 
     def test_the_default_sizes_are_the_issues(self):
-        args = large_tables.parse_args([])
-        made = large_tables.make_config(args)
-        self.assertEqual(made.feature_sizes, (117_581, 2_000_000, 20_000_000))
-        self.assertLen(made.variants, 5)
+        made = large_tables.parse_args([])
+        self.assertEqual(made.sizes(), (117_581, 2_000_000, 20_000_000))
+        self.assertLen(made.table_variants(), 5)
 
     @parameterized.named_parameters(
         ("unknown_strategy", ["--strategies", "single,mirrored"], "unknown 'mirrored'"),
         ("no_count", ["--processes", ""], "at least one entry"),
-        ("bad_size", ["--feature_sizes", "2M"], "comma-separated integers, got '2M'"),
+        ("bad_size", ["--feature_sizes", "2M"], "--feature_sizes: expected comma-separated integers, got '2M'"),
         ("warmup_eats_the_steps", ["--max_steps", "20", "--warmup_steps", "19"], "--warmup_steps 19"),
         ("no_restart", ["--restart_steps", "0"], "--restart_steps must be >= 1, got 0"),
     )
     def test_bad_arguments_are_named(self, argv, message):
-        with self.assertRaisesRegex(ValueError, message):
-            large_tables.make_config(large_tables.parse_args(argv))
+        with self.assertRaisesRegex(app.UsageError, message):
+            large_tables.parse_args(argv)
 
     def test_commands_of_start_and_restart(self):
         made = config(host_memory="6g")
@@ -172,7 +172,9 @@ class CommandLineTest(tf.test.TestCase):
         with open(os.path.join(cwd, "runs", "results", large_tables.NAME + ".json")) as f:
             report = json.load(f)
         self.assertIn("cpu", report["machine"])
-        rows = {row["variant"]: row for row in report["results"]["rows"]}
+        self.assertEqual({}, report["failures"])
+        self.assertEqual(["single@20000", "hybridx2@20000"], sorted(report["results"], reverse=True))
+        rows = {row["variant"]: row for row in report["rows"]}
         self.assertEqual(sorted(rows), ["hybrid x2", "single"])
         for name, row in rows.items():
             self.assertEqual(row["error"], "", name)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks import harness
 from benchmarks import peers as bench
 from benchmarks import peers_models as models
 from dataprep import synthetic
@@ -117,25 +118,25 @@ class QuickRunTest(tf.test.TestCase):
         data_dir = os.path.join(self.get_temp_dir(), "data")
         results_dir = os.path.join(self.get_temp_dir(), "results")
         synthetic.generate(TINY_ROWS, data_dir, feature_size=FEATURE_SIZE, seed=SEED)
-        self.assertEqual(0, bench.main([
-            "--data_dir", data_dir, "--results_dir", results_dir, "--runs", "1",
+        self.assertEqual(0, bench.benchmark(harness.parse(bench.PeersConfig, [
+            "peers", "--data_dir", data_dir, "--results_dir", results_dir, "--runs", "1",
             "--warmup_steps", str(RUN_WARMUP), "--steps", str(RUN_STEPS), "--log_every_n_steps", str(RUN_LOG_EVERY),
-            "--eval_rows", str(RUN_EVAL_ROWS), "--variants", ",".join(v.name for v in bench.VARIANTS) + "," + LEVER]))
+            "--eval_rows", str(RUN_EVAL_ROWS), "--variants", ",".join(v.name for v in bench.VARIANTS) + "," + LEVER])))
 
         with open(os.path.join(results_dir, "peers.json")) as f:
             raw = json.load(f)
         deepctr_missing = bench.deepctr_available()
-        self.assertEqual(set(raw["results"]), {v.name for v in bench.VARIANTS} | {LEVER})
+        measured = set(raw["results"]) | set(raw["absent"])
+        self.assertEqual(measured, {v.name for v in bench.VARIANTS} | {LEVER})
+        self.assertEqual({"deepctr+adam": bench.DEEPCTR_MISSING} if deepctr_missing else {}, raw["absent"])
+        self.assertEqual({}, raw["failures"])
         for name, values in raw["results"].items():
-            if name == "deepctr+adam" and deepctr_missing:
-                self.assertEqual(values, {"absent": bench.DEEPCTR_MISSING})
-                continue
             self.assertLen(values["examples_per_sec"], 1)
             self.assertGreater(values["examples_per_sec"][0], 0, name)
             self.assertBetween(values["auc"][0], 0.0, 1.0)
         with open(os.path.join(results_dir, "peers.md")) as f:
             report = f.read()
-        for name in raw["results"]:
+        for name in measured:
             self.assertIn("| %s |" % name, report)
         self.assertIn("| ratio to bare+adam | ratio to library |", report)
         if deepctr_missing:

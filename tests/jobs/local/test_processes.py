@@ -109,6 +109,37 @@ class ProcessGroupTest(tf.test.TestCase, parameterized.TestCase):
         group.wait(timeout=WAIT_S)
         self.assertEqual([t.poll() for t in group.tasks], [0, 0])
 
+    def test_a_failed_service_stops_the_training_tasks_without_their_grace(self):
+        # A training task that would spend its grace on a save needing the failed service (it ignores SIGTERM).
+        group = self.group(stop_grace_seconds=WAIT_S)
+        chief = group.start("chief_0", python("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                              "print('ready', flush=True)\nwhile True: time.sleep(1)"))
+        service = group.start("ps_0", python(SLEEP_FOREVER), service=True)
+        deadline = time.monotonic() + WAIT_S
+        while "ready" not in processes.log_tail(chief.log_path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(service.pid, signal.SIGKILL)
+        start = time.monotonic()
+        with self.assertRaisesRegex(processes.TaskFailedError, r"task ps_0 failed with exit code -9"):
+            group.wait(timeout=WAIT_S)
+        self.assertLess(time.monotonic() - start, WAIT_S / 2)
+        self.assertGone([chief.pid])
+
+    def test_a_failed_training_task_leaves_the_others_their_grace(self):
+        group = self.group(stop_grace_seconds=GRACE_S)
+        stubborn = group.start("chief_0", python("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                                 "print('ready', flush=True)\nwhile True: time.sleep(1)"))
+        group.start("ps_0", python(SLEEP_FOREVER), service=True)
+        deadline = time.monotonic() + WAIT_S
+        while "ready" not in processes.log_tail(stubborn.log_path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        group.start("worker_0", python("import sys; sys.exit(2)"))
+        start = time.monotonic()
+        with self.assertRaisesRegex(processes.TaskFailedError, r"task worker_0 failed with exit code 2"):
+            group.wait(timeout=WAIT_S)
+        self.assertGreaterEqual(time.monotonic() - start, GRACE_S)
+        self.assertGone([stubborn.pid])
+
     def test_service_that_never_exits_fails(self):
         group = self.group(service_grace_seconds=0.5)
         service = group.start("ps_0", python(SLEEP_FOREVER), service=True)
