@@ -26,7 +26,8 @@ train: setup $(DATA_DIR)/metadata.json
 
 # Two test processes (pytest-xdist), each test class in one of them: most multi-process
 # tests spend much of their time starting processes and waiting, so two at once halve the run.
-# Every run ends with its 25 slowest tests (setup, call and teardown apart), so that the suite's cost
+# Every run ends with its 25 slowest tests (setup, call and teardown apart) and its 25 tests of most CPU
+# (tests/cpu_report.py: on two cores the suite is bound by CPU, not by waits), so that the suite's cost
 # stays visible; the per-test timeout (pytest-timeout) is set with pytest's configuration in setup.cfg.
 PYTEST = $(PY) -m pytest -q -p no:warnings -n 2 --dist loadscope --durations=25
 

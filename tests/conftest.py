@@ -4,6 +4,9 @@ import os
 import shutil
 import tempfile
 
+# Every run ends with the tests of most CPU (tests/cpu_report.py).
+pytest_plugins = ["tests.cpu_report"]
+
 # absl's default test directory is named after the main module, which is
 # `<string>` in a pytest-xdist worker: a path no shell command survives.
 TEST_TMPDIR_VARIABLE = "TEST_TMPDIR"
