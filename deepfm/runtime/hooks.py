@@ -14,6 +14,7 @@ throughput.
 import dataclasses
 import json
 import os
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -183,8 +184,23 @@ class ReleasePipeWaitsHook(tf.estimator.SessionRunHook):
 
     The input reads ahead; where the step budget ends at the end of the data
     fed, that read waits for the next epoch's FIFO, and the session's close
-    would wait with it, up to `--pipe_timeout_s` (`pipe.release_waits`).
+    would wait with it, up to `--pipe_timeout_s` (`pipe.release_waits`). So
+    does a session that failed (a channel's stream broke inside a record):
+    its error would come only after that wait. The session's close asks its
+    coordinator to stop before it closes, whether training ended or failed
+    (hooks' `end` runs only when it ended), so a thread of the coordinator
+    releases the waits then.
     """
+
+    def after_create_session(self, session, coord):
+        del session
+
+        def release_when_stopping():
+            coord.wait_for_stop()
+            pipe.release_waits()
+        thread = threading.Thread(target=release_when_stopping, name="release-pipe-waits", daemon=True)
+        coord.register_thread(thread)
+        thread.start()
 
     def end(self, session):
         del session

@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -30,6 +31,8 @@ SHARDS = 3
 BATCH = 64
 FIRST_STEPS = 8
 MIDDLE = 1  # the shard in the middle of the training file list
+# Pipe mode's FIFO timeout at its default (`--pipe_timeout_s`).
+PIPE_TIMEOUT_S = 120
 
 
 def digests(directory):
@@ -258,8 +261,11 @@ class PipeModeBadInputTest(tf.test.TestCase):
         base_dir = os.path.join(root, "opt_ml")
         feeder = pipe_feeder.PipeFeeder(base_dir, {"train_0": [train[0], cut]}, epochs=1).start()
         self.addCleanup(feeder.stop)
+        # The default FIFO timeout: the error must not wait it out (the read-ahead into the next epoch's FIFO,
+        # which nobody feeds, is released when the failed session closes).
         input_config = pipeline.PipelineConfig(input_mode=pipeline.INPUT_MODE_PIPE, pipe_base_dir=base_dir,
-                                               pipe_timeout_s=30)
+                                               pipe_timeout_s=PIPE_TIMEOUT_S)
+        start = time.monotonic()
         with self.assertRaisesRegex(ValueError, r"^Pipe-mode channel 'train_0': the stream of FIFO %s broke \(CRC "
                                     r"check on .* failed\): its writer closed it inside a record.*the latest: .*"
                                     r"model.ckpt-%d" % (os.path.join(base_dir, "input", "data", "train_0_0"),
@@ -269,6 +275,7 @@ class PipeModeBadInputTest(tf.test.TestCase):
                                          max_steps=10 * FIRST_STEPS, save_checkpoints_steps=10 * FIRST_STEPS),
                 model=small_model(), input=input_config,
                 strategy=strategies.StrategyConfig(name="single", train_channels=("train_0",))))
+        self.assertLess(time.monotonic() - start, PIPE_TIMEOUT_S / 2)
         after = digests(model_dir)
         # Every checkpoint it had, unchanged; none added (the session's start rewrote its record files).
         checkpoint_files = sorted(name for name in before if name.startswith("model.ckpt-"))
