@@ -211,7 +211,7 @@ def run(job: JobConfig, strategy: Optional[strategy_lib.Strategy] = None,
     start = time.time()
     pipe_mode = input_config.input_mode == pipeline.INPUT_MODE_PIPE
     with interrupt.StopRequest() as stop, checkpoints.save_errors(train.model_dir), \
-            watchdog.watch_peers(topology.peers), metrics.serving(), \
+            watchdog.watch_peers(topology.peers, stopping=lambda: stop.requested), metrics.serving(), \
             _named_stream_errors(feed.source, pipe_mode, train.model_dir):
         hooks = list(strategy.run.train_hooks) + [throughput, stop.hook(_stop_agreement(strategy))]
         if train.trace_steps:

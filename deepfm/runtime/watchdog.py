@@ -17,6 +17,13 @@ host:port`) and exits at once with `PEER_LOST_EXIT_CODE` (its training
 session cannot be stopped cleanly, and its state lives on the lost server
 anyway; checkpoints are unaffected). A launcher with restarts then starts
 the job again from the latest checkpoint.
+
+A task asked to stop (SIGTERM: a launcher, an orchestrator deleting its
+pods) saves a checkpoint of variables that live on the parameter servers,
+and those are often stopped at the same moment (Kubernetes stops a job's
+pods together). Then a server that refuses connections (its process is
+gone, not a network that failed) is lost at once: the save cannot reach
+it, and waiting `PEER_LOST_AFTER_S` would only hold the stop.
 """
 
 import contextlib
@@ -34,6 +41,8 @@ from absl import logging
 PEER_LOST_EXIT_CODE = 69
 PEER_CHECK_INTERVAL_S = 2.0
 PEER_LOST_AFTER_S = 20.0
+# Between checks once the task was asked to stop.
+STOPPING_INTERVAL_S = 0.2
 
 LostCallback = Callable[[str, str, str], None]
 
@@ -59,10 +68,14 @@ class PeerWatchdog:
       interval_s: time between checks (also each connection attempt's timeout).
       on_lost: called once, from the watchdog's thread, with the peer's
         name, address and the last error; default `exit_on_lost`.
+      stopping: whether this task was asked to stop; then a peer seen
+        before that refuses connections is lost at once.
     """
 
     def __init__(self, peers: Mapping[str, str], lost_after_s: float = PEER_LOST_AFTER_S,
-                 interval_s: float = PEER_CHECK_INTERVAL_S, on_lost: Optional[LostCallback] = None):
+                 interval_s: float = PEER_CHECK_INTERVAL_S, on_lost: Optional[LostCallback] = None,
+                 stopping: Callable[[], bool] = lambda: False):
+        self._stopping = stopping
         self._peers = dict(peers)
         self._lost_after_s = lost_after_s
         self._interval_s = interval_s
@@ -79,28 +92,36 @@ class PeerWatchdog:
         self._stop.set()
         self._thread.join()
 
-    def _reachable(self, address: str) -> Optional[str]:
+    def _reachable(self, address: str) -> Optional[OSError]:
         """None when `address` accepts a connection, else the error."""
         host, port = address.rsplit(":", 1)
         try:
             with socket.create_connection((host, int(port)), timeout=self._interval_s):
                 return None
         except OSError as e:
-            return str(e) or type(e).__name__
+            return e
 
     def _run(self) -> None:
         last_seen: Dict[str, float] = {}
         while not self._stop.is_set():
+            stopping = self._stopping()
             for name, address in self._peers.items():
                 error = self._reachable(address)
                 now = time.monotonic()
                 if error is None:
                     last_seen[name] = now
+                elif name in last_seen and stopping and isinstance(error, ConnectionRefusedError):
+                    self.lost = name
+                    self._on_lost(name, address, "refuses connections while this task stops, its checkpoint "
+                                                 "cannot be saved: %s" % error)
+                    return
                 elif name in last_seen and now - last_seen[name] > self._lost_after_s:
                     self.lost = name
-                    self._on_lost(name, address, "unreachable for %.0f s: %s" % (now - last_seen[name], error))
+                    self._on_lost(name, address, "unreachable for %.0f s: %s" % (now - last_seen[name],
+                                                                                  str(error) or type(error).__name__))
                     return
-            self._stop.wait(self._interval_s)
+            # Asked to stop, the task looks at its servers again soon: a save waits on them.
+            self._stop.wait(STOPPING_INTERVAL_S if stopping else self._interval_s)
 
 
 @contextlib.contextmanager

@@ -33,16 +33,31 @@ class PeerWatchdogTest(tf.test.TestCase):
         self.addCleanup(server.close)
         return server, "localhost:%d" % server.getsockname()[1]
 
-    def watch(self, peers):
+    def watch(self, peers, lost_after_s=LOST_AFTER_S, stopping=lambda: False):
         lost = []
         event = threading.Event()
 
         def on_lost(name, address, reason):
             lost.append((name, address, reason))
             event.set()
-        dog = watchdog.PeerWatchdog(peers, lost_after_s=LOST_AFTER_S, interval_s=INTERVAL_S, on_lost=on_lost).start()
+        dog = watchdog.PeerWatchdog(peers, lost_after_s=lost_after_s, interval_s=INTERVAL_S, on_lost=on_lost,
+                                    stopping=stopping).start()
         self.addCleanup(dog.stop)
         return dog, lost, event
+
+    def test_a_peer_refusing_connections_while_the_task_stops_is_lost_at_once(self):
+        server, address = self.listener()
+        stopping = threading.Event()
+        # A patience no test waits out: only the stop can make the peer lost within WAIT_S.
+        dog, lost, event = self.watch({"ps_0": address}, lost_after_s=10 * WAIT_S, stopping=stopping.is_set)
+        time.sleep(5 * INTERVAL_S)
+        server.close()
+        time.sleep(5 * INTERVAL_S)
+        self.assertEmpty(lost)
+        stopping.set()
+        self.assertTrue(event.wait(WAIT_S))
+        self.assertIn("refuses connections while this task stops", lost[0][2])
+        self.assertEqual(dog.lost, "ps_0")
 
     def test_a_peer_that_goes_away_is_reported_by_name(self):
         server, address = self.listener()
