@@ -40,6 +40,8 @@ from cli import config_flags, entry
 PEAK_RSS_MB = "peak_rss_mb"
 # How much of a failure's message the report keeps.
 FAILURE_MESSAGE_CHARS = 3000
+# The module `python -m package` runs.
+MAIN_SUFFIX = ".__main__"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +227,10 @@ def command_line() -> str:
 
 def _module_name() -> str:
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return spec.name if spec is not None else sys.argv[0]
+    if spec is None:
+        return sys.argv[0]
+    # `python -m package` runs `package.__main__`; a user types the package.
+    return spec.name[:-len(MAIN_SUFFIX)] if spec.name.endswith(MAIN_SUFFIX) else spec.name
 
 
 def machine_record() -> Dict[str, str]:
@@ -283,12 +288,14 @@ def parse(config_class: type, argv: Sequence[str]):
     return config_from(config_class, flag_values)
 
 
-def main(config_class: type, benchmark: Callable[..., int]) -> None:
+def main(config_class: type, benchmark: Callable[..., int], program: str = "") -> None:
     """The entry point: defines the flags of `config_class`, parses them, runs `benchmark(config)`.
 
     Started as every command line of the project is (`cli.entry.run`): `--help`
     and `--helpfull` list the flags and exit 0; a bad flag or value ends with
-    `<program>: error: <message>`.
+    `<program>: error: <message>`; `--help` starts with the program's
+    docstring. `program` is the name a user types (default: the module of
+    `benchmark`); a package's `__main__` names its package.
     """
     def run_benchmark(argv: List[str]) -> int:
         if len(argv) > 1:
@@ -297,5 +304,7 @@ def main(config_class: type, benchmark: Callable[..., int]) -> None:
 
     module = sys.modules.get(benchmark.__module__)
     spec = getattr(module, "__spec__", None)
-    program = spec.name if spec is not None else benchmark.__module__   # `python -m`'s module, not __main__
-    entry.run(run_benchmark, program, define_flags=lambda: config_flags.define_flags([config_class]))
+    program = program or (spec.name if spec is not None else benchmark.__module__)   # not __main__
+    documented = sys.modules.get(program, module)
+    entry.run(run_benchmark, program, define_flags=lambda: config_flags.define_flags([config_class]),
+              doc=getattr(documented, "__doc__", None) or "")

@@ -283,16 +283,18 @@ def requested_help(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
-def help_text(main_module: str, full: bool) -> str:
-    """The program's help: its module's docstring, then its flags (`full`: every flag).
+def help_text(main_module: str, full: bool, doc: Optional[str] = None) -> str:
+    """The program's help: its module's docstring (or `doc`), then its flags (`full`: every flag).
 
     Written the same for `python -m <module>` and for the console script
     (absl's own `--help` lists the flags of `__main__`, which for a
     console script is pip's wrapper: none).
     """
     from absl import flags
-    module = sys.modules.get(main_module)
-    doc = ((module.__doc__ if module else None) or "").strip()
+    if doc is None:
+        module = sys.modules.get(main_module)
+        doc = (module.__doc__ if module else None) or ""
+    doc = doc.strip()
     if full:
         listed = flags.FLAGS.get_help()
     else:
@@ -303,7 +305,7 @@ def help_text(main_module: str, full: bool) -> str:
     return "%s\n\nflags:\n%s\n%s\n" % (doc, listed, "" if full else "\n" + HELP_HINT)
 
 
-def parse_flags(argv: List[str], program: str, main_module: str = "__main__") -> List[str]:
+def parse_flags(argv: List[str], program: str, main_module: str = "__main__", doc: Optional[str] = None) -> List[str]:
     """Parses the command line with absl's flags; a flag error ends the process with its message alone.
 
     An unknown flag, a bad value, a missing required flag: `flags.Error`.
@@ -315,6 +317,7 @@ def parse_flags(argv: List[str], program: str, main_module: str = "__main__") ->
       argv: the command line.
       program: the program's name, for the error line.
       main_module: the module of the program's main (whose flags `--help` lists).
+      doc: what `--help` says first (default: `main_module`'s docstring).
 
     Returns:
       The arguments left after the flags.
@@ -322,7 +325,7 @@ def parse_flags(argv: List[str], program: str, main_module: str = "__main__") ->
     from absl import app, flags
     wanted = requested_help(argv)
     if wanted is not None:
-        sys.stdout.write(help_text(main_module, full=wanted == FULL_HELP_FLAG))
+        sys.stdout.write(help_text(main_module, full=wanted == FULL_HELP_FLAG, doc=doc))
         sys.stdout.flush()
         raise SystemExit(0)
     if wants_detail(explicit_verbosity(argv)):
@@ -342,7 +345,7 @@ def module_of(main: Callable) -> str:
 
 
 def run(main: Callable[[List[str]], object], program: str, define_flags: Optional[Callable[[], None]] = None,
-        tensorflow: str = NO_TENSORFLOW, argv: Optional[List[str]] = None) -> None:
+        tensorflow: str = NO_TENSORFLOW, argv: Optional[List[str]] = None, doc: Optional[str] = None) -> None:
     """Every command line's start: flags defined and parsed, `main` run, user errors reported plainly.
 
     The same for `python -m <module>` and for console scripts. A user error
@@ -381,6 +384,7 @@ def run(main: Callable[[List[str]], object], program: str, define_flags: Optiona
         `TENSORFLOW_AFTER_FLAGS` (bad flags fail before the import) or
         `TENSORFLOW_BEFORE_FLAGS` (the flags' definitions need it).
       argv: the command line (default `sys.argv`).
+      doc: what `--help` says first (default: the docstring of `main`'s module).
     """
     from absl import app
     if tensorflow not in TENSORFLOW_TIMINGS:
@@ -391,7 +395,7 @@ def run(main: Callable[[List[str]], object], program: str, define_flags: Optiona
     if define_flags is not None:
         define_flags()
     app.define_help_flags()
-    args = parse_flags(argv, program, module_of(main))
+    args = parse_flags(argv, program, module_of(main), doc)
     if tensorflow == TENSORFLOW_AFTER_FLAGS:
         import_tensorflow(flags_want_detail())
     app.run(lambda parsed: run_main(main, parsed, program, flags_want_detail), argv=argv,

@@ -1,6 +1,6 @@
 """Every distribution strategy side by side, the levers of the best, and the two ceilings.
 
-    python -m benchmarks.strategy_speed [--runs 3] [--steps 300] [--quick] [--variants a,b]
+    python -m benchmarks.strategy_speed [--runs 3] [--steps 200] [--quick] [--variants a,b]
 
 Trains DeepFM at the SageMaker sample's defaults (embedding 32, layers
 128-64-32, feature_size 117,581, 39 fields) on the synthetic dataset with the
@@ -16,7 +16,7 @@ batch, cached and repeated, through the same Estimator and model_fn).
 
 Each run of a variant is a fresh process tree (the real `python -m
 deepfm.train` or `python -m deepfm.launch`), variants interleaved round by
-round. Per run:
+round on `benchmarks.harness`. Per run:
 
 * examples/sec: the whole job's throughput after warm-up. Every training
   process records its progress through `deepfm.runtime.hooks.ProgressHook` in its
@@ -46,10 +46,11 @@ module:
 
 * `variants`: what is measured (`Variant`, `all_variants`, the lever
   comparisons);
-* `config`: one benchmark's set-up (`BenchmarkConfig`);
+* `config`: one benchmark's options (`BenchmarkConfig`, its flags generated);
 * `measure`: one run of a variant in a fresh process tree and its
-  measurement window (`RunResult`), and interleaved rounds of runs;
-* `ceilings`: the input and compute ceilings, each run as a child process;
+  measurement window (`RunResult`), and the variant as the harness runs it;
+* `ceilings`: the input and compute ceilings, each run as a child process
+  (`python -m benchmarks.strategy_speed.ceilings`);
 * `report`: the medians, ratios, targets, the report's JSON and chart;
-* `cli`: the flags and `main`.
+* `cli`: `main`.
 """

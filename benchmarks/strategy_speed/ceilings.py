@@ -1,16 +1,42 @@
 """The two ceilings, each run as a child process: the input pipeline alone, and the compute alone.
 
-`python -m benchmarks.strategy_speed --child input_ceiling|compute_ceiling`
-(`run_child`) runs one and writes its progress points as JSON.
+`python -m benchmarks.strategy_speed.ceilings --kind input_ceiling|compute_ceiling
+--output FILE ...` (`main`) runs one and writes its progress points as JSON.
 """
 
-import argparse
+import dataclasses
 import json
 import tempfile
 import time
+from typing import List, Tuple
 
-from benchmarks.strategy_speed.measure import LOG_EVERY_STEPS, NO_CHECKPOINT_STEPS, Progress
-from benchmarks.strategy_speed.variants import BASELINE, KIND_INPUT
+from benchmarks import common, harness
+from benchmarks.strategy_speed.config import LOG_EVERY_STEPS
+from benchmarks.strategy_speed.variants import BASELINE, CHILD_KINDS, GLOBAL_BATCH, KIND_INPUT
+from cli import config_flags
+
+# A checkpoint interval no run reaches: only the final checkpoint is saved.
+NO_CHECKPOINT_STEPS = 10 ** 9
+
+Progress = List[Tuple[float, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class CeilingConfig:
+    """One ceiling's run, as the benchmark starts it in a child process."""
+
+    kind: str = config_flags.field(KIND_INPUT, "Which ceiling.", choices=CHILD_KINDS)
+    output: str = config_flags.field("", "Where its progress points go (JSON).")
+    data_dir: str = config_flags.field(common.DEFAULT_DATA_DIR, "The dataset root.")
+    batch_size: int = config_flags.field(GLOBAL_BATCH, "Examples per step.")
+    total_steps: int = config_flags.field(2 * LOG_EVERY_STEPS, "Steps, warm-up included.")
+    optimizer: str = config_flags.field("adam", "The compute ceiling's optimizer.")
+
+    def __post_init__(self):
+        if not self.output:
+            raise ValueError("--output is required: the JSON file the progress points go to")
+        if self.total_steps < 1:
+            raise ValueError("--total_steps must be >= 1, got %d" % self.total_steps)
 
 
 class ProgressRecorder:
@@ -83,12 +109,16 @@ def compute_ceiling(data_dir: str, batch_size: int, total_steps: int, optimizer:
     return progress.points
 
 
-def run_child(args: argparse.Namespace) -> None:
-    """Runs one ceiling in this process and writes its progress to `--child_output`."""
-    total = args.warmup_steps + args.steps
-    if args.child == KIND_INPUT:
-        points = input_ceiling(args.data_dir, args.batch_size, total)
+def run(config: CeilingConfig) -> int:
+    """Runs one ceiling in this process and writes its progress to `config.output`; returns 0."""
+    if config.kind == KIND_INPUT:
+        points = input_ceiling(config.data_dir, config.batch_size, config.total_steps)
     else:
-        points = compute_ceiling(args.data_dir, args.batch_size, total, args.optimizer)
-    with open(args.child_output, "w") as f:
+        points = compute_ceiling(config.data_dir, config.batch_size, config.total_steps, config.optimizer)
+    with open(config.output, "w") as f:
         json.dump({"progress": points}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    harness.main(CeilingConfig, run)

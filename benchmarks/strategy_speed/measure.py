@@ -1,8 +1,8 @@
 """One run of a variant in a fresh process tree, measured in the window where every process trains.
 
 See the package docstring for the rules: the window, examples/sec, CPU
-utilization, peak memory and AUC of a run. `measure` runs every variant of a
-benchmark, interleaved round by round.
+utilization, peak memory and AUC of a run. `HarnessVariant` is a variant
+as `benchmarks.harness.run` measures it, round by round.
 """
 
 import dataclasses
@@ -11,29 +11,26 @@ import json
 import os
 import sys
 import tempfile
-import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
 
-from benchmarks import common
-from benchmarks.strategy_speed.config import BenchmarkConfig
+from benchmarks import common, harness
+from benchmarks.strategy_speed.ceilings import NO_CHECKPOINT_STEPS, Progress
+from benchmarks.strategy_speed.config import LOG_EVERY_STEPS, BenchmarkConfig
 from benchmarks.strategy_speed.variants import CHILD_KINDS, KIND_LAUNCH, KIND_TRAIN, Variant
 from jobs import source
 from jobs.local import processes
 
-LOG_EVERY_STEPS = 10
 SAMPLE_SECONDS = 0.2
-# A checkpoint interval no run reaches: only the final checkpoint is saved.
-NO_CHECKPOINT_STEPS = 10 ** 9
 MIB = float(1 << 20)
 # Where each training process of a run writes its progress (`--progress_file`, `{task}` per process).
 PROGRESS_DIR = "progress"
 PROGRESS_FILE = "{task}.jsonl"
-# The module whose `--child` runs a ceiling.
-PROGRAM = "benchmarks.strategy_speed"
-
-Progress = List[Tuple[float, int]]
+# The module that runs a ceiling in a child process.
+CEILING_PROGRAM = "benchmarks.strategy_speed.ceilings"
+# The metrics of a run, as the harness records them (besides its peak memory).
+METRICS = ("examples_per_sec", "cpu_util", "examples_per_cpu_second", "window_s")
 
 
 @dataclasses.dataclass
@@ -159,10 +156,9 @@ def command(variant: Variant, config: BenchmarkConfig, work: str) -> List[str]:
         return ([python, "-m", "deepfm.launch", "--strategy", variant.strategy,
                  "--log_dir", os.path.join(work, "tasks"), "--timeout_s", str(config.timeout_s)]
                 + list(variant.launch_flags) + ["--"] + _train_flags(variant, config, work))
-    return [python, "-m", PROGRAM, "--child", variant.kind, "--child_output",
-            os.path.join(work, "child.json"), "--data_dir", config.data_dir,
-            "--batch_size", str(config.global_batch), "--steps", str(config.steps),
-            "--warmup_steps", str(config.warmup_steps), "--optimizer", variant.optimizer]
+    return [python, "-m", CEILING_PROGRAM, "--kind", variant.kind, "--output", os.path.join(work, "child.json"),
+            "--data_dir", config.data_dir, "--batch_size", str(config.global_batch),
+            "--total_steps", str(config.max_steps), "--optimizer", variant.optimizer]
 
 
 def _progress(variant: Variant, work: str) -> List[Progress]:
@@ -209,21 +205,24 @@ def run_variant(variant: Variant, config: BenchmarkConfig) -> RunResult:
         return result
 
 
-def measure(config: BenchmarkConfig) -> Tuple[Dict[str, List[RunResult]], Dict[str, List[str]]]:
-    """Runs every variant `config.runs` times, interleaved; a failed run is recorded, not fatal."""
-    results: Dict[str, List[RunResult]] = {v.name: [] for v in config.variants}
-    failures: Dict[str, List[str]] = {v.name: [] for v in config.variants}
-    for run in range(config.runs):
-        for variant in config.variants:
-            started = time.time()
-            try:
-                result = run_variant(variant, config)
-            except (RuntimeError, TimeoutError, ValueError, OSError) as e:
-                failures[variant.name].append(str(e)[-2000:])
-                print("run %d %-28s FAILED: %s" % (run, variant.name, str(e)[-2000:]), file=sys.stderr)
-                continue
-            results[variant.name].append(result)
-            print("run %d %-28s %8.0f examples/sec  cpu %3.0f%%  rss %5.0f MiB  auc %s  (%.0f s)" % (
-                run, variant.name, result.examples_per_sec, 100 * result.cpu_util, result.peak_rss_mib,
-                "n/a" if result.auc is None else "%.4f" % result.auc, time.time() - started), file=sys.stderr)
-    return results, failures
+class HarnessVariant(harness.Variant):
+    """A variant as the harness measures it: each round one run in a fresh process tree."""
+
+    def __init__(self, variant: Variant, config: BenchmarkConfig):
+        self.name = variant.name
+        self.variant = variant
+        self.config = config
+
+    def measure(self, round_index: int) -> harness.Measurement:
+        """One run (`run_variant`); its `RunResult` whole in the details."""
+        result = run_variant(self.variant, self.config)
+        metrics = {name: float(getattr(result, name)) for name in METRICS}
+        if result.auc is not None:
+            metrics["auc"] = float(result.auc)
+        return harness.Measurement(metrics=metrics, peak_rss_mb=result.peak_rss_mib,
+                                   details=dataclasses.asdict(result))
+
+
+def run_results(results: harness.Results) -> Dict[str, List[RunResult]]:
+    """Per variant, the `RunResult` of each of its measured rounds."""
+    return {name: [RunResult(**details) for details in results.details[name]] for name in results.names}

@@ -5,8 +5,8 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import common
-from benchmarks.strategy_speed.config import BenchmarkConfig
-from benchmarks.strategy_speed.measure import LOG_EVERY_STEPS, RunResult
+from benchmarks.strategy_speed.config import LOG_EVERY_STEPS, BenchmarkConfig
+from benchmarks.strategy_speed.measure import RunResult
 from benchmarks.strategy_speed.variants import (
     BASELINE,
     COMPUTE_CEILING,
@@ -42,27 +42,35 @@ def _median(values: Sequence[Optional[float]], spec: str) -> str:
     return format(common.Stats(present).median, spec) if present else "n/a"
 
 
+def failure_note(failure: Optional[str]) -> str:
+    """Where a variant failed, from the harness's `round N: message` ("" when it did not)."""
+    if not failure:
+        return ""
+    return "failed in %s, not run after" % failure.split(":", 1)[0]
+
+
 def report_body(config: BenchmarkConfig, results: Dict[str, List[RunResult]],
-                failures: Dict[str, List[str]], load: Tuple[float, float]) -> str:
+                failures: Dict[str, str], load: Tuple[float, float]) -> str:
     """The markdown of the report: setup, table, ranking, levers, targets.
 
     Args:
       config: what was measured.
       results: per variant name, its successful runs.
-      failures: per variant name, the errors of its failed runs.
+      failures: per failed variant, `round N: message` (the harness's: a
+        variant that failed is not run in the later rounds).
       load: the machine's 1-minute load average before and after.
     """
     stats = _stats(results, "examples_per_sec")
     per_cpu = _stats(results, "examples_per_cpu_second")
     baseline = stats[BASELINE].median if BASELINE in stats else None
     rows = []
-    for variant in config.variants:
+    for variant in config.selected():
         runs = results.get(variant.name, [])
-        failed = len(failures.get(variant.name, []))
-        note = " (%d of %d runs failed)" % (failed, config.runs) if failed else ""
+        failed = failure_note(failures.get(variant.name))
         if not runs:
-            rows.append([variant.name, variant.note, "failed" + note] + ["n/a"] * 6)
+            rows.append([variant.name, variant.note, failed or "not run"] + ["n/a"] * 6)
             continue
+        note = " (%s)" % failed if failed else ""
         training = variant.group != GROUP_CEILING
         ceiling = lower_ceiling(variant, stats) if training else None
         rows.append([
@@ -97,7 +105,7 @@ def _setup_text(config: BenchmarkConfig, load: Tuple[float, float]) -> str:
         "validation split after %s training examples in every variant. Ratio to lower ceiling: median / "
         "min(input ceiling, compute ceiling with the variant's optimizer). 1-minute load average before / "
         "after the benchmark: %.2f / %.2f (other work on the machine lowers the CPU share of the runs)."
-        % (os.path.basename(config.data_dir), config.global_batch, config.runs, config.warmup_steps, config.steps,
+        % (os.path.basename(config.data_dir), config.global_batch, config.rounds, config.warmup_steps, config.steps,
            os.cpu_count() or 1, format(config.examples, ","), load[0], load[1]))
 
 
@@ -110,7 +118,7 @@ def _ceiling_text(stats: Dict[str, common.Stats]) -> str:
 
 
 def _ranking_text(config: BenchmarkConfig, stats: Dict[str, common.Stats]) -> str:
-    trained = [v.name for v in config.variants if v.group != GROUP_CEILING and v.name in stats]
+    trained = [v.name for v in config.selected() if v.group != GROUP_CEILING and v.name in stats]
     ranked = sorted(trained, key=lambda name: -stats[name].median)
     return "Ranking by median examples/sec: " + " > ".join(
         "%s (%s)" % (name, format(stats[name].median, ",.0f")) for name in ranked) + "." if ranked else ""
@@ -125,7 +133,7 @@ def _lever_text(stats: Dict[str, common.Stats], per_cpu: Dict[str, common.Stats]
 
 def _target_text(config: BenchmarkConfig, results: Dict[str, List[RunResult]],
                  stats: Dict[str, common.Stats]) -> str:
-    trained = [v for v in config.variants if v.group != GROUP_CEILING and v.name in stats]
+    trained = [v for v in config.selected() if v.group != GROUP_CEILING and v.name in stats]
     if not trained:
         return ""
     best = max(trained, key=lambda v: stats[v.name].median)
@@ -143,12 +151,11 @@ def _target_text(config: BenchmarkConfig, results: Dict[str, List[RunResult]],
             "n/a" if fraction is None else "met" if fraction >= TARGET_CEILING_FRACTION else "not met"))
 
 
-def raw_results(results: Dict[str, List[RunResult]], failures: Dict[str, List[str]],
-                config: BenchmarkConfig) -> dict:
-    """The JSON of the report: the setup and every run."""
+def raw_results(results: Dict[str, List[RunResult]], failures: Dict[str, str], config: BenchmarkConfig) -> dict:
+    """What the report's JSON holds beside the harness's keys: the setup, and every variant with its runs."""
     return {
         "setup": {"global_batch": config.global_batch, "steps": config.steps, "warmup_steps": config.warmup_steps,
-                  "runs": config.runs, "examples": config.examples, "data_dir": os.path.basename(config.data_dir),
+                  "runs": config.rounds, "examples": config.examples, "data_dir": os.path.basename(config.data_dir),
                   "log_every_n_steps": LOG_EVERY_STEPS},
         "variants": {
             v.name: {"group": v.group, "note": v.note, "kind": v.kind, "strategy": v.strategy,
@@ -156,14 +163,14 @@ def raw_results(results: Dict[str, List[RunResult]], failures: Dict[str, List[st
                      "per_replica_batch": v.per_replica_batch(config.global_batch),
                      "train_flags": list(v.train_flags), "launch_flags": list(v.launch_flags), "env": dict(v.env),
                      "runs": [dataclasses.asdict(r) for r in results.get(v.name, [])],
-                     "failures": failures.get(v.name, [])}
-            for v in config.variants},
+                     "failure": failures.get(v.name)}
+            for v in config.selected()},
     }
 
 
 def write_chart(config: BenchmarkConfig, results: Dict[str, List[RunResult]], info: Dict[str, str]) -> str:
     """The bar chart of every measured variant but the input ceiling, whose bar would dwarf the rest."""
-    shown = [v.name for v in config.variants if results[v.name] and v.name != INPUT_CEILING]
+    shown = [v.name for v in config.selected() if results[v.name] and v.name != INPUT_CEILING]
     title = "DeepFM training, global batch %d, %s cores" % (config.global_batch, info["cores"])
     if results.get(INPUT_CEILING):
         title += "; input ceiling %s/s" % format(

@@ -11,6 +11,7 @@ from absl import app, flags
 
 from benchmarks import harness
 from cli import config_flags
+from tests import command_line, paths
 
 LOOP_SIZE = 2_000
 
@@ -161,6 +162,19 @@ class FlagsTest(tf.test.TestCase):
     def test_a_bad_value_is_a_usage_error(self):
         with self.assertRaisesRegex(app.UsageError, "--runs must be >= 1, got 0"):
             harness.parse(LoopConfig, ["prog", "--runs", "0"])
+
+
+class HelpTest(tf.test.TestCase):
+    """`--help` of a benchmark starts with the benchmark's own docstring, a module's or a package's."""
+
+    def test_help_starts_with_the_benchmarks_docstring(self):
+        for module, first_line in (
+                ("benchmarks.train_single", "Single-device training benchmark"),
+                ("benchmarks.strategy_speed", "Every distribution strategy side by side")):
+            result = command_line.run(command_line.python_module(module, "--help"), cwd=paths.REPO_ROOT)
+            self.assertEqual(result.returncode, 0, command_line.describe(module, result))
+            self.assertTrue(result.stdout.startswith(first_line), result.stdout[:300])
+            self.assertIn("--variants", result.stdout)
 
 
 if __name__ == "__main__":

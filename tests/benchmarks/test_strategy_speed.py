@@ -5,9 +5,11 @@ import os
 
 import pytest
 import tensorflow as tf
+from absl import app
 from absl.testing import parameterized
 
-from benchmarks.strategy_speed import cli, measure
+from benchmarks import harness
+from benchmarks.strategy_speed import ceilings, cli, measure
 from benchmarks.strategy_speed import config as config_lib
 from benchmarks.strategy_speed import report as report_lib
 from benchmarks.strategy_speed import variants as variants_lib
@@ -19,6 +21,11 @@ FEATURE_SIZE = 2000
 BATCH = 128
 STEPS = 20
 WARMUP = 10
+
+
+def parse(*argv: str) -> config_lib.BenchmarkConfig:
+    """The config of a command line of the benchmark."""
+    return harness.parse(config_lib.BenchmarkConfig, [cli.PROGRAM] + list(argv))
 
 
 def record(when: float, step: int) -> hooks.ProgressRecord:
@@ -39,8 +46,8 @@ class ReadProgressTest(tf.test.TestCase):
         self.assertAlmostEqual(points[0][0], 101.5, places=5)
 
     def test_every_training_process_writes_its_own_progress_file(self):
-        config = cli.make_config(cli.parse_args(["--variants", "single,ps,horovod"]))
-        for variant in config.variants:
+        config = parse("--variants", "single,ps,horovod")
+        for variant in config.selected():
             argv = measure.command(variant, config, self.get_temp_dir())
             path = argv[argv.index("--progress_file") + 1]
             self.assertIn(hooks.TASK_PLACEHOLDER, path, variant.name)
@@ -99,12 +106,28 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
         ("batch_below_replicas", ["--batch_size", "2", "--variants", "tower3+lazy_adam"], "--batch_size 2"),
     )
     def test_bad_arguments_are_named(self, argv, message):
-        with self.assertRaisesRegex(ValueError, message):
-            cli.make_config(cli.parse_args(argv))
+        with self.assertRaisesRegex(app.UsageError, message):
+            parse(*argv)
 
     def test_quick_is_one_short_run_under_its_own_name(self):
-        config = cli.make_config(cli.parse_args(["--quick", "--runs", "5"]))
-        self.assertEqual((config.runs, config.steps, config.name), (1, config_lib.QUICK_STEPS, config_lib.QUICK_NAME))
+        config = parse("--quick", "--runs", "5")
+        self.assertEqual((config.rounds, config.steps, config.name), (1, config_lib.QUICK_STEPS, config_lib.QUICK_NAME))
+
+    def test_defaults_of_a_full_run(self):
+        config = parse()
+        self.assertEqual((config.rounds, config.steps, config.warmup_steps, config.name),
+                         (config_lib.DEFAULT_RUNS, config_lib.DEFAULT_STEPS, config_lib.DEFAULT_WARMUP_STEPS,
+                          config_lib.NAME))
+        self.assertEqual([v.name for v in config.selected()], [v.name for v in variants_lib.all_variants()])
+
+    def test_a_ceiling_runs_in_its_own_module_with_the_steps_of_a_training_process(self):
+        config = parse("--steps", "40", "--warmup_steps", "10", "--batch_size", "256")
+        ceiling = next(v for v in config.selected() if v.kind == variants_lib.KIND_COMPUTE)
+        argv = measure.command(ceiling, config, "/w")
+        self.assertEqual(argv[1:3], ["-m", measure.CEILING_PROGRAM])
+        child = harness.parse(ceilings.CeilingConfig, argv[2:3] + argv[3:])
+        self.assertEqual((child.kind, child.total_steps, child.batch_size, child.output),
+                         (variants_lib.KIND_COMPUTE, 50, 256, "/w/child.json"))
 
 
 class ReportTest(tf.test.TestCase):
@@ -116,7 +139,7 @@ class ReportTest(tf.test.TestCase):
 
     def test_ratios_use_the_ceiling_of_the_variants_optimizer(self):
         names = ["single", "tower+lazy_adam", "input_ceiling", "compute_ceiling", "compute_ceiling+lazy_adam"]
-        config = cli.make_config(cli.parse_args(["--variants", ",".join(names), "--runs", "2"]))
+        config = parse("--variants", ",".join(names), "--runs", "2")
         results = {
             "single": [self.result(40000.0, 0.71), self.result(60000.0, 0.73)],
             "tower+lazy_adam": [self.result(90000.0, 0.72, rss=1100.0), self.result(90000.0, 0.72)],
@@ -124,7 +147,7 @@ class ReportTest(tf.test.TestCase):
             "compute_ceiling": [self.result(80000.0)] * 2,
             "compute_ceiling+lazy_adam": [self.result(100000.0)] * 2,
         }
-        body = report_lib.report_body(config, results, {name: [] for name in names}, (0.5, 0.7))
+        body = report_lib.report_body(config, results, {}, (0.5, 0.7))
         # single: median 50,000 of ceiling min(500k, 80k); tower+lazy_adam: 90,000 of min(500k, 100k).
         self.assertIn("| single | one device | 50,000 (40,000-60,000) | 1.00 | 0.62 | 80% | 31,250 | 500 (1) "
                       "| 0.7200 |", body)
@@ -136,10 +159,10 @@ class ReportTest(tf.test.TestCase):
                       body)
 
     def test_failed_runs_are_reported(self):
-        config = cli.make_config(cli.parse_args(["--variants", "single,ps"]))
+        config = parse("--variants", "single,ps")
         body = report_lib.report_body(config, {"single": [self.result(50000.0, 0.7)], "ps": []},
-                                      {"single": [], "ps": ["boom"] * 3}, (0.5, 0.5))
-        self.assertIn("| ps | 1 ps + 2 async workers (gRPC) | failed (3 of 3 runs failed) |", body)
+                                      {"ps": "round 0: boom"}, (0.5, 0.5))
+        self.assertIn("| ps | 1 ps + 2 async workers (gRPC) | failed in round 0, not run after |", body)
 
 
 @pytest.mark.slow
@@ -149,15 +172,17 @@ class QuickRunTest(tf.test.TestCase):
         data = os.path.join(self.get_temp_dir(), "data")
         synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
         results = os.path.join(self.get_temp_dir(), "results")
-        code = cli.main(["--quick", "--data_dir", data, "--results_dir", results, "--batch_size", str(BATCH),
-                         "--steps", str(STEPS), "--warmup_steps", str(WARMUP),
-                         "--variants", "single,input_ceiling,compute_ceiling"])
+        code = cli.run_benchmark(parse("--quick", "--data_dir", data, "--results_dir", results,
+                                       "--batch_size", str(BATCH), "--steps", str(STEPS), "--warmup_steps", str(WARMUP),
+                                       "--variants", "single,input_ceiling,compute_ceiling"))
         self.assertEqual(code, 0)
         for extension in ("md", "json", "png"):
             self.assertTrue(os.path.isfile(os.path.join(results, "%s.%s" % (config_lib.QUICK_NAME, extension))))
         with open(os.path.join(results, config_lib.QUICK_NAME + ".json")) as f:
-            variants = json.load(f)["results"]["variants"]
+            report_json = json.load(f)
+        variants = report_json["variants"]
         single = variants["single"]["runs"][0]
+        self.assertEqual(report_json["results"]["single"]["examples_per_sec"], [single["examples_per_sec"]])
         self.assertGreater(single["examples_per_sec"], 0)
         self.assertGreater(single["cpu_util"], 0)
         self.assertGreater(single["examples_per_cpu_second"], 0)
