@@ -50,8 +50,11 @@ bench: setup $(DATA_DIR)/metadata.json
 	$(PY) -m benchmarks.strategy_speed --data_dir $(DATA_DIR)
 
 # The long soak (docs/reliability.md#soak), outside CI: every multi-process strategy under 20 faults,
-# checked to lose nothing; 30 minutes or more. Writes benchmarks/results/soak.{md,json}.
-SOAK_FLAGS := --strategies ps,hybrid,horovod --faults 20 --references 2 --rows 540000 --epochs 1
+# checked to lose nothing; 30 minutes or more. One run, one report: benchmarks/results/soak_seed<N>.{md,json}
+# for `make soak SOAK_SEED=N` (the schedule's seed).
+SOAK_SEED := 1
+SOAK_FLAGS := --strategies ps,hybrid,horovod --faults 20 --references 2 --rows 540000 --epochs 1 \
+	--seed $(SOAK_SEED) --name soak_seed$(SOAK_SEED)
 
 soak: setup
 	$(PY) -m benchmarks.soak $(SOAK_FLAGS)

@@ -83,7 +83,7 @@ from benchmarks.soak_config import (  # noqa: F401  (the soak's names, read here
     SoakConfig,
     epochs_of,
 )
-from benchmarks.soak_report import combine, lscpu, report, write, write_combined  # noqa: F401
+from benchmarks.soak_report import lscpu, report, write  # noqa: F401
 from input_pipeline import schema
 from jobs.local import processes
 
@@ -470,17 +470,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="Training tasks of the ps jobs, the chief included.")
     parser.add_argument("--work_dir", default="", help="Default: a new temporary directory, removed at the end.")
     parser.add_argument("--name", default=NAME, help="The report's name under --results_dir.")
-    parser.add_argument("--combine", default="", help="Run nothing: write one report from these results JSONs "
-                        "of runs of the same soak (comma-separated), each strategy from the last run that soaked it.")
     parser.add_argument("--results_dir", default=common.RESULTS_DIR)
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    if args.combine:
-        print("wrote %s" % write_combined(args, [p for p in args.combine.split(",") if p]))
-        return 0
     command = "python -m benchmarks.soak " + " ".join(sys.argv[1:] if argv is None else argv)
     own_work_dir = not args.work_dir
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="deepfm-soak-")

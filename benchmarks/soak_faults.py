@@ -79,8 +79,10 @@ POLL_S = 0.05
 # How often the log of a restart (`kill_in_restore`) and the chief's open files (`kill_in_evaluation`) are read.
 WINDOW_POLL_S = 0.01
 EVALUATION_POLL_S = 0.002
-# How long a squeezed cgroup (`memory`) is given to need more than its limit before it is squeezed again.
-SQUEEZE_INTERVAL_S = 2.0
+# How long a squeezed cgroup (`memory`) is given to need more than its limit before it is squeezed again and
+# pressed (`soak_memory.Press`): a steady step may take no new page for many seconds, while the job trains on
+# (a 2 s interval without the press let a memory fault land 17-20 s late, past half of a job's budget).
+SQUEEZE_INTERVAL_S = 0.5
 # The chief's log: where its training ends, and a restart at its budget (`deepfm.runtime.trainer`).
 TRAINING_TO_LINE = re.compile(r"training to global step (\d+)")
 BUDGET_HELD_LINE = re.compile(r"already holds the budget's \d+ examples: no step to train")
@@ -535,6 +537,8 @@ class Injector:
         record.elapsed = record.time - self.start_time
         record.signal = "OOM kill"
         deadline = time.monotonic() + self.timeout_s
+        press: Optional[soak_memory.Press] = None
+        pressed = ""
         try:
             while not squeeze.killed():
                 if time.monotonic() > deadline or not self.view.running():
@@ -549,14 +553,28 @@ class Injector:
                 wait_until = time.monotonic() + SQUEEZE_INTERVAL_S
                 while not squeeze.killed() and time.monotonic() < wait_until:
                     time.sleep(POLL_S)
+                if press is None and not squeeze.killed():
+                    # The tasks took no new page within the interval: the press takes them (soak_memory).
+                    press = soak_memory.Press(squeeze.path)
+                    pressed = "; no task took a page within %.1f s, so a pressing process in the host's cgroup " \
+                        "took memory from then" % SQUEEZE_INTERVAL_S
+            # The fault landed at the kill: the steps it may cost are those trained until then.
+            progress = self.view.progress()
+            record.step_at_fault = progress["global_step"] if progress else record.step_at_fault
+            if press is not None and press.killed_itself():
+                raise SoakError("fault %d (%s): the kernel killed the pressing process, not a task of the host: "
+                                "%s" % (record.number, MEMORY, squeeze.describe()))
             record.target = "host cgroup %s (%d process(es) killed)" % (os.path.basename(squeeze.path),
                                                                           squeeze.killed())
-            record.placement = "armed at %.0f%% of the budget; %s %.1f s after the injection" % (
-                100 * record.fault.point, squeeze.describe(), time.time() - record.time)
+            record.placement = "armed at %.0f%% of the budget; %s%s; killed %.1f s after the injection" % (
+                100 * record.fault.point, squeeze.describe(), pressed, time.time() - record.time)
             self._squeeze = squeeze
         except BaseException:
             squeeze.restore()
             raise
+        finally:
+            if press is not None:
+                press.stop()
 
     def _await_restart(self, record: FaultRecord, train_again: bool = True) -> None:
         number = record.number

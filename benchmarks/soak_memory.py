@@ -15,11 +15,22 @@ lowest value the kernel takes:
 
 Either way the kernel, not the soak, kills a task, and counts it in the
 cgroup (`oom_kill`), which the launcher reports as a task killed for memory.
-`restore` writes the limit back. This module never imports TensorFlow.
+`restore` writes the limit back. A task in a steady step reuses the pages it
+freed and may not need a new one for many seconds after the squeeze, while
+its job trains on past the points of the faults after it; `Press` then
+starts a process in the cgroup that takes memory a chunk at a time, so the
+limit is reached within a second. The kernel's OOM killer kills the process
+of the cgroup that holds the most memory: a task of the host, not the press,
+which holds a few MiB past the limit's margin then. This module never
+imports TensorFlow.
 """
 
 import errno
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 from typing import List, Optional
 
 from jobs.local import memory as memory_lib
@@ -36,6 +47,21 @@ V2_ANONYMOUS = ("anon",)
 STAT_FILE = "memory.stat"
 V1_USAGE_FILE = "memory.usage_in_bytes"
 V2_USAGE_FILE = "memory.current"
+# The pressing process: takes CHUNK bytes (every page written) every INTERVAL seconds, at most COUNT times.
+PRESS_SOURCE = textwrap.dedent("""
+    import sys, time
+    count, chunk, interval = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    chunks = []
+    for _ in range(count):
+        chunks.append(b"\\1" * chunk)
+        time.sleep(interval)
+    time.sleep(3600)
+""")
+PRESS_CHUNK = 4 * MIB
+PRESS_INTERVAL_S = 0.01
+# 4 GiB in all: far past any margin a squeeze leaves.
+PRESS_CHUNKS = 1024
+PRESS_STOP_WAIT_S = 10.0
 
 
 class SqueezeError(RuntimeError):
@@ -169,3 +195,36 @@ class Squeeze:
         return "limit of %s lowered to %s (its anonymous memory then %s, usage %s)" % (
             os.path.basename(self.path), memory_lib.format_size(self.limit),
             memory_lib.format_size(self.anonymous_at_squeeze), memory_lib.format_size(self.usage_at_squeeze))
+
+
+class Press:
+    """A process in a squeezed cgroup that takes memory until the kernel kills one of the cgroup's tasks.
+
+    It joins the cgroup before it starts. The kernel kills the process of
+    most memory, a task of the host (`killed_itself` tells if the press was
+    the one). Stop it (`stop`) once a process was killed.
+
+    Args:
+      path: the cgroup's directory.
+    """
+
+    def __init__(self, path: str):
+        def enter() -> None:
+            with open(os.path.join(path, memory_lib.PROCS_FILE), "w") as f:
+                f.write(str(os.getpid()))
+
+        self.path = path
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", PRESS_SOURCE, str(PRESS_CHUNKS), str(PRESS_CHUNK), str(PRESS_INTERVAL_S)],
+            preexec_fn=enter, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+
+    def killed_itself(self) -> bool:
+        """Whether the kernel killed the press rather than a task."""
+        return self.process.poll() == -signal.SIGKILL
+
+    def stop(self) -> None:
+        """Ends the pressing process (its memory goes with it)."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(PRESS_STOP_WAIT_S)

@@ -1,15 +1,14 @@
-"""The report of a soak (`benchmarks/results/<name>.md` and `.json`), and one report from several runs (`combine`)."""
+"""The report of a soak (`benchmarks/results/<name>.md` and `.json`): one run's, nothing combined."""
 
 import argparse
 import collections
 import dataclasses
 import json
-import os
 import subprocess
-from typing import Any, Dict, List, Sequence
+from typing import List
 
 from benchmarks import common
-from benchmarks.soak_config import STRATEGIES, WORK_DIR_MARK, SoakConfig, epochs_of
+from benchmarks.soak_config import WORK_DIR_MARK, SoakConfig, epochs_of
 from benchmarks.soak_faults import KINDS
 
 
@@ -92,56 +91,3 @@ def write(args: argparse.Namespace, config: SoakConfig, command: str, results: L
     return common.write_report(args.name, "Soak: faults under deepfm.launch, checked to lose nothing",
                                body.replace(config.work_dir, WORK_DIR_MARK), common.machine_info(), raw,
                                results_dir=args.results_dir)
-
-
-def combine(paths: Sequence[str]) -> Dict[str, Any]:
-    """One soak's raw results from the results JSONs of several runs of the same soak (each strategy from the
-    last run that soaked it), for a soak whose strategies ran at different times.
-
-    Raises:
-      ValueError: the runs differ in anything but their strategies, or one
-        holds no strategy.
-    """
-    runs = []
-    for path in paths:
-        with open(path) as f:
-            runs.append(json.load(f)["results"])
-    def settings(run):
-        return {k: v for k, v in run["config"].items() if k not in ("strategies", "work_dir", "kinds")}
-    for path, run in zip(paths[1:], runs[1:]):
-        if settings(run) != settings(runs[0]):
-            raise ValueError("--combine: %s soaked with other settings than %s: %s against %s" % (
-                path, paths[0], settings(run), settings(runs[0])))
-    chosen: Dict[str, tuple] = {}
-    for index, run in enumerate(runs):
-        for result in run["strategies"]:
-            if result.get("faulted") and not result.get("interrupted"):
-                chosen[result["strategy"]] = (index, result)
-    if not chosen:
-        raise ValueError("--combine: no strategy was soaked to its end in %s" % ", ".join(paths))
-    order = [s for run in runs for s in run["config"]["strategies"] if s in chosen]
-    strategies = list(dict.fromkeys(order))
-    return {"runs": [{"command": run["command"], "seconds": run["seconds"],
-                      "strategies": [s for s in strategies if chosen[s][0] == i]} for i, run in enumerate(runs)],
-            "config": dict(runs[0]["config"], strategies=strategies),
-            "strategies": [chosen[s][1] for s in strategies]}
-
-
-def write_combined(args: argparse.Namespace, paths: Sequence[str]) -> str:
-    """Writes the report of `combine(paths)` as `args.name`."""
-    combined = combine(paths)
-    config_fields = {field.name for field in dataclasses.fields(SoakConfig)}
-    config = SoakConfig(**{k: v for k, v in combined["config"].items() if k in config_fields})
-    parts = "; ".join("%s from `%s`" % (", ".join(run["strategies"]), run["command"])
-                      for run in combined["runs"] if run["strategies"])
-    command = "python -m benchmarks.soak --combine " + ",".join(os.path.basename(p) for p in paths)
-    seconds = sum(run["seconds"] for run in combined["runs"] if run["strategies"])
-    body = "Combined from %d runs of the same soak: %s.\n\n%s" % (
-        sum(1 for run in combined["runs"] if run["strategies"]), parts,
-        report(config, command, combined["strategies"], seconds))
-    raw = {"command": command, "runs": combined["runs"], "config": combined["config"], "seconds": seconds,
-           "lscpu": lscpu(), "strategies": combined["strategies"],
-           "complete": set(combined["config"]["strategies"]) >= set(STRATEGIES)}
-    return common.write_report(args.name, "Soak: faults under deepfm.launch, checked to lose nothing", body,
-                               common.machine_info(), raw, results_dir=args.results_dir)
-

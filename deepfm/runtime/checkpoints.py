@@ -62,9 +62,10 @@ READ_WHOLE_BYTES = 64 << 20
 
 # A checkpoint save cut short: TensorFlow's sharded saver writes `<prefix>-<step>_temp/part-...`.
 PARTIAL_SAVE = re.compile(r"^.+-\d+_temp$")
-# A state file or record written through a temporary name: TensorFlow's `checkpoint.tmp<32 hex>`, this
-# package's `<file>.tmp` (`write_state`, `run_config.write`, `input_position.record`).
-PARTIAL_RECORD = re.compile(r"^(%s\.tmp[0-9a-f]{32}|[\w.]+\.json\.tmp|%s\.tmp)$" % (STATE_FILE, STATE_FILE))
+# A file written through a temporary name: TensorFlow's atomic writes (`<file>.tmp<32 hex>`: the state file
+# `checkpoint`, a checkpoint's `.meta` graph, `graph.pbtxt`), this package's `<file>.tmp` (`write_state`,
+# `run_config.write`, `input_position.record`).
+PARTIAL_RECORD = re.compile(r"^([\w.-]+\.tmp[0-9a-f]{32}|[\w.]+\.json\.tmp|%s\.tmp)$" % STATE_FILE)
 
 Shapes = Dict[str, Tuple[int, ...]]
 
@@ -212,9 +213,9 @@ def remove_partial_files(model_dir: str) -> List[str]:
     """Removes what saves cut short left in `model_dir` (the chief, before training); returns the paths.
 
     TensorFlow writes a checkpoint's files into `<prefix>-<step>_temp/` and
-    moves them into place once complete, and the state file through
-    `checkpoint.tmp<hex>`; this package writes its records through `.tmp`
-    files. A process killed in between leaves these behind, and nothing else
+    moves them into place once complete, and the state file and the meta
+    graph through `<file>.tmp<hex>`; this package writes its records through
+    `.tmp` files. A process killed in between leaves these behind, and nothing else
     ever removes them. Complete checkpoints are never touched.
     """
     removed = []

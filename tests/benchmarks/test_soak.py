@@ -8,7 +8,6 @@ fault-free runs differ by more than the tolerance on data this small (the
 long soak, `make soak`, runs two and reports their spread).
 """
 
-import dataclasses
 import json
 import math
 import os
@@ -225,41 +224,6 @@ class UnexpectedRestartTest(tf.test.TestCase):
         self.assertIn("Could not start gRPC server", found[0])
         self.assertEqual((3, "chief_0"), view.restarts()[2][:2])
         self.assertStartsWith(view.restarts()[2][2], "was killed for memory (exit code -9")
-
-
-class CombineTest(tf.test.TestCase):
-
-    def run_json(self, strategies, soaked, epochs=3):
-        """The results JSON of a soak run of `strategies` that soaked `soaked` to their end."""
-        config = dict(dataclasses.asdict(soak.SoakConfig(strategies=strategies, epochs=epochs)), work_dir="<work_dir>")
-        results = [{"strategy": s, "faulted": {"faults": [], "restarts": 20, "seconds": 60, "metrics": {"auc": 0.7}},
-                    "references": [{"metrics": {"auc": 0.7}, "seconds": 30}],
-                    "checks": [{"name": "check of %s" % s, "passed": True, "detail": "run %s" % "+".join(soaked)}]}
-                   for s in soaked]
-        path = self.create_tempfile().full_path
-        with open(path, "w") as f:
-            json.dump({"results": {"command": "python -m benchmarks.soak --strategies %s" % ",".join(strategies),
-                                   "config": config, "seconds": 100, "strategies": results}}, f)
-        return path
-
-    def test_each_strategy_comes_from_the_last_run_that_soaked_it(self):
-        first = self.run_json(("ps", "hybrid", "horovod"), ("ps", "hybrid", "horovod"))
-        second = self.run_json(("ps",), ("ps",))
-        combined = soak.combine([first, second])
-        self.assertEqual(["ps", "hybrid", "horovod"], combined["config"]["strategies"])
-        self.assertEqual(["run ps", "run ps+hybrid+horovod", "run ps+hybrid+horovod"],
-                         [r["checks"][0]["detail"] for r in combined["strategies"]])
-        self.assertEqual([["hybrid", "horovod"], ["ps"]], [run["strategies"] for run in combined["runs"]])
-        results_dir = self.create_tempdir().full_path
-        soak.main(["--combine", "%s,%s" % (first, second), "--name", "both", "--results_dir", results_dir])
-        with open(os.path.join(results_dir, "both.md")) as f:
-            text = f.read()
-        self.assertIn("Combined from 2 runs of the same soak: hybrid, horovod from `python -m benchmarks.soak "
-                      "--strategies ps,hybrid,horovod`; ps from `python -m benchmarks.soak --strategies ps`", text)
-
-    def test_runs_of_other_settings_are_refused(self):
-        with self.assertRaisesRegex(ValueError, "other settings"):
-            soak.combine([self.run_json(("ps",), ("ps",)), self.run_json(("ps",), ("ps",), epochs=4)])
 
 
 class WindowTest(tf.test.TestCase):

@@ -25,6 +25,13 @@ GROWING = textwrap.dedent("""
         time.sleep(0.01)
     time.sleep(60)
 """)
+# A process whose memory stays put once taken: it needs no new page after the squeeze.
+STEADY = textwrap.dedent("""
+    import time
+    chunk = b"\\1" * (64 * 1024 * 1024)
+    print("ready", flush=True)
+    time.sleep(600)
+""")
 # A task that needs GROWING_NEED of memory at once: more than LAUNCH_LIMIT.
 NEEDY = "chunks = [bytearray(1024 * 1024) for _ in range(300)]\n"
 LAUNCH_LIMIT = "64m"
@@ -64,6 +71,32 @@ class SqueezeTest(tf.test.TestCase):
                 if process.poll() is None:
                     process.kill()
                     process.wait()
+
+    def test_a_press_gets_a_steady_task_killed_not_itself(self):
+        controller = controller_or_skip(self)
+        with memory_lib.HostMemories() as memories:
+            host = memories.host("soak")
+            process = subprocess.Popen([sys.executable, "-c", STEADY], preexec_fn=host.join, stdout=subprocess.PIPE,
+                                       text=True)
+            press = None
+            try:
+                self.assertEqual("ready", process.stdout.readline().strip())
+                squeeze = soak_memory.Squeeze(host.path, controller)
+                squeeze.tighten()
+                press = soak_memory.Press(host.path)
+                self.assertEqual(-9, process.wait(WAIT_S), squeeze.describe())
+                self.assertEqual(1, squeeze.killed())
+                self.assertIsNone(press.process.poll(), "the press was killed, not the task")
+                self.assertFalse(press.killed_itself())
+                self.assertIn(press.process.pid, host.pids())
+                press.stop()
+                self.assertEqual(-9, press.process.returncode)
+                self.assertTrue(squeeze.restore())
+            finally:
+                for child in (process, press.process if press else None):
+                    if child is not None and child.poll() is None:
+                        child.kill()
+                        child.wait()
 
     def test_a_process_outside_the_launchers_cgroups_is_refused(self):
         controller = controller_or_skip(self)

@@ -179,9 +179,14 @@ class ResumeTest(tf.test.TestCase):
         partial_state = os.path.join(model_dir, "checkpoint.tmp" + "0" * 32)
         with open(partial_state, "w") as f:
             f.write("model_checkpoint_path")
+        # A chief killed while it wrote a checkpoint's meta graph (TensorFlow writes it through a temporary name).
+        partial_meta = os.path.join(model_dir, "model.ckpt-24.meta.tmp" + "0123456789abcdef" * 2)
+        with open(partial_meta, "wb") as f:
+            f.write(b"cut short")
         self.assertEqual(self.INTERVAL, trainer.check_model_dir(model_dir))
         self.assertFalse(os.path.exists(partial_save))
         self.assertFalse(os.path.exists(partial_state))
+        self.assertFalse(os.path.exists(partial_meta))
         self.assertNotEmpty(tf.io.gfile.glob(os.path.join(model_dir, "model.ckpt-%d.*" % self.INTERVAL)))
 
 
