@@ -29,7 +29,7 @@ import shlex
 import sys
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import app, flags
 
@@ -75,17 +75,20 @@ class Measurement:
     Attributes:
       metrics: named figures, e.g. `{"examples_per_sec": 81234.0}`.
       peak_rss_mb: the peak resident memory of what ran (a process's, or a
-        process tree's), in MiB.
+        process tree's), in MiB; None where the benchmark cannot see it
+        (processes in other hosts' namespaces).
       details: what else the round saw, kept as it is for the report (e.g.
         the ops of a traced step).
     """
 
     metrics: Mapping[str, float]
-    peak_rss_mb: float
+    peak_rss_mb: Optional[float]
     details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def values(self) -> Dict[str, float]:
-        """The metrics and the peak memory (`PEAK_RSS_MB`)."""
+        """The metrics and the peak memory (`PEAK_RSS_MB`, where measured)."""
+        if self.peak_rss_mb is None:
+            return dict(self.metrics)
         return dict(self.metrics, **{PEAK_RSS_MB: self.peak_rss_mb})
 
 
@@ -107,8 +110,12 @@ class Results:
       names: the variants, in the order run; the first is the baseline.
       values: per variant and metric, the timed rounds' values in order.
       details: per variant, the timed rounds' `Measurement.details` in order.
-      failures: per variant that failed, `round N: message`.
+      failures: per variant that failed, `round N: message` (its latest failure).
       rounds_run: the timed rounds started (fewer than asked after a deadline).
+      failed_rounds: per variant, `(round, message)` of every failed round.
+      skipped: per variant, the rounds it was not measured in because it
+        would not have ended before the deadline (`fit_deadline`).
+      seconds: per variant, the wall seconds of its latest measurement.
     """
 
     names: List[str]
@@ -116,6 +123,9 @@ class Results:
     details: Dict[str, List[Mapping[str, Any]]]
     failures: Dict[str, str]
     rounds_run: int
+    failed_rounds: Dict[str, List[Tuple[int, str]]] = dataclasses.field(default_factory=dict)
+    skipped: Dict[str, List[int]] = dataclasses.field(default_factory=dict)
+    seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def baseline(self) -> str:
@@ -146,7 +156,9 @@ class Results:
 
 def run(variants: Sequence[Variant], rounds: int, warmup_rounds: int = 0, deadline_s: Optional[float] = None,
         log: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
-        after_round: Optional[Callable[[Results], None]] = None, rotate: bool = False) -> Results:
+        after_round: Optional[Callable[[Results], None]] = None, rotate: bool = False,
+        retry_failed: bool = False, fit_deadline: bool = False,
+        after_measurement: Optional[Callable[[Results], None]] = None) -> Results:
     """Measures `variants` round by round, interleaved; warm-up rounds first, discarded.
 
     Args:
@@ -161,6 +173,15 @@ def run(variants: Sequence[Variant], rounds: int, warmup_rounds: int = 0, deadli
       rotate: each round starts one variant further on (A, B, C, then B, C,
         A, ...), so that no variant always runs first, after the machine
         was idle.
+      retry_failed: a variant that failed is measured again in the later
+        rounds (default: it is left out of them).
+      fit_deadline: with `deadline_s`, each measurement is skipped (and
+        recorded in `Results.skipped`) unless it can end before the
+        deadline: a variant is expected to take what its latest
+        measurement took, one never measured the longest any took; later
+        rounds still run what fits.
+      after_measurement: called with the results so far after every
+        measurement, failed ones included.
 
     Returns:
       The timed rounds' measurements and the failures.
@@ -168,37 +189,50 @@ def run(variants: Sequence[Variant], rounds: int, warmup_rounds: int = 0, deadli
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
         raise ValueError("variants %s: each name once" % ", ".join(names))
-    values: Dict[str, Dict[str, List[float]]] = {name: {} for name in names}
-    details: Dict[str, List[Mapping[str, Any]]] = {name: [] for name in names}
-    failures: Dict[str, str] = {}
+    if fit_deadline and deadline_s is None:
+        raise ValueError("fit_deadline needs a deadline_s")
+    results = Results(names, {name: {} for name in names}, {name: [] for name in names}, {}, 0,
+                      {name: [] for name in names}, {name: [] for name in names}, {})
     start = time.monotonic()
-    rounds_run = 0
     for round_index in range(-warmup_rounds, rounds):
-        if deadline_s is not None and time.monotonic() - start > deadline_s:
-            log("deadline of %.0f s passed: %d of %d timed rounds run" % (deadline_s, rounds_run, rounds))
+        if deadline_s is not None and not fit_deadline and time.monotonic() - start > deadline_s:
+            log("deadline of %.0f s passed: %d of %d timed rounds run" % (deadline_s, results.rounds_run, rounds))
             break
         if round_index >= 0:
-            rounds_run += 1
+            results.rounds_run += 1
         start_at = (round_index + warmup_rounds) % len(variants) if rotate and variants else 0
         for variant in list(variants[start_at:]) + list(variants[:start_at]):
-            if variant.name in failures:
+            if variant.name in results.failures and not retry_failed:
                 continue
+            if fit_deadline and deadline_s is not None:
+                left = start + deadline_s - time.monotonic()
+                estimate = results.seconds.get(variant.name, max(results.seconds.values(), default=0.0))
+                if left <= 0 or estimate > left:
+                    results.skipped[variant.name].append(round_index)
+                    log("round %d %s skipped: %.0f s left before the deadline" % (round_index, variant.name,
+                                                                                     max(0.0, left)))
+                    continue
+            started = time.monotonic()
             try:
                 measurement = variant.measure(round_index)
             except Exception as e:  # noqa: BLE001 - a failed variant is reported, the others go on
                 message = "".join(traceback.format_exception_only(type(e), e)).strip()[-FAILURE_MESSAGE_CHARS:]
-                failures[variant.name] = "round %d: %s" % (round_index, message)
+                results.failures[variant.name] = "round %d: %s" % (round_index, message)
+                results.failed_rounds[variant.name].append((round_index, str(e)[-FAILURE_MESSAGE_CHARS:]))
                 log("round %d %s failed: %s" % (round_index, variant.name, message))
-                continue
-            log("%s %d %s %s" % ("warm-up" if round_index < 0 else "round", round_index, variant.name,
-                                 "  ".join("%s %.6g" % item for item in measurement.values().items())))
-            if round_index >= 0:
-                details[variant.name].append(measurement.details)
-                for metric, value in measurement.values().items():
-                    values[variant.name].setdefault(metric, []).append(value)
+            else:
+                log("%s %d %s %s" % ("warm-up" if round_index < 0 else "round", round_index, variant.name,
+                                     "  ".join("%s %.6g" % item for item in measurement.values().items())))
+                if round_index >= 0:
+                    results.details[variant.name].append(measurement.details)
+                    for metric, value in measurement.values().items():
+                        results.values[variant.name].setdefault(metric, []).append(value)
+            results.seconds[variant.name] = time.monotonic() - started
+            if after_measurement is not None:
+                after_measurement(results)
         if after_round is not None and round_index >= 0:
-            after_round(Results(names, values, details, dict(failures), rounds_run))
-    return Results(names, values, details, failures, rounds_run)
+            after_round(results)
+    return results
 
 
 def recorded_flags(argv: Optional[Sequence[str]] = None) -> List[str]:
@@ -280,12 +314,25 @@ def config_from(config_class: type, flag_values: flags.FlagValues = flags.FLAGS)
         raise app.UsageError(str(e)) from e
 
 
-def parse(config_class: type, argv: Sequence[str]):
-    """The config of a command line (`argv[0]` the program), with flags of its own (not absl's global ones)."""
+def options(config_class: type, argv: Sequence[str]):
+    """The config of a command line (`argv[0]` the program), with flags of its own (not absl's global ones).
+
+    Raises:
+      ValueError: a value the config refuses (its message as the config gives it).
+      absl.flags.Error: an unknown flag or a value of the wrong type.
+    """
     flag_values = flags.FlagValues()
     config_flags.define_flags([config_class], flag_values)
     flag_values(list(argv))
-    return config_from(config_class, flag_values)
+    return config_class(**config_flags.values(config_class, flag_values))
+
+
+def parse(config_class: type, argv: Sequence[str]):
+    """`options`, a refused value raised as the `app.UsageError` a command line reports."""
+    try:
+        return options(config_class, argv)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
 
 
 def main(config_class: type, benchmark: Callable[..., int], program: str = "") -> None:

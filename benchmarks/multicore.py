@@ -44,7 +44,6 @@ so that whatever ran is there when the command is stopped. `--plan_only`
 prints every run and its vCPUs and exits.
 """
 
-import argparse
 import dataclasses
 import os
 import shutil
@@ -52,15 +51,19 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchmarks import common
+from absl import app
+
+from benchmarks import common, harness
 from benchmarks import topology as topology_lib
 from benchmarks.scale_out import cli as scale_out_cli
 from benchmarks.scale_out import config as config_lib
 from benchmarks.scale_out import hosts as run_hosts
 from benchmarks.scale_out import layout, report, runner
 from benchmarks.scale_out.variants import LAUNCH_SSH_MPI_YIELD, Variant
+from cli import config_flags
 from strategies import strategy_names as names
 
+PROGRAM = "benchmarks.multicore"
 NAME = "multicore"
 TITLE = "Hosts of several cores, and the layouts of one host"
 DEFAULT_BUDGET_S = 540.0
@@ -168,48 +171,61 @@ def default_layouts(cores: int) -> Tuple[int, ...]:
     return tuple(sorted(set(layouts + ([cores] if cores > 1 else []))))
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--results_dir", default=common.RESULTS_DIR, help="where the results go (e.g. $OUT)")
-    parser.add_argument("--name", default=NAME, help="the report's file name")
-    parser.add_argument("--budget_s", type=float, default=DEFAULT_BUDGET_S,
-                        help="seconds from the start after which no run may end (data generation included)")
-    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="rounds, as the budget allows")
-    parser.add_argument("--cores", type=int, default=0, help="vCPUs to use (0: every one this process may use)")
-    parser.add_argument("--cores_per_host", type=int, default=0, help="C, vCPUs per host (0: min(4, cores / 2))")
-    parser.add_argument("--hosts", default="", help="hosts of the hosts table (default: 2 and cores / C)")
-    parser.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help="strategies of the hosts table")
-    parser.add_argument("--batches", default=",".join(map(str, DEFAULT_BATCHES)), help="per-replica batches")
-    parser.add_argument("--steps", default="", help="timed steps, one for every batch or one per batch (default: "
-                        "%d, and %d from batch %d on)" % (DEFAULT_STEPS[False], DEFAULT_STEPS[True],
-                                                          config_lib.LARGE_BATCH))
-    parser.add_argument("--warmup_steps", default="", help="warm-up steps, likewise (default: %d, and %d)"
-                        % (DEFAULT_WARMUP_STEPS[False], DEFAULT_WARMUP_STEPS[True]))
-    parser.add_argument("--layouts", default="", help="ranks per host of the one-host table (default: the powers "
-                        "of two that divide the cores, and the cores)")
-    parser.add_argument("--layout_strategies", default=",".join(DEFAULT_LAYOUT_STRATEGIES),
-                        help="strategies of the one-host table's layouts")
-    parser.add_argument("--one_vcpu_hosts", default=",".join(DEFAULT_ONE_VCPU_HOSTS),
-                        help="strategies also run at 2 hosts of 1 vCPU at the first batch, where hosts have more: "
-                        "what a rank's further cores give its exchange ('' for none)")
-    parser.add_argument("--mpi_hosts", default=",".join(DEFAULT_MPI_HOSTS),
-                        help="strategies of the hosts table also run over MPI with yielding waits, their ranks "
-                        "started by mpirun over ssh as SageMaker's toolkit does (emulated hosts only; '' for none)")
-    parser.add_argument("--table_partitions", default=PARTITIONS_PER_VCPU,
-                        help="`single` on more than one vCPU also with its tables in this many partitions "
-                        "(`deepfm.train --table_partitions`): comma-separated counts, '%s' for one per vCPU of "
-                        "the process, '' for none" % PARTITIONS_PER_VCPU)
-    parser.add_argument("--large_batch_flag", default=LARGE_BATCH_FLAG,
-                        help="the deepfm.train flag of batches from %d on ('' for none)" % config_lib.LARGE_BATCH)
-    scale_out_cli.add_train_flag_argument(parser)
-    parser.add_argument("--hosts_mode", choices=config_lib.HOSTS_MODES, default=config_lib.HOSTS_AUTO,
-                        help="emulated: network namespaces (root); local: blocks of this machine's cores; auto: "
-                        "emulated where they can be made")
-    parser.add_argument("--data_dir", default=config_lib.DEFAULT_DATA_DIR)
-    parser.add_argument("--rows", type=int, default=config_lib.DEFAULT_ROWS, help="rows of a generated dataset")
-    parser.add_argument("--timeout_s", type=float, default=DEFAULT_TIMEOUT_S, help="the longest one run may take")
-    parser.add_argument("--plan_only", action="store_true", help="print every run and its vCPUs, run nothing")
-    return parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True)
+class MulticoreOptions(harness.HarnessConfig):
+    """`python -m benchmarks.multicore`'s options; `variants` names runs by key (`<batch>/<variant>`)."""
+
+    rounds: int = config_flags.field(DEFAULT_RUNS, "Rounds, as the budget allows.", flag="runs")
+    name: str = config_flags.field(NAME, "The report's file name, without extension.")
+    budget_s: float = config_flags.field(DEFAULT_BUDGET_S, "Seconds from the start after which no run may end "
+                                                           "(data generation included).")
+    cores: int = config_flags.field(0, "vCPUs to use (0: every one this process may use).")
+    cores_per_host: int = config_flags.field(0, "C, vCPUs per host (0: min(4, cores / 2)).")
+    hosts: str = config_flags.field("", "Hosts of the hosts table, comma-separated (default: 2 and cores / C).")
+    strategies: str = config_flags.field(",".join(DEFAULT_STRATEGIES), "Strategies of the hosts table.")
+    batches: str = config_flags.field(",".join(map(str, DEFAULT_BATCHES)), "Per-replica batches.")
+    steps: str = config_flags.field("", "Timed steps, one for every batch or one per batch (default: %d, and %d "
+                                        "from batch %d on)." % (DEFAULT_STEPS[False], DEFAULT_STEPS[True],
+                                                               config_lib.LARGE_BATCH))
+    warmup_steps: str = config_flags.field("", "Warm-up steps, likewise (default: %d, and %d)."
+                                           % (DEFAULT_WARMUP_STEPS[False], DEFAULT_WARMUP_STEPS[True]))
+    layouts: str = config_flags.field("", "Ranks per host of the one-host table (default: the powers of two that "
+                                          "divide the cores, and the cores).")
+    layout_strategies: str = config_flags.field(",".join(DEFAULT_LAYOUT_STRATEGIES),
+                                                "Strategies of the one-host table's layouts.")
+    one_vcpu_hosts: str = config_flags.field(
+        ",".join(DEFAULT_ONE_VCPU_HOSTS), "Strategies also run at 2 hosts of 1 vCPU at the first batch, where hosts "
+                                          "have more: what a rank's further cores give its exchange ('' for none).")
+    mpi_hosts: str = config_flags.field(
+        ",".join(DEFAULT_MPI_HOSTS), "Strategies of the hosts table also run over MPI with yielding waits, their "
+                                     "ranks started by mpirun over ssh as SageMaker's toolkit does (emulated hosts "
+                                     "only; '' for none).")
+    table_partitions: str = config_flags.field(
+        PARTITIONS_PER_VCPU, "`single` on more than one vCPU also with its tables in this many partitions "
+                             "(deepfm.train --table_partitions): comma-separated counts, '%s' for one per vCPU of "
+                             "the process, '' for none." % PARTITIONS_PER_VCPU)
+    large_batch_flag: str = config_flags.field(LARGE_BATCH_FLAG, "The deepfm.train flag of batches from %d on "
+                                                                 "('' for none)." % config_lib.LARGE_BATCH)
+    train_flag: Tuple[str, ...] = config_flags.field(
+        (), "A flag added to every run's deepfm.train, e.g. --train_flag=--exchange_fp16 (repeat for more).",
+        repeated=True)
+    hosts_mode: str = config_flags.field(config_lib.HOSTS_AUTO, "emulated: network namespaces (root); local: "
+                                                                "blocks of this machine's cores; auto: emulated "
+                                                                "where they can be made.",
+                                         choices=config_lib.HOSTS_MODES)
+    data_dir: str = config_flags.field(config_lib.DEFAULT_DATA_DIR, "The synthetic dataset root.")
+    rows: int = config_flags.field(config_lib.DEFAULT_ROWS, "Rows of a generated dataset.")
+    timeout_s: float = config_flags.field(DEFAULT_TIMEOUT_S, "The longest one run may take.")
+    plan_only: bool = config_flags.field(False, "Print every run and its vCPUs, run nothing.")
+
+
+def parse_args(argv: Sequence[str]) -> MulticoreOptions:
+    """The options of a command line (without the program's name).
+
+    Raises:
+      ValueError: a value the options refuse.
+    """
+    return harness.options(MulticoreOptions, [PROGRAM] + list(argv))
 
 
 def _strategies(text: str, flag: str) -> Tuple[str, ...]:
@@ -230,17 +246,17 @@ def _partitions(text: str, vcpus: int) -> Tuple[int, ...]:
     return tuple(parts for parts in _ints(text, "table_partitions") if parts > 1)
 
 
-def make_plan(args: argparse.Namespace, available: int) -> Plan:
-    """Every run of a round for the parsed arguments, on a machine of `available` vCPUs.
+def make_plan(args: MulticoreOptions, available: int) -> Plan:
+    """Every run of a round for the options, on a machine of `available` vCPUs.
 
     Raises:
       ValueError: a bad argument, or a layout that needs more vCPUs than
         `--cores` (or the machine) has; the message names the flag and value.
     """
-    scale_out_cli.check_least((("runs", args.runs, 1), ("budget_s", args.budget_s, 1),
+    scale_out_cli.check_least((("runs", args.rounds, 1), ("budget_s", args.budget_s, 1),
                                ("timeout_s", args.timeout_s, 1), ("cores", args.cores, 0),
                                ("cores_per_host", args.cores_per_host, 0)))
-    scale_out_cli.check_train_flags(args.train_flag + ([args.large_batch_flag] if args.large_batch_flag else []))
+    scale_out_cli.check_train_flags(args.train_flag + ((args.large_batch_flag,) if args.large_batch_flag else ()))
     cores = args.cores or available
     if cores > available:
         raise ValueError("--cores %d: this process may use %d vCPUs" % (cores, available))
@@ -286,10 +302,10 @@ def make_plan(args: argparse.Namespace, available: int) -> Plan:
         flags = RUN_FLAGS + ((args.large_batch_flag,) if args.large_batch_flag and batch >= config_lib.LARGE_BATCH
                              else ()) + tuple(args.train_flag)
         config = config_lib.BenchmarkConfig(
-            data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.runs, steps=steps[index],
+            data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.rounds, steps=steps[index],
             warmup_steps=warmups[index], link_gbps=0.0, variants=(), results_dir=args.results_dir,
             name=args.name, timeout_s=args.timeout_s, batch=batch, train_flags=flags, same_steps=True,
-            cores_per_host=per_host, hosts_mode=args.hosts_mode)
+            cores_per_host=per_host, hosts_mode=args.hosts_mode, warmup_rounds=args.warmup_rounds)
         reference = add(HOSTS_TABLE, batch, Variant("single 1x%d" % per_host, names.SINGLE,
                                                     "1 process on %d vCPUs" % per_host), config)
         for count in hosts:
@@ -324,8 +340,28 @@ def make_plan(args: argparse.Namespace, available: int) -> Plan:
             host_keys.append(add(HOST_TABLE, batch, Variant(
                 "%s %dx%d on 1 host" % (strategy, ranks, cores // ranks), strategy,
                 "1 host of %d vCPUs, %d ranks" % (cores, ranks), hosts=1, ranks_per_host=ranks), config))
-    return Plan(entries=tuple(entries), cores=cores, cores_per_host=per_host, one_core=one_core,
-                host_keys=tuple(dict.fromkeys(host_keys)))
+    return Plan(entries=tuple(_named(entries, args.variants, one_core)), cores=cores, cores_per_host=per_host,
+                one_core=one_core, host_keys=tuple(dict.fromkeys(host_keys)))
+
+
+def _named(entries: Sequence[Entry], variants: str, one_core: str) -> List[Entry]:
+    """The entries `--variants` names (all where it is empty), with the references their figures divide by.
+
+    Raises:
+      ValueError: a name that is no entry's key; the message lists the keys.
+    """
+    asked = [name.strip() for name in variants.split(",") if name.strip()]
+    if not asked:
+        return list(entries)
+    keys = {entry.key: entry for entry in entries}
+    unknown = [name for name in asked if name not in keys]
+    if unknown:
+        raise ValueError("--variants: unknown %s; the runs are %s" % (", ".join(map(repr, unknown)),
+                                                                     ", ".join(keys)))
+    wanted = set(asked) | {keys[name].reference for name in asked if keys[name].reference}
+    if any(keys[name].table == HOST_TABLE for name in asked):
+        wanted.add(one_core)
+    return [entry for entry in entries if entry.key in wanted]
 
 
 def check_plan(plan: Plan, order: Sequence[int]) -> Dict[str, layout.CorePlan]:
@@ -495,9 +531,13 @@ def describe_plan(plan: Plan, cores: Dict[str, layout.CorePlan]) -> str:
         ", %d TensorFlow threads" % cores[entry.key].threads) for entry in plan.entries)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def run(args: MulticoreOptions) -> int:
+    """Plans, measures within the budget and writes the results; returns the exit status.
+
+    Raises:
+      app.UsageError: a bad option, or a plan this machine cannot run.
+    """
     started = time.monotonic()
-    args = parse_args(argv)
     topology = topology_lib.read()
     order = topology.order(topology_lib.allowed_cpus())
     try:
@@ -512,16 +552,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ValueError("%s is not on PATH (Debian package util-linux): it pins each rank to its vCPUs"
                              % layout.TASKSET)
     except ValueError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 2
+        raise app.UsageError(str(e)) from e
     print("%s\n%d runs a round, %d round(s) at most, %.0f s budget; topology: %s" % (
-        describe_plan(plan, cores), len(plan.entries), args.runs, args.budget_s, topology.describe(order)),
+        describe_plan(plan, cores), len(plan.entries), args.rounds, args.budget_s, topology.describe(order)),
         file=sys.stderr, flush=True)
     if args.plan_only:
         return 0
     if args.hosts_mode == config_lib.HOSTS_LOCAL and run_hosts.local_reason():
-        print("error: %s" % run_hosts.local_reason(), file=sys.stderr)
-        return 2
+        raise app.UsageError(run_hosts.local_reason())
     write_topology(topology, args.results_dir)
     common.ensure_data(os.path.abspath(args.data_dir), args.rows, common.FEATURE_SIZE)
     scale_out_cli.exit_on_sigterm()
@@ -537,7 +575,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rounds = runner.Rounds({job.key: [] for job in jobs}, {job.key: [] for job in jobs},
                                {job.key: [] for job in jobs})
         write(rounds)
-        rounds = runner.run_rounds(jobs, hosts, args.runs, order, deadline, write)
+        rounds = runner.run_rounds(jobs, hosts, args.rounds, order, deadline, write, warmup_rounds=args.warmup_rounds)
         path = write_results(plan, rounds, topology, order, hosts, args.results_dir, args.name, args.budget_s,
                              started)
     with open(path) as f:
@@ -545,5 +583,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 1 if any(rounds.failures.values()) else 0
 
 
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`run` of a command line (without the program's name); a bad option prints its error and returns 2.
+
+    Without `argv`, the process's command line through `harness.main`.
+    """
+    if argv is None:
+        harness.main(MulticoreOptions, run, program=PROGRAM)
+        return 0
+    try:
+        return run(parse_args(argv))
+    except (ValueError, app.UsageError) as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -50,16 +50,18 @@ JSON records the machine's topology (`lscpu -e`, `lscpu`). Results go to
 `benchmarks/results/rank_growth.{md,json,png}`.
 """
 
-import argparse
 import dataclasses
 import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchmarks import common, scale_out
+from absl import app
+
+from benchmarks import common, harness, scale_out
 from benchmarks import topology as topology_lib
 from benchmarks.scale_out import cli as scale_out_cli
 from benchmarks.scale_out import report as scale_out_report
+from cli import config_flags
 from strategies import strategy_names as names
 
 NAME = "rank_growth"
@@ -79,6 +81,21 @@ TARGET_BYTES_GROWTH = 1.3
 TARGET_CPU_VS_SINGLE = 1.25
 SMALLEST, LARGEST = RANK_COUNTS[0], RANK_COUNTS[-1]
 STRATEGIES = (names.HOROVOD, names.HYBRID)
+
+
+PROGRAM = "benchmarks.rank_growth"
+
+
+@dataclasses.dataclass(frozen=True)
+class RankGrowthOptions(scale_out.RunOptions):
+    """`python -m benchmarks.rank_growth`'s options."""
+
+    rounds: int = config_flags.field(DEFAULT_RUNS, "Runs of every variant, interleaved.", flag="runs")
+    name: str = config_flags.field(NAME, "The report's file name, without extension.")
+    steps: int = config_flags.field(DEFAULT_STEPS, "Timed steps of every process.")
+    warmup_steps: int = config_flags.field(DEFAULT_WARMUP_STEPS, "Steps of every process before the window.")
+    shared_cores: int = config_flags.field(SHARED_CORES, "Every host on the same first N cores (0: hosts of "
+                                                         "--cores_per_host cores of their own).")
 
 
 def variant_name(strategy: str, ranks: int, lever: str = "") -> str:
@@ -123,14 +140,14 @@ def all_variants(ranks_per_host: int = 1) -> Tuple[scale_out.Variant, ...]:
     return tuple(variants)
 
 
-def make_config(args: argparse.Namespace) -> scale_out.BenchmarkConfig:
-    """The `scale_out.BenchmarkConfig` of the parsed arguments: the same steps everywhere, shared cores by default.
+def make_config(args: RankGrowthOptions) -> scale_out.BenchmarkConfig:
+    """The `scale_out.BenchmarkConfig` of the options: the same steps everywhere, shared cores by default.
 
     Raises:
       ValueError: a bad argument; the message names it and its value.
     """
     scale_out_cli.check_least((
-        ("runs", args.runs, 1), ("steps", args.steps, 2 * scale_out.LOG_EVERY_STEPS),
+        ("runs", args.rounds, 1), ("steps", args.steps, 2 * scale_out.LOG_EVERY_STEPS),
         ("warmup_steps", args.warmup_steps, 0), ("timeout_s", args.timeout_s, 1), ("batch_size", args.batch_size, 1),
         ("shared_cores", args.shared_cores, 0), ("cores_per_host", args.cores_per_host, 1),
         ("ranks_per_host", args.ranks_per_host, 1)))
@@ -138,12 +155,13 @@ def make_config(args: argparse.Namespace) -> scale_out.BenchmarkConfig:
     scale_out.check_train_flags(args.train_flag)
     threads = ONE_THREAD if args.shared_cores else ()
     config = scale_out.BenchmarkConfig(
-        data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.runs, steps=args.steps,
+        data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.rounds, steps=args.steps,
         warmup_steps=args.warmup_steps, link_gbps=scale_out.DEFAULT_LINK_GBPS, variants=variants,
         results_dir=args.results_dir, name=args.name, timeout_s=args.timeout_s, shared_note=args.shared_note,
         batch=args.batch_size, train_flags=RUN_FLAGS + threads + tuple(args.train_flag),
         shared_cores=args.shared_cores, same_steps=True, cores_per_host=args.cores_per_host,
-        ranks_per_host=args.ranks_per_host, hosts_mode=args.hosts_mode)
+        ranks_per_host=args.ranks_per_host, hosts_mode=args.hosts_mode, host_memory=args.host_memory,
+        warmup_rounds=args.warmup_rounds)
     scale_out_cli.check_hosts_mode(config)
     return config
 
@@ -252,36 +270,25 @@ def write_chart(config: scale_out.BenchmarkConfig, results: Dict[str, List[scale
         reference, "%.2f x single" % TARGET_CPU_VS_SINGLE, results_dir=config.results_dir)
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data_dir", default=scale_out.DEFAULT_DATA_DIR)
-    parser.add_argument("--rows", type=int, default=scale_out.DEFAULT_ROWS, help="rows of a generated dataset")
-    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="timed steps of every process")
-    parser.add_argument("--warmup_steps", type=int, default=DEFAULT_WARMUP_STEPS)
-    parser.add_argument("--batch_size", type=int, default=scale_out.BATCH, help="per-replica batch")
-    parser.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
-    parser.add_argument("--shared_cores", type=int, default=SHARED_CORES,
-                        help="every host on the same first N cores (0: hosts of --cores_per_host cores of their own)")
-    scale_out.add_layout_arguments(parser)
-    scale_out.add_train_flag_argument(parser)
-    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
-    parser.add_argument("--name", default=NAME, help="the report's file name")
-    parser.add_argument("--timeout_s", type=float, default=scale_out.RUN_TIMEOUT_S)
-    parser.add_argument("--shared_note", default="", help="what else ran on the machine, for the report")
-    parser.add_argument("--report_only", help="write the report again from this results JSON (no runs; "
-                        "--variants, --runs, --steps, --warmup_steps, --batch_size, --shared_cores, --cores_per_host, "
-                        "--ranks_per_host, --train_flag as it was run)")
-    return parser.parse_args(argv)
+def parse_args(argv: Sequence[str]) -> RankGrowthOptions:
+    """The options of a command line (without the program's name).
+
+    Raises:
+      ValueError: a value the options refuse.
+    """
+    return harness.options(RankGrowthOptions, [PROGRAM] + list(argv))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+def run(args: RankGrowthOptions) -> int:
+    """Measures (or, with `report_only`, reports again) and writes the report; returns the exit status.
+
+    Raises:
+      app.UsageError: a bad option, or what stops the runs before they start.
+    """
     try:
         config = make_config(args)
     except ValueError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 2
+        raise app.UsageError(str(e)) from e
     if args.report_only:
         results, failures, _ = scale_out.load_results(args.report_only)
         setup = scale_out.load_setup(args.report_only)
@@ -292,15 +299,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         topology = topology_lib.read()
         reason = scale_out_cli.start_checks(config, topology)
         if reason:
-            print("error: %s" % reason, file=sys.stderr)
-            return 2
+            raise app.UsageError(reason)
         common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
         scale_out.exit_on_sigterm()
         load_before = os.getloadavg()[0]
         config, results, failures, _ = scale_out_cli.run_measurement(config, topology)
         load = (load_before, os.getloadavg()[0])
     body = report_body(config, results, failures, load, topology)
-    info = scale_out.report_machine(args.report_only)
+    info = scale_out.report_machine(args.report_only or None)
     info["cores used"] = ("%d, shared by every rank (pinned)" % config.shared_cores if config.shared_cores
                           else "%d hosts, %s" % (config.num_hosts, config.layout_text()))
     common.write_report(config.name, "Growth with ranks" + (" on shared cores" if config.shared_cores else ""),
@@ -311,5 +317,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 1 if any(failures.values()) else 0
 
 
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`run` of a command line (without the program's name); a bad option prints its error and returns 2.
+
+    Without `argv`, the process's command line through `harness.main`.
+    """
+    if argv is None:
+        harness.main(RankGrowthOptions, run, program=PROGRAM)
+        return 0
+    try:
+        return run(parse_args(argv))
+    except (ValueError, app.UsageError) as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

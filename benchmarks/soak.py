@@ -1,7 +1,10 @@
 """A soak: `deepfm.launch --max_restarts` jobs under a seeded schedule of faults, checked to lose nothing.
 
     python -m benchmarks.soak [--strategies ps,horovod,hybrid] [--faults 20] [--seed 1]
-                              [--rows 60000] [--epochs 3] [--ps_epochs 9] [--name soak]
+                              [--rows 540000] [--epochs 1] [--references 2] [--name soak_seed1]
+
+(`make soak SOAK_SEED=N` is the long soak; its flags are generated from
+`soak_config.SoakConfig` and `SoakCommand`.)
 
 For each strategy, the same job runs twice on the same synthetic data, with
 the same seed and flags: once without faults (the reference), once under
@@ -46,7 +49,6 @@ Writes `benchmarks/results/<name>.md` and `.json`: the command, the machine
 lost, and every check.
 """
 
-import argparse
 import dataclasses
 import glob
 import json
@@ -62,6 +64,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import psutil
+from absl import app
 
 from benchmarks import common, soak_checks, soak_view
 from benchmarks import soak_faults as faults_lib
@@ -80,13 +83,17 @@ from benchmarks.soak_config import (  # noqa: F401  (the soak's names, read here
     NAME,
     STRATEGIES,
     WORK_DIR_MARK,
+    SoakCommand,
     SoakConfig,
     epochs_of,
+    parse_kinds,
 )
 from benchmarks.soak_report import lscpu, report, write  # noqa: F401
+from cli import config_flags, entry
 from input_pipeline import schema
 from jobs.local import processes
 
+PROGRAM = "benchmarks.soak"
 LOG_EVERY_STEPS = 5
 # Rank 0's checkpoint bundle of a step (not a `hybrid` rank's shard file beside it).
 CHECKPOINT_INDEX = re.compile(r"^model\.ckpt-(\d+)\.index$")
@@ -428,66 +435,13 @@ def soak_strategy(config: SoakConfig, strategy: str, data_dir: str, log=log_line
     return result
 
 
-def parse_kinds(text: str) -> Dict[str, Sequence[str]]:
-    """`ps=lose_ps+kill_task,hybrid=resize` -> {"ps": ("lose_ps", "kill_task"), "hybrid": ("resize",)}.
-
-    Raises:
-      ValueError: another form; the message names the part.
-    """
-    kinds: Dict[str, Sequence[str]] = {}
-    for part in filter(None, text.split(",")):
-        strategy, separator, names = part.partition("=")
-        if not separator or not names:
-            raise ValueError("--kinds %r: %r is not STRATEGY=KIND+KIND..." % (text, part))
-        kinds[strategy] = tuple(names.split("+"))
-    return kinds
-
-
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--faults", type=int, default=DEFAULT_FAULTS, help="Faults per strategy.")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
-    parser.add_argument("--feature_size", type=int, default=DEFAULT_FEATURE_SIZE)
-    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
-    parser.add_argument("--ps_epochs", type=int, default=0, help="Passes of the ps jobs (default: --epochs): an "
-                        "asynchronous job trains on while each fault is handled, so it needs more steps for them.")
-    parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH)
-    parser.add_argument("--checkpoint_steps", type=int, default=DEFAULT_CHECKPOINT_STEPS)
-    parser.add_argument("--wait_s", type=float, default=DEFAULT_WAIT_S)
-    parser.add_argument("--references", type=int, default=1, help="Fault-free runs of each job.")
-    parser.add_argument("--fault_kinds", default="", help="Only these kinds (comma-separated) in every drawn "
-                        "schedule, e.g. memory,kill_in_restore,kill_in_evaluation; a kind a strategy has not is "
-                        "left out of its schedule.")
-    parser.add_argument("--kinds", default="", help="Per strategy, the kinds of its faults in order, e.g. "
-                        "ps=lose_ps+kill_in_checkpoint,hybrid=resize+resize (default: drawn from the seed).")
-    parser.add_argument("--no_export_kill", action="store_true", help="Do not end each faulted job with a kill "
-                        "during its export.")
-    parser.add_argument("--last_point", type=float, default=faults_lib.LAST_POINT, help="Faults land before this "
-                        "fraction of the example budget (the export kill aside).")
-    parser.add_argument("--ps_workers", type=int, default=DEFAULT_PS_WORKERS,
-                        help="Training tasks of the ps jobs, the chief included.")
-    parser.add_argument("--work_dir", default="", help="Default: a new temporary directory, removed at the end.")
-    parser.add_argument("--name", default=NAME, help="The report's name under --results_dir.")
-    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
-    return parser.parse_args(argv)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    command = "python -m benchmarks.soak " + " ".join(sys.argv[1:] if argv is None else argv)
-    own_work_dir = not args.work_dir
-    work_dir = args.work_dir or tempfile.mkdtemp(prefix="deepfm-soak-")
+def run(config: SoakConfig, command: SoakCommand) -> int:
+    """Soaks `config`'s strategies one after the other, writing the report after each; returns the exit status."""
+    recorded = "python -m benchmarks.soak " + " ".join(sys.argv[1:])
+    own_work_dir = not config.work_dir
+    work_dir = config.work_dir or tempfile.mkdtemp(prefix="deepfm-soak-")
     try:
-        config = SoakConfig(strategies=tuple(s for s in args.strategies.split(",") if s), faults=args.faults,
-                            seed=args.seed, rows=args.rows, feature_size=args.feature_size, epochs=args.epochs,
-                            ps_epochs=args.ps_epochs,
-                            batch_size=args.batch_size, checkpoint_steps=args.checkpoint_steps,
-                            work_dir=os.path.abspath(work_dir), wait_s=args.wait_s, ps_workers=args.ps_workers,
-                            references=args.references, kinds=parse_kinds(args.kinds),
-                            fault_kinds=tuple(kind for kind in args.fault_kinds.split(",") if kind),
-                            export_kill=not args.no_export_kill, last_point=args.last_point)
+        config = dataclasses.replace(config, work_dir=os.path.abspath(work_dir), kinds=parse_kinds(command.kinds))
         start = time.monotonic()
         data_dir = os.path.join(config.work_dir, "data")
         common.ensure_data(data_dir, config.rows, config.feature_size, seed=config.seed)
@@ -495,7 +449,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for strategy in config.strategies:
             results.append(soak_strategy(config, strategy, data_dir))
             # Written after each strategy: a soak stopped later keeps what it measured.
-            path = write(args, config, command, results, time.monotonic() - start)
+            path = write(command, config, recorded, results, time.monotonic() - start)
             print("wrote %s" % path, flush=True)
             if results[-1].get("interrupted"):
                 print("interrupted: %s not soaked" % (", ".join(config.strategies[len(results):]) or "nothing else"),
@@ -511,5 +465,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             shutil.rmtree(work_dir, ignore_errors=True)
 
 
+def main() -> None:
+    """`python -m benchmarks.soak`: the flags of `SoakConfig` and `SoakCommand`."""
+    def start(argv: List[str]) -> int:
+        if len(argv) > 1:
+            raise app.UsageError("unexpected arguments %s: give flags only" % " ".join(argv[1:]))
+        try:
+            return run(SoakConfig(**config_flags.values(SoakConfig)), SoakCommand(**config_flags.values(SoakCommand)))
+        except ValueError as e:
+            raise app.UsageError(str(e)) from e
+
+    entry.run(start, PROGRAM, define_flags=lambda: config_flags.define_flags([SoakConfig, SoakCommand]))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

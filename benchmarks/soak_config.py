@@ -1,9 +1,11 @@
 """What a soak runs (`SoakConfig`) and its settings, shared by the runner (`benchmarks.soak`) and its report."""
 
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Dict, Mapping, Sequence, Tuple
 
+from benchmarks import common
 from benchmarks.soak_faults import KINDS, LAST_POINT
+from cli import config_flags
 
 NAME = "soak"
 STRATEGIES = ("ps", "horovod", "hybrid")
@@ -55,23 +57,28 @@ class SoakConfig:
         nearest (asynchronous `ps` runs differ among themselves).
     """
 
-    strategies: Sequence[str] = STRATEGIES
-    faults: int = DEFAULT_FAULTS
-    seed: int = DEFAULT_SEED
-    rows: int = DEFAULT_ROWS
-    feature_size: int = DEFAULT_FEATURE_SIZE
-    epochs: int = DEFAULT_EPOCHS
-    ps_epochs: int = 0
-    batch_size: int = DEFAULT_BATCH
-    checkpoint_steps: int = DEFAULT_CHECKPOINT_STEPS
-    work_dir: str = ""
-    wait_s: float = DEFAULT_WAIT_S
+    strategies: Tuple[str, ...] = config_flags.field(STRATEGIES, "The strategies to soak, in order.")
+    faults: int = config_flags.field(DEFAULT_FAULTS, "Faults per strategy.")
+    seed: int = config_flags.field(DEFAULT_SEED, "The schedule's and the jobs' seed.")
+    rows: int = config_flags.field(DEFAULT_ROWS, "Synthetic rows (train and validation together).")
+    feature_size: int = config_flags.field(DEFAULT_FEATURE_SIZE, "Distinct ids.")
+    epochs: int = config_flags.field(DEFAULT_EPOCHS, "Passes over the training split.")
+    ps_epochs: int = config_flags.field(0, "Passes of the ps jobs (0: --epochs): an asynchronous job trains on "
+                                           "while each fault is handled, so it needs more steps for them.")
+    batch_size: int = config_flags.field(DEFAULT_BATCH, "Examples per worker and step.")
+    checkpoint_steps: int = config_flags.field(DEFAULT_CHECKPOINT_STEPS, "--save_checkpoints_steps of the jobs.")
+    work_dir: str = config_flags.field("", "Where the data and the jobs go (default: a new temporary directory, "
+                                           "removed at the end).")
+    wait_s: float = config_flags.field(DEFAULT_WAIT_S, "The longest any one wait of the soak may take.")
     kinds: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
-    fault_kinds: Sequence[str] = ()
-    export_kill: bool = True
-    last_point: float = LAST_POINT
-    ps_workers: int = DEFAULT_PS_WORKERS
-    references: int = 1
+    fault_kinds: Tuple[str, ...] = config_flags.field(
+        (), "Only these kinds in every drawn schedule, e.g. memory,kill_in_restore,kill_in_evaluation; a kind a "
+            "strategy has not is left out of its schedule.")
+    export_kill: bool = config_flags.field(True, "End each faulted job with a kill during its export.")
+    last_point: float = config_flags.field(LAST_POINT, "Faults land before this fraction of the example budget "
+                                                       "(the export kill aside).")
+    ps_workers: int = config_flags.field(DEFAULT_PS_WORKERS, "Training tasks of the ps jobs, the chief included.")
+    references: int = config_flags.field(1, "Fault-free runs of each job.")
 
     def __post_init__(self):
         if not 0.0 < self.last_point <= 1.0:
@@ -94,3 +101,32 @@ def epochs_of(config: SoakConfig, strategy: str) -> int:
     """The passes over the training split of `strategy`'s jobs."""
     return config.ps_epochs if strategy == "ps" and config.ps_epochs else config.epochs
 
+
+
+@dataclasses.dataclass(frozen=True)
+class SoakCommand:
+    """What the command line asks besides the soak itself: the kinds as typed, and where the report goes."""
+
+    kinds: str = config_flags.field("", "Per strategy, the kinds of its faults in order, e.g. "
+                                        "ps=lose_ps+kill_in_checkpoint,hybrid=resize+resize (default: drawn from "
+                                        "the seed).")
+    name: str = config_flags.field(NAME, "The report's name under --results_dir.")
+    results_dir: str = config_flags.field(common.RESULTS_DIR, "Where the report goes.")
+
+    def __post_init__(self):
+        parse_kinds(self.kinds)
+
+
+def parse_kinds(text: str) -> Dict[str, Sequence[str]]:
+    """`ps=lose_ps+kill_task,hybrid=resize` -> {"ps": ("lose_ps", "kill_task"), "hybrid": ("resize",)}.
+
+    Raises:
+      ValueError: another form; the message names the part.
+    """
+    kinds: Dict[str, Sequence[str]] = {}
+    for part in filter(None, text.split(",")):
+        strategy, separator, names = part.partition("=")
+        if not separator or not names:
+            raise ValueError("--kinds %r: %r is not STRATEGY=KIND+KIND..." % (text, part))
+        kinds[strategy] = tuple(names.split("+"))
+    return kinds

@@ -1,6 +1,5 @@
 """The report of a soak (`benchmarks/results/<name>.md` and `.json`): one run's, nothing combined."""
 
-import argparse
 import collections
 import dataclasses
 import json
@@ -8,7 +7,7 @@ import subprocess
 from typing import List
 
 from benchmarks import common
-from benchmarks.soak_config import WORK_DIR_MARK, SoakConfig, epochs_of
+from benchmarks.soak_config import WORK_DIR_MARK, SoakCommand, SoakConfig, epochs_of
 from benchmarks.soak_faults import KINDS
 
 
@@ -76,7 +75,7 @@ def report(config: SoakConfig, command: str, results: List[dict], seconds: float
     return "\n".join(lines)
 
 
-def write(args: argparse.Namespace, config: SoakConfig, command: str, results: List[dict], seconds: float) -> str:
+def write(args: SoakCommand, config: SoakConfig, command: str, results: List[dict], seconds: float) -> str:
     """Writes the report of the strategies soaked so far; paths under the working directory are relative."""
     missing = [s for s in config.strategies if s not in [r["strategy"] for r in results]]
     interrupted = [r["strategy"] for r in results if r.get("interrupted")]

@@ -7,7 +7,9 @@ name, default and choices where they are not the field's. The flag's type
 follows the field's annotation: `bool`, `int`, `float` and `str` (each also
 `Optional`) are absl's bool, integer, float and string flags; a field with
 choices is an enum flag (of the values' names); `Tuple[X, ...]` (X: int,
-float or str) is a comma-separated list flag, read back as a tuple of X.
+float or str) is a comma-separated list flag, read back as a tuple of X, or
+with `repeated=True` a flag given once per item (`--f=a --f=b`, for items
+that may hold commas).
 
     @dataclasses.dataclass(frozen=True)
     class TrainConfig:
@@ -38,18 +40,21 @@ HELP = "help"
 FLAG = "flag"
 CHOICES = "choices"
 FLAG_DEFAULT = "flag_default"
+REPEATED = "repeated"
 # What the metadata holds where a flag's default is the field's own.
 _SAME = object()
 
-BOOL, INTEGER, FLOAT, STRING, ENUM, LIST = "bool", "integer", "float", "string", "enum", "list"
+BOOL, INTEGER, FLOAT, STRING, ENUM, LIST, MULTI = "bool", "integer", "float", "string", "enum", "list", "multi"
 # What a list flag's items must be, as its error message says.
 ITEM_NAMES = {int: "integers", float: "numbers", str: "strings"}
 
 
 def metadata(help: str, flag: Optional[str] = None,
-             choices: Optional[Sequence] = None, flag_default: Any = _SAME) -> Dict[str, Any]:
+             choices: Optional[Sequence] = None, flag_default: Any = _SAME, repeated: bool = False) -> Dict[str, Any]:
     """The metadata of a field that is a flag (see `field`)."""
     meta: Dict[str, Any] = {HELP: help}
+    if repeated:
+        meta[REPEATED] = True
     if flag is not None:
         meta[FLAG] = flag
     if choices is not None:
@@ -59,8 +64,8 @@ def metadata(help: str, flag: Optional[str] = None,
     return meta
 
 
-def field(default: Any = dataclasses.MISSING, help: str = "",
-          flag: Optional[str] = None, choices: Optional[Sequence] = None, flag_default: Any = _SAME) -> Any:
+def field(default: Any = dataclasses.MISSING, help: str = "", flag: Optional[str] = None,
+          choices: Optional[Sequence] = None, flag_default: Any = _SAME, repeated: bool = False) -> Any:
     """A dataclass field that is also a command-line flag.
 
     Args:
@@ -72,8 +77,10 @@ def field(default: Any = dataclasses.MISSING, help: str = "",
       flag_default: the flag's default where it is not the field's (e.g.
         None for a value the entry point otherwise looks up); a required
         field's flag defaults to None.
+      repeated: a `Tuple[X, ...]` field's flag is given once per item
+        (absl's multi flag) instead of comma-separated.
     """
-    return dataclasses.field(default=default, metadata=metadata(help, flag, choices, flag_default))
+    return dataclasses.field(default=default, metadata=metadata(help, flag, choices, flag_default, repeated))
 
 
 class FlagSpec(NamedTuple):
@@ -81,7 +88,7 @@ class FlagSpec(NamedTuple):
 
     Attributes:
       name: the flag's name.
-      kind: `BOOL`, `INTEGER`, `FLOAT`, `STRING`, `ENUM` or `LIST`.
+      kind: `BOOL`, `INTEGER`, `FLOAT`, `STRING`, `ENUM`, `LIST` or `MULTI`.
       default: the flag's default, as absl takes it.
       help: the help text.
       choices: an enum's values.
@@ -143,8 +150,8 @@ def spec_of(config_class: type, item: dataclasses.Field) -> FlagSpec:
     if typing.get_origin(annotation) is tuple:
         item_type = typing.get_args(annotation)[0]
         if item_type in ITEM_NAMES:
-            return FlagSpec(name, LIST, None if default is None else [str(v) for v in default], help_text,
-                            item=item_type)
+            return FlagSpec(name, MULTI if item.metadata.get(REPEATED) else LIST,
+                            None if default is None else [str(v) for v in default], help_text, item=item_type)
     raise TypeError("%s.%s: no flag carries a field of type %r" % (config_class.__name__, item.name, annotation))
 
 
@@ -171,6 +178,8 @@ def define(specs: Iterable[FlagSpec], flag_values: flags.FlagValues = flags.FLAG
             flags.DEFINE_enum(spec.name, spec.default, list(spec.choices), spec.help, flag_values=flag_values)
         elif spec.kind == LIST:
             flags.DEFINE_list(spec.name, spec.default, spec.help, flag_values=flag_values)
+        elif spec.kind == MULTI:
+            flags.DEFINE_multi_string(spec.name, spec.default, spec.help, flag_values=flag_values)
         else:
             defines: Dict[str, Callable[..., Any]] = {
                 BOOL: flags.DEFINE_bool, INTEGER: flags.DEFINE_integer, FLOAT: flags.DEFINE_float,
@@ -190,7 +199,7 @@ def field_value(spec: FlagSpec, value: Any) -> Any:
     Raises:
       ValueError: an item that is not of the type; the message names the flag.
     """
-    if spec.kind != LIST or value is None:
+    if spec.kind not in (LIST, MULTI) or value is None:
         return value
     try:
         return tuple(spec.item(v) for v in value)

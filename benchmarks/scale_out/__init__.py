@@ -21,6 +21,7 @@ One concept per module:
 
 * `variants`: what is measured (`Variant`, `VARIANTS`, the lever comparisons);
 * `config`: one run's set-up (`BenchmarkConfig`);
+* `options`: the command lines' options (`ScaleOutOptions`, its flags generated);
 * `layout`: the pinning arithmetic (each host's and each process's cores, threads);
 * `hosts`: emulated or local hosts;
 * `supervisor`: what runs in a host (its processes, their CPU and the host's bytes);
@@ -28,7 +29,7 @@ One concept per module:
 * `measure`: a run's measures from the files it wrote (`RunResult`);
 * `id_capacity`: the fixed id capacity of `hybrid+capacity`;
 * `report`: medians, efficiency, the report and its JSON;
-* `cli`: the flags and `main`.
+* `cli`: the options' checks, `run` and `main`.
 
 Same data and per-replica batch (`--batch_size`) in every variant; a
 single process runs 2 x (warm-up + steps) steps, each of the processes of a
@@ -52,15 +53,7 @@ timings. The results JSON records the machine's topology (`lscpu -e` and
 `lscpu`). Results go to `benchmarks/results/scale_out.{md,json,png}`.
 """
 
-from benchmarks.scale_out.cli import (
-    add_layout_arguments,
-    add_train_flag_argument,
-    check_train_flags,
-    exit_on_sigterm,
-    main,
-    make_config,
-    parse_args,
-)
+from benchmarks.scale_out.cli import check_train_flags, exit_on_sigterm, main, make_config, parse_args, run
 from benchmarks.scale_out.config import (
     BATCH,
     DEFAULT_DATA_DIR,
@@ -76,6 +69,7 @@ from benchmarks.scale_out.config import (
 )
 from benchmarks.scale_out.id_capacity import ID_CAPACITY_MULTIPLE, distinct_ids_per_owner, id_capacity
 from benchmarks.scale_out.measure import HOST_OUTPUT, MB, PROGRESS_DIR, RunResult, measure_run, step_split
+from benchmarks.scale_out.options import RunOptions, ScaleOutOptions
 from benchmarks.scale_out.report import (
     load_results,
     load_setup,

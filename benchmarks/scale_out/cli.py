@@ -1,6 +1,5 @@
-"""The command line of `python -m benchmarks.scale_out` (flags, their checks, `main`)."""
+"""The command line of `python -m benchmarks.scale_out` (its options' checks, `run`, `main`)."""
 
-import argparse
 import dataclasses
 import os
 import shutil
@@ -8,55 +7,20 @@ import signal
 import sys
 from typing import Optional, Sequence
 
-from benchmarks import common
+from absl import app
+
+from benchmarks import common, harness
 from benchmarks import topology as topology_lib
 from benchmarks.scale_out import hosts as run_hosts
 from benchmarks.scale_out import id_capacity, layout, report, runner
 from benchmarks.scale_out import variants as variants_lib
-from benchmarks.scale_out.config import (
-    BATCH,
-    DEFAULT_DATA_DIR,
-    DEFAULT_LINK_GBPS,
-    DEFAULT_ROWS,
-    DEFAULT_RUNS,
-    DEFAULT_STEPS,
-    DEFAULT_WARMUP_STEPS,
-    HOSTS_EMULATED,
-    HOSTS_LOCAL,
-    HOSTS_MODES,
-    LOG_EVERY_STEPS,
-    NAME,
-    RUN_TIMEOUT_S,
-    BenchmarkConfig,
-)
+from benchmarks.scale_out.config import HOSTS_EMULATED, HOSTS_LOCAL, LOG_EVERY_STEPS, BenchmarkConfig
+from benchmarks.scale_out.options import ScaleOutOptions
 from jobs.local import hosts as hosts_lib
 from jobs.local import memory as memory_lib
 from strategies import strategy_names as names
 
-DESCRIPTION = "Scale-out on emulated hosts: ps, horovod and hybrid at 2 hosts against single on the cores of one rank."
-
-
-def add_train_flag_argument(parser: argparse.ArgumentParser) -> None:
-    """`--train_flag` (repeatable): a flag added to every variant's `deepfm.train`."""
-    parser.add_argument("--train_flag", action="append", default=[],
-                        help="a flag added to every variant's deepfm.train, e.g. "
-                        "--train_flag=--large_batch_rule=cowclip (repeat for more)")
-
-
-def add_layout_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--cores_per_host`, `--ranks_per_host` and `--hosts_mode`: the emulated hosts' shape."""
-    parser.add_argument("--cores_per_host", type=int, default=1,
-                        help="vCPUs of each emulated host (blocks of the machine's vCPUs, hyperthreads of a core "
-                        "together)")
-    parser.add_argument("--ranks_per_host", type=int, default=1,
-                        help="training processes per host, each pinned to cores_per_host / ranks_per_host of its "
-                        "cores with as many TensorFlow threads; single runs on the cores of one rank")
-    parser.add_argument("--hosts_mode", choices=HOSTS_MODES, default=HOSTS_EMULATED,
-                        help="emulated: network namespaces (root); local: blocks of this machine's cores, ranks over "
-                        "the loopback interface; auto: emulated where they can be made, else local")
-    parser.add_argument("--host_memory", default="",
-                        help="memory of each host (a memory cgroup; root needed), e.g. 6g, 6GiB, 6500m or bytes; "
-                        "\"\" for no limit. A host killed for memory is reported with its peak and limit")
+PROGRAM = "benchmarks.scale_out"
 
 
 def check_train_flags(train_flags: Sequence[str]) -> None:
@@ -96,50 +60,36 @@ def check_machine(config: BenchmarkConfig, order: Sequence[int]) -> None:
                              "util-linux)" % (variant.name, layout.TASKSET))
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=DESCRIPTION)
-    parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR)
-    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="rows of a generated dataset")
-    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="timed steps per distributed process")
-    parser.add_argument("--warmup_steps", type=int, default=DEFAULT_WARMUP_STEPS)
-    parser.add_argument("--link_gbps", type=float, default=DEFAULT_LINK_GBPS, help="egress limit per host; 0: none")
-    parser.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
-    parser.add_argument("--results_dir", default=common.RESULTS_DIR)
-    parser.add_argument("--name", default=NAME, help="the report's file name")
-    parser.add_argument("--timeout_s", type=float, default=RUN_TIMEOUT_S)
-    parser.add_argument("--shared_note", default="", help="what else ran on the machine, for the report")
-    parser.add_argument("--trace_steps", type=int, default=0,
-                        help="steps to trace in one extra run of every variant (0: no traced run)")
-    parser.add_argument("--batch_size", type=int, default=BATCH, help="per-replica batch of every variant")
-    add_layout_arguments(parser)
-    add_train_flag_argument(parser)
-    parser.add_argument("--report_only", help="write the report again from this results JSON (no runs; "
-                        "--variants, --runs, --steps, --warmup_steps, --link_gbps, --trace_steps, --batch_size, "
-                        "--cores_per_host, --ranks_per_host, --train_flag as it was run)")
-    return parser.parse_args(argv)
-
-
-def make_config(args: argparse.Namespace) -> BenchmarkConfig:
-    """The `BenchmarkConfig` of the parsed arguments.
+def parse_args(argv: Sequence[str]) -> ScaleOutOptions:
+    """The options of a command line (without the program's name).
 
     Raises:
-      ValueError: a bad argument; the message names it and its value.
+      ValueError: a value the options refuse.
     """
-    variants = tuple(common.select_variants(args.variants, variants_lib.all_variants()))
-    check_least((("runs", args.runs, 1), ("steps", args.steps, 2 * LOG_EVERY_STEPS),
-                 ("warmup_steps", args.warmup_steps, 0), ("link_gbps", args.link_gbps, 0),
-                 ("timeout_s", args.timeout_s, 1), ("trace_steps", args.trace_steps, 0),
-                 ("batch_size", args.batch_size, 1), ("cores_per_host", args.cores_per_host, 1),
-                 ("ranks_per_host", args.ranks_per_host, 1)))
-    check_train_flags(args.train_flag)
+    return harness.options(ScaleOutOptions, [PROGRAM] + list(argv))
+
+
+def make_config(options: ScaleOutOptions) -> BenchmarkConfig:
+    """The `BenchmarkConfig` of the options.
+
+    Raises:
+      ValueError: a bad option; the message names it and its value.
+    """
+    variants = tuple(common.select_variants(options.variants, variants_lib.all_variants()))
+    check_least((("runs", options.rounds, 1), ("steps", options.steps, 2 * LOG_EVERY_STEPS),
+                 ("warmup_steps", options.warmup_steps, 0), ("link_gbps", options.link_gbps, 0),
+                 ("timeout_s", options.timeout_s, 1), ("trace_steps", options.trace_steps, 0),
+                 ("batch_size", options.batch_size, 1), ("cores_per_host", options.cores_per_host, 1),
+                 ("ranks_per_host", options.ranks_per_host, 1)))
+    check_train_flags(options.train_flag)
     config = BenchmarkConfig(
-        data_dir=os.path.abspath(args.data_dir), rows=args.rows, runs=args.runs, steps=args.steps,
-        warmup_steps=args.warmup_steps, link_gbps=args.link_gbps, variants=variants,
-        results_dir=args.results_dir, name=args.name, timeout_s=args.timeout_s, shared_note=args.shared_note,
-        trace_steps=args.trace_steps, batch=args.batch_size, train_flags=tuple(args.train_flag),
-        cores_per_host=args.cores_per_host, ranks_per_host=args.ranks_per_host, hosts_mode=args.hosts_mode,
-        host_memory=args.host_memory)
+        data_dir=os.path.abspath(options.data_dir), rows=options.rows, runs=options.rounds, steps=options.steps,
+        warmup_steps=options.warmup_steps, link_gbps=options.link_gbps, variants=variants,
+        results_dir=options.results_dir, name=options.name, timeout_s=options.timeout_s,
+        shared_note=options.shared_note, trace_steps=options.trace_steps, batch=options.batch_size,
+        train_flags=tuple(options.train_flag), cores_per_host=options.cores_per_host,
+        ranks_per_host=options.ranks_per_host, hosts_mode=options.hosts_mode, host_memory=options.host_memory,
+        warmup_rounds=options.warmup_rounds)
     check_hosts_mode(config)
     return config
 
@@ -176,26 +126,28 @@ def run_measurement(config: BenchmarkConfig, topology: topology_lib.Topology):
     return config, results, failures, traced
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
+def run(options: ScaleOutOptions) -> int:
+    """Measures (or, with `report_only`, reports again) and writes the report; returns the exit status.
+
+    Raises:
+      app.UsageError: a bad option, or what stops the runs before they start.
+    """
     try:
-        config = make_config(args)
+        config = make_config(options)
     except ValueError as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 2
-    if args.report_only:
-        setup = report.load_setup(args.report_only)
+        raise app.UsageError(str(e)) from e
+    if options.report_only:
+        setup = report.load_setup(options.report_only)
         load = setup.get("load_average")
         config = dataclasses.replace(config, id_capacity=setup.get("id_capacity", 0),
                                      hosts_mode=setup.get("hosts_mode", config.hosts_mode))
         topology = topology_lib.Topology.from_dict(setup.get("topology"))
-        results, failures, traced = report.load_results(args.report_only)
+        results, failures, traced = report.load_results(options.report_only)
     else:
         topology = topology_lib.read()
         reason = start_checks(config, topology)
         if reason:
-            print("error: %s" % reason, file=sys.stderr)
-            return 2
+            raise app.UsageError(reason)
         common.ensure_data(config.data_dir, config.rows, common.FEATURE_SIZE)
         exit_on_sigterm()
         config = id_capacity.with_id_capacity(config)
@@ -203,7 +155,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         config, results, failures, traced = run_measurement(config, topology)
         load = (load_before, os.getloadavg()[0])
     body = report.report_body(config, results, failures, load, traced, topology)
-    info = report.report_machine(args.report_only)
+    info = report.report_machine(options.report_only or None)
     info["cores used"] = "%d hosts, %s" % (config.num_hosts, config.layout_text())
     common.write_report(config.name, "Scale-out on emulated hosts", body, info,
                         report.raw_results(config, results, failures, traced, load, topology),
@@ -211,3 +163,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     report.write_chart(config, results)
     print(body)
     return 1 if any(failures.values()) else 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`run` of a command line (without the program's name); a bad option prints its error and returns 2.
+
+    Without `argv`, the process's command line through `harness.main` (`python -m benchmarks.scale_out`).
+    """
+    if argv is None:
+        harness.main(ScaleOutOptions, run, program=PROGRAM)
+        return 0
+    try:
+        return run(parse_args(argv))
+    except (ValueError, app.UsageError) as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2

@@ -59,6 +59,7 @@ class BenchmarkConfig:
       hosts_mode: `HOSTS_EMULATED`, `HOSTS_LOCAL` or `HOSTS_AUTO`.
       host_memory: each host's memory limit (`jobs.local.memory.parse_size`:
         `6g`), a memory cgroup per host; "" for none.
+      warmup_rounds: rounds of every variant run first and left out.
     """
 
     data_dir: str
@@ -82,6 +83,7 @@ class BenchmarkConfig:
     ranks_per_host: int = 1
     hosts_mode: str = HOSTS_EMULATED
     host_memory: str = ""
+    warmup_rounds: int = 0
 
     def __post_init__(self):
         if self.host_memory:

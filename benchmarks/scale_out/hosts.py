@@ -33,7 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 from benchmarks.scale_out import layout
 from benchmarks.scale_out.config import HOSTS_AUTO, HOSTS_EMULATED, HOSTS_LOCAL
@@ -241,7 +241,8 @@ def probe(hosts: EmulatedHosts, timeout_s: float = PROBE_TIMEOUT_S, argv: Option
 
 
 @contextlib.contextmanager
-def open_hosts(mode: str, count: int, link_gbps: float, host_memory: str = "") -> Iterator[object]:
+def open_hosts(mode: str, count: int, link_gbps: float, host_memory: str = ""
+               ) -> Iterator[Union["EmulatedHosts", "LocalHosts"]]:
     """`count` hosts of `mode` (`HOSTS_AUTO`: emulated where they can be made, else local, saying why).
 
     Args:
@@ -255,6 +256,7 @@ def open_hosts(mode: str, count: int, link_gbps: float, host_memory: str = "") -
       hosts_lib.HostSetupError: emulated hosts asked for and they cannot be made here.
       OSError: local hosts without `taskset`.
     """
+    hosts: Union[EmulatedHosts, LocalHosts]
     if mode == HOSTS_LOCAL:
         reason = local_reason()
         if reason:
@@ -265,13 +267,14 @@ def open_hosts(mode: str, count: int, link_gbps: float, host_memory: str = "") -
             reason = hosts_lib.check_privileges()
             if reason:
                 raise hosts_lib.HostSetupError(reason)
-            hosts = EmulatedHosts(count, link_gbps, host_memory)
+            emulated = EmulatedHosts(count, link_gbps, host_memory)
             if mode == HOSTS_AUTO:
                 try:
-                    probe(hosts)
+                    probe(emulated)
                 except hosts_lib.HostSetupError:
-                    hosts.close()
+                    emulated.close()
                     raise
+            hosts = emulated
         except hosts_lib.HostSetupError as e:
             if mode != HOSTS_AUTO:
                 raise

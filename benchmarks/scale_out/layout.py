@@ -16,7 +16,7 @@ process is pinned within its host and threads are left to the variant.
 """
 
 import dataclasses
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from benchmarks.scale_out import variants as variants_lib
 
@@ -63,15 +63,16 @@ class CorePlan:
 def cpu_list(cores: Sequence[int]) -> str:
     """`taskset --cpu-list`'s form: runs of consecutive vCPUs as ranges, e.g. `0-3,8`; the order kept."""
     parts: List[str] = []
-    start = previous = None
+    start: Optional[int] = None
+    previous: Optional[int] = None
     for cpu in cores:
         if previous is not None and cpu == previous + 1:
             previous = cpu
             continue
-        if start is not None:
+        if start is not None and previous is not None:
             parts.append(str(start) if start == previous else "%d-%d" % (start, previous))
         start = previous = cpu
-    if start is not None:
+    if start is not None and previous is not None:
         parts.append(str(start) if start == previous else "%d-%d" % (start, previous))
     return ",".join(parts)
 
@@ -107,6 +108,7 @@ def plan(variant: variants_lib.Variant, order: Sequence[int], shared_cores: int 
     per_host = variant.cores_per_host
     blocks = split(_take(order, hosts * per_host, "%d host(s) x %d core(s)" % (hosts, per_host)), hosts)
     per_rank = variant.cores_per_rank
+    processes: Tuple[Tuple[Tuple[int, ...], ...], ...]
     if variant.is_single:
         processes = tuple((block[:per_rank],) for block in blocks)
     elif variant.launcher != variants_lib.LAUNCH_DIRECT:

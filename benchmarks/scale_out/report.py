@@ -10,7 +10,7 @@ the reference on the cores of one of its ranks), or with shared cores over
 
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks import common
 from benchmarks import topology as topology_lib
@@ -81,7 +81,7 @@ def summary_rows(config: BenchmarkConfig, results: Dict[str, List[RunResult]]) -
         compute_ms = stats(baseline, "cpu_ms_per_step").median if baseline else None
         efficiency = round_efficiencies(variant, runs, baseline or [], config.references(variant))
         others = [r.other_cores for r in runs if r.other_cores is not None]
-        row = {"examples_per_sec": rate, "stats": stats(runs, "examples_per_sec"),
+        row: Dict[str, Any] = {"examples_per_sec": rate, "stats": stats(runs, "examples_per_sec"),
                "efficiency": efficiency.median if efficiency else None, "efficiency_stats": efficiency,
                "other_cores": common.Stats(others).median if others else None,
                "cpu_s_per_1k": stats(runs, "cpu_seconds_per_1k").median,
@@ -281,7 +281,7 @@ def raw_results(config: BenchmarkConfig, results: Dict[str, List[RunResult]],
     return {
         "setup": {"batch": config.batch, "train_flags": list(config.train_flags), "id_capacity": config.id_capacity,
                   "shared_cores": config.shared_cores, "same_steps": config.same_steps, "steps": config.steps,
-                  "warmup_steps": config.warmup_steps, "runs": config.runs,
+                  "warmup_steps": config.warmup_steps, "runs": config.runs, "warmup_rounds": config.warmup_rounds,
                   "examples": config.examples, "link_gbps": config.link_gbps,
                   "cores_per_host": config.cores_per_host, "ranks_per_host": config.ranks_per_host,
                   "hosts_mode": config.hosts_mode,

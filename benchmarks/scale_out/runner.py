@@ -23,17 +23,19 @@ the host's processes, pinned as `layout.plan` says.
   of every host over ssh (`Variant.over_ssh`, emulated hosts only): the
   other hosts' supervisors run until `algo-1`'s says it is done.
 
-Rounds are interleaved: every variant once, then again, each run a fresh
-set of processes. With a deadline, a run that would not end before it (by
-the time the same run took in an earlier round, or for a run not yet made
-the longest run so far) is skipped, and every run's timeout ends at the
-deadline.
+Rounds are `benchmarks.harness.run`'s, interleaved: every variant once,
+then again, each run a fresh set of processes; a failed run is recorded and
+its variant runs again in the next round. With a deadline, a run that would
+not end before it (by the time the same run took in an earlier round, or
+for a run not yet made the longest run so far) is skipped, and every run's
+timeout ends at the deadline.
 """
 
 import dataclasses
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +43,7 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from benchmarks import harness
 from benchmarks import topology as topology_lib
 from benchmarks.scale_out import hosts as run_hosts
 from benchmarks.scale_out import layout, supervisor
@@ -72,6 +75,10 @@ LOG_TAIL_CHARS = 1500
 ERROR_CHARS = 3000
 # The errors a run can end with; the others are bugs.
 RUN_ERRORS = (RuntimeError, TimeoutError, ValueError, OSError)
+# A measurement's detail that holds its `RunResult`.
+RESULT = "result"
+# The harness's line of a finished run (`describe_run` prints a fuller one).
+RUN_LOGGED = re.compile(r"^round -?\d+ \S+ examples_per_sec ")
 
 
 def package_root() -> str:
@@ -362,10 +369,46 @@ def describe_run(run: int, key: str, result: RunResult, seconds: float) -> str:
                                  "n/a" if result.other_cores is None else "%.2f" % result.other_cores, seconds))
 
 
+class JobVariant(harness.Variant):
+    """A job as the harness measures it: each round one run (`run_one`), its timeout ending at the deadline."""
+
+    def __init__(self, job: Job, hosts, order: Sequence[int], run_one: Callable[..., RunResult],
+                 deadline: Optional[float]):
+        self.name = job.key
+        self.job = job
+        self.hosts = hosts
+        self.order = order
+        self.run_one = run_one
+        self.deadline = deadline
+
+    def measure(self, round_index: int) -> harness.Measurement:
+        """One run of the job; its `RunResult` is the details' `result`."""
+        timeout_s = self.job.config.timeout_s
+        if self.deadline is not None:
+            timeout_s = min(timeout_s, self.deadline - time.monotonic())
+        started = time.monotonic()
+        result = self.run_one(self.job.variant, self.job.config, self.hosts, order=self.order, timeout_s=timeout_s)
+        result.round = round_index
+        print(describe_run(round_index, self.name, result, time.monotonic() - started), file=sys.stderr, flush=True)
+        # The processes run in the hosts' namespaces, sampled for CPU and bytes, not memory.
+        return harness.Measurement(
+            metrics={"examples_per_sec": result.examples_per_sec, "cpu_seconds_per_1k": result.cpu_seconds_per_1k,
+                     "step_ms": result.step_ms},
+            peak_rss_mb=None, details={RESULT: result})
+
+
+def rounds_of(results: harness.Results) -> Rounds:
+    """The harness's results as `Rounds`, by job key."""
+    return Rounds({key: [details[RESULT] for details in results.details[key]] for key in results.names},
+                  {key: [message[-ERROR_CHARS:] for _, message in results.failed_rounds[key]]
+                   for key in results.names},
+                  {key: list(results.skipped[key]) for key in results.names}, dict(results.seconds))
+
+
 def run_rounds(jobs: Sequence[Job], hosts, runs: int, order: Optional[Sequence[int]] = None,
                deadline: Optional[float] = None, on_run: Optional[Callable[[Rounds], None]] = None,
-               run_one: Optional[Callable[..., RunResult]] = None) -> Rounds:
-    """Runs every job `runs` times, interleaved (round by round), on `hosts`.
+               run_one: Optional[Callable[..., RunResult]] = None, warmup_rounds: int = 0) -> Rounds:
+    """Runs every job `runs` times, interleaved (round by round), on `hosts`, on the harness.
 
     Args:
       jobs: the jobs of a round, in order.
@@ -375,37 +418,16 @@ def run_rounds(jobs: Sequence[Job], hosts, runs: int, order: Optional[Sequence[i
       deadline: a `time.monotonic()` time no run may end after (None: none).
       on_run: called with what was measured so far after every run (to write results as they come).
       run_one: how one job runs (`run_variant`'s arguments; default: `run_variant`).
+      warmup_rounds: rounds run first and left out of the results.
     """
     order = core_order() if order is None else list(order)
-    run_one = run_one or run_variant
-    rounds = Rounds({job.key: [] for job in jobs}, {job.key: [] for job in jobs}, {job.key: [] for job in jobs})
-    for run in range(runs):
-        for job in jobs:
-            timeout_s = job.config.timeout_s
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                # A run takes what it took before, or, never run, what the longest run so far took.
-                estimate = rounds.seconds.get(job.key, max(rounds.seconds.values(), default=0.0))
-                if left <= 0 or estimate > left:
-                    rounds.skipped[job.key].append(run)
-                    print("run %d %-30s skipped: %.0f s left before the deadline" % (run, job.key, max(0.0, left)),
-                          file=sys.stderr, flush=True)
-                    continue
-                timeout_s = min(timeout_s, left)
-            started = time.monotonic()
-            try:
-                result = run_one(job.variant, job.config, hosts, order=order, timeout_s=timeout_s)
-            except RUN_ERRORS as e:
-                rounds.failures[job.key].append(str(e)[-ERROR_CHARS:])
-                print("run %d %-30s FAILED: %s" % (run, job.key, str(e)[-ERROR_CHARS:]), file=sys.stderr, flush=True)
-            else:
-                result.round = run
-                rounds.results[job.key].append(result)
-                print(describe_run(run, job.key, result, time.monotonic() - started), file=sys.stderr, flush=True)
-            rounds.seconds[job.key] = time.monotonic() - started
-            if on_run is not None:
-                on_run(rounds)
-    return rounds
+    variants = [JobVariant(job, hosts, order, run_one or run_variant, deadline) for job in jobs]
+    results = harness.run(
+        variants, runs, warmup_rounds, deadline_s=None if deadline is None else deadline - time.monotonic(),
+        fit_deadline=deadline is not None, retry_failed=True,
+        log=lambda line: print(line, file=sys.stderr, flush=True) if RUN_LOGGED.search(line) is None else None,
+        after_measurement=None if on_run is None else lambda so_far: on_run(rounds_of(so_far)))
+    return rounds_of(results)
 
 
 def measure(config: BenchmarkConfig, hosts=None, order: Optional[Sequence[int]] = None
@@ -425,7 +447,8 @@ def measure(config: BenchmarkConfig, hosts=None, order: Optional[Sequence[int]] 
         with run_hosts.open_hosts(config.hosts_mode, config.num_hosts, config.link_gbps, config.host_memory) as made:
             return measure(config, made, order)
     order = core_order() if order is None else list(order)
-    rounds = run_rounds([Job(v.name, config, v) for v in config.variants], hosts, config.runs, order)
+    rounds = run_rounds([Job(v.name, config, v) for v in config.variants], hosts, config.runs, order,
+                        warmup_rounds=config.warmup_rounds)
     traced: Dict[str, Dict] = {}
     if config.trace_steps:
         for variant in config.variants:

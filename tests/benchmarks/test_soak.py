@@ -21,6 +21,7 @@ from absl.testing import parameterized
 
 from benchmarks import common, soak, soak_checks, soak_view
 from benchmarks import soak_faults as faults
+from tests import command_line, paths
 
 ROWS = 6000
 FEATURE_SIZE = 2000
@@ -224,6 +225,26 @@ class UnexpectedRestartTest(tf.test.TestCase):
         self.assertIn("Could not start gRPC server", found[0])
         self.assertEqual((3, "chief_0"), view.restarts()[2][:2])
         self.assertStartsWith(view.restarts()[2][2], "was killed for memory (exit code -9")
+
+
+class CommandLineTest(tf.test.TestCase):
+    """`python -m benchmarks.soak`: flags generated from `SoakConfig` and `SoakCommand`, checked at start."""
+
+    def test_a_bad_value_is_named_before_anything_runs(self):
+        for args, message in ((["--kinds", "ps"], "--kinds 'ps': 'ps' is not STRATEGY=KIND+KIND"),
+                              (["--strategies", "ps,mirrored"], "--strategies: unknown mirrored"),
+                              (["--faults", "0"], "--faults must be >= 1, got 0")):
+            done = command_line.run(command_line.python_module("benchmarks.soak", *args), paths.REPO_ROOT)
+            self.assertEqual(1, done.returncode, done.stderr)
+            self.assertIn("benchmarks.soak: error: " + message, done.stderr)
+
+    def test_the_flags_are_the_configs_fields(self):
+        done = command_line.run(command_line.python_module("benchmarks.soak", "--help"), paths.REPO_ROOT)
+        self.assertEqual(0, done.returncode, done.stderr)
+        self.assertTrue(done.stdout.startswith("A soak:"), done.stdout[:200])
+        for flag in ("--faults", "--seed", "--strategies", "--fault_kinds", "--[no]export_kill", "--kinds", "--name",
+                     "--work_dir"):
+            self.assertIn(flag, done.stdout)
 
 
 class WindowTest(tf.test.TestCase):

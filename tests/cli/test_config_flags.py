@@ -33,6 +33,11 @@ class Clashing:
 
 
 @dataclasses.dataclass(frozen=True)
+class Repeated:
+    extra: Tuple[str, ...] = config_flags.field((), "One item per flag.", repeated=True)
+
+
+@dataclasses.dataclass(frozen=True)
 class Unsupported:
     table: dict = config_flags.field(None, "No flag carries a dict.")
 
@@ -76,6 +81,14 @@ class ConfigFlagsTest(absltest.TestCase):
         flag_values = self.parse("--size", "9")
         self.assertEqual(9, config_flags.values(Example, flag_values)["size"])
         self.assertEqual(9, config_flags.values(Sharing, flag_values)["size"])
+
+    def test_a_repeated_flag_takes_one_item_each_time_commas_and_all(self):
+        flag_values = flags.FlagValues()
+        config_flags.define_flags([Repeated], flag_values)
+        self.assertEqual("multi string", flag_values["extra"].flag_type())
+        flag_values(["program", "--extra=--deep_layers=128,64", "--extra", "--exchange_fp16"])
+        self.assertEqual(Repeated(extra=("--deep_layers=128,64", "--exchange_fp16")),
+                         Repeated(**config_flags.values(Repeated, flag_values)))
 
     def test_a_list_item_of_the_wrong_type_names_the_flag_and_the_value(self):
         flag_values = self.parse("--widths", "8,x")
