@@ -30,6 +30,7 @@ Usage::
     python -m dataprep.synthetic --rows 1000000 --output_dir data/synthetic
 """
 
+import dataclasses
 import math
 import os
 import time
@@ -38,7 +39,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 from absl import app, flags
 
-from cli import entry
+from cli import config_flags, entry
 from dataprep import criteo, writers
 from input_pipeline import encoders, schema
 
@@ -293,30 +294,49 @@ def _planted_auc(labels: Sequence[np.ndarray], logits: Sequence[np.ndarray]) -> 
     return auc(every_label, np.concatenate(logits))
 
 
+@dataclasses.dataclass(frozen=True)
+class SyntheticConfig:
+    """What `python -m dataprep.synthetic` generates (its flags are these fields)."""
+
+    rows: Optional[int] = dataclasses.field(
+        metadata=config_flags.metadata("Examples to generate, train and validation together."))
+    output_dir: Optional[str] = dataclasses.field(metadata=config_flags.metadata("Dataset root to write."))
+    feature_size: int = config_flags.field(DEFAULT_FEATURE_SIZE, "Number of ids (largest id + 1).")
+    val_fraction: float = config_flags.field(DEFAULT_VAL_FRACTION, "Share of rows for the validation split; 0: "
+                                                                   "none.")
+    shards: int = config_flags.field(DEFAULT_SHARDS, "Shard files per split and format.")
+    seed: int = config_flags.field(DEFAULT_SEED, "Seed of every random draw.")
+    overwrite: bool = config_flags.field(False, "Replace a dataset already in --output_dir.")
+
+    def __post_init__(self):
+        if self.rows is None:
+            raise ValueError("--rows is required: the examples to generate")
+        if not self.output_dir:
+            raise ValueError("--output_dir is required: the dataset root to write")
+
+
 def define_flags() -> None:
-    """Defines the command-line flags of this tool."""
-    flags.DEFINE_integer("rows", None, "Examples to generate, train and validation together.")
-    flags.DEFINE_string("output_dir", None, "Dataset root to write.")
-    flags.DEFINE_integer("feature_size", DEFAULT_FEATURE_SIZE, "Number of ids (largest id + 1).")
-    flags.DEFINE_float("val_fraction", DEFAULT_VAL_FRACTION, "Share of rows for the validation split; 0: none.")
-    flags.DEFINE_integer("shards", DEFAULT_SHARDS, "Shard files per split and format.")
-    flags.DEFINE_integer("seed", DEFAULT_SEED, "Seed of every random draw.")
-    flags.DEFINE_bool("overwrite", False, "Replace a dataset already in --output_dir.")
-    flags.mark_flags_as_required(["rows", "output_dir"])
+    """Defines the command-line flags of this tool (`SyntheticConfig`'s fields)."""
+    config_flags.define_flags([SyntheticConfig])
 
 
 def main(argv: Sequence[str]) -> None:
     """Generates the dataset with the parsed flags and prints a summary."""
     if len(argv) > 1:
         raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
-    cfg = flags.FLAGS
+    try:
+        config = SyntheticConfig(**config_flags.values(SyntheticConfig, flags.FLAGS))
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
+    assert config.rows is not None and config.output_dir is not None
     start = time.time()
     try:
-        metadata = generate(cfg.rows, cfg.output_dir, feature_size=cfg.feature_size, val_fraction=cfg.val_fraction,
-                            shards=cfg.shards, seed=cfg.seed, overwrite=cfg.overwrite)
+        metadata = generate(config.rows, config.output_dir, feature_size=config.feature_size,
+                            val_fraction=config.val_fraction, shards=config.shards, seed=config.seed,
+                            overwrite=config.overwrite)
     except (ValueError, OSError) as e:
         raise SystemExit("error: %s" % e) from e
-    print(criteo.summary(cfg.output_dir, metadata, time.time() - start))
+    print(criteo.summary(config.output_dir, metadata, time.time() - start))
     print("  planted_auc: %s" % metadata.planted_auc)
 
 

@@ -13,16 +13,16 @@ means its `validation/` files.
 """
 
 import csv
+import dataclasses
 import os
 import time
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 from absl import app, flags
 
-from cli import entry
+from cli import config_flags, entry
 from input_pipeline import format_base, formats, schema
 
-FLAGS = flags.FLAGS
 PROGRAM = "deepfm.predict"
 DEFAULT_BATCH_SIZE = 4096
 PROB_COLUMN = "prob"
@@ -32,14 +32,35 @@ PROB_FORMAT = "%.9g"
 LABEL_FORMAT = "%g"
 
 
+@dataclasses.dataclass(frozen=True)
+class PredictConfig:
+    """What `python -m deepfm.predict` scores, and where (its flags are these fields)."""
+
+    saved_model: Optional[str] = dataclasses.field(
+        metadata=config_flags.metadata("The SavedModel directory (one timestamped export)."))
+    data: Optional[Tuple[str, ...]] = dataclasses.field(
+        metadata=config_flags.metadata("Files, globs or directories to score (a dataset root: its validation/ "
+                                       "files)."))
+    output: Optional[str] = dataclasses.field(
+        metadata=config_flags.metadata("The CSV to write; an existing file is refused."))
+    data_format: str = config_flags.field(formats.TFRECORD.name, "Format of the data files.",
+                                          choices=formats.names())
+    batch_size: int = config_flags.field(DEFAULT_BATCH_SIZE, "Rows scored per call of the model.")
+
+    def __post_init__(self):
+        for name in REQUIRED:
+            if not getattr(self, name):
+                raise ValueError("--%s is required" % name)
+
+
+# Checked as the flags are parsed, before TensorFlow is imported.
+REQUIRED = ("saved_model", "data", "output")
+
+
 def define_flags() -> None:
-    """Defines the flags of the entry point."""
-    flags.DEFINE_string("saved_model", None, "The SavedModel directory (one timestamped export).")
-    flags.DEFINE_list("data", None, "Files, globs or directories to score (a dataset root: its validation/ files).")
-    flags.DEFINE_enum("data_format", formats.TFRECORD.name, formats.names(), "Format of the data files.")
-    flags.DEFINE_string("output", None, "The CSV to write; an existing file is refused.")
-    flags.DEFINE_integer("batch_size", DEFAULT_BATCH_SIZE, "Rows scored per call of the model.")
-    flags.mark_flags_as_required(["saved_model", "data", "output"])
+    """Defines the flags of the entry point (`PredictConfig`'s fields)."""
+    config_flags.define_flags([PredictConfig])
+    flags.mark_flags_as_required(list(REQUIRED))
 
 
 def serving_signature(saved_model: str):
@@ -147,10 +168,12 @@ def _main(argv):
     if len(argv) > 1:
         raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
     entry.configure_logging(entry.flags_want_detail())
-    rows, seconds = write_predictions(FLAGS.saved_model, FLAGS.data, formats.get(FLAGS.data_format), FLAGS.output,
-                                      FLAGS.batch_size)
+    config = PredictConfig(**config_flags.values(PredictConfig, flags.FLAGS))
+    assert config.saved_model and config.data and config.output
+    rows, seconds = write_predictions(config.saved_model, config.data, formats.get(config.data_format), config.output,
+                                      config.batch_size)
     print("scored %d rows in %.1f s (%s rows/sec) -> %s" % (
-        rows, seconds, format(rows / seconds if seconds > 0 else 0.0, ",.0f"), FLAGS.output))
+        rows, seconds, format(rows / seconds if seconds > 0 else 0.0, ",.0f"), config.output))
 
 
 def run():
