@@ -9,6 +9,7 @@ hyperparameters after `--`. `define_job_flags` defines them once, those of
 a `jobs.spec.JobSpec`.
 """
 
+import dataclasses
 import os
 from typing import Optional, Sequence, Tuple
 
@@ -26,21 +27,30 @@ CHANNEL_SEPARATOR = "="
 TRAIN_CHANNEL_PREFIX = "train"
 
 
+@dataclasses.dataclass(frozen=True)
+class ChannelOptions:
+    """The job flags a `JobSpec` holds in another form: its channels as typed, and `--auto_data`."""
+
+    channel: Tuple[str, ...] = config_flags.field(
+        (), "NAME=PATH; repeatable (where PATH lives depends on the command).", repeated=True)
+    channel_input_mode: Tuple[str, ...] = config_flags.field(
+        (), "NAME=File|Pipe: that channel's own input mode (e.g. --input_mode Pipe --channel_input_mode "
+            "validation=File); repeatable.", repeated=True)
+    distribution_type: str = config_flags.field(
+        spec_lib.CHANNEL_DISTRIBUTION, "S3 distribution of the training channels (train, train_<k>); others are "
+                                       "replicated.", choices=spec_lib.S3_DISTRIBUTIONS)
+    auto_data: Optional[str] = config_flags.field(
+        None, "--distribution auto: a local dataset root to measure a step on (default: the train channel's "
+              "directory, where it is one on this machine).")
+
+
 def define_job_flags() -> None:
     """Defines the flags of a job (the program's own flags are defined by the program).
 
-    The flags of `JobSpec`'s fields are generated from them (their defaults
-    are the fields'); the channels, which a spec holds as `Channel`s, and
-    `--auto_data` are the flags' own.
+    Generated from `JobSpec`'s fields and `ChannelOptions`' (their defaults
+    are the fields').
     """
-    config_flags.define_flags([spec_lib.JobSpec])
-    flags.DEFINE_string("auto_data", None, "--distribution auto: a local dataset root to measure a step on "
-                        "(default: the train channel's directory, where it is one on this machine).")
-    flags.DEFINE_multi_string("channel", [], "NAME=PATH; repeatable (where PATH lives depends on the command).")
-    flags.DEFINE_multi_string("channel_input_mode", [], "NAME=File|Pipe: that channel's own input mode (e.g. "
-                              "--input_mode Pipe --channel_input_mode validation=File); repeatable.")
-    flags.DEFINE_enum("distribution_type", spec_lib.CHANNEL_DISTRIBUTION, list(spec_lib.S3_DISTRIBUTIONS),
-                      "S3 distribution of the training channels (train, train_<k>); others are replicated.")
+    config_flags.define_flags([spec_lib.JobSpec, ChannelOptions])
 
 
 def _name_value_pairs(flag: str, values: Sequence[str], what: str) -> dict:
