@@ -470,12 +470,15 @@ def main() -> None:
     def start(argv: List[str]) -> int:
         if len(argv) > 1:
             raise app.UsageError("unexpected arguments %s: give flags only" % " ".join(argv[1:]))
+        # The checks build the model in this process: TensorFlow's notices stay off the soak's console.
+        entry.configure_logging(entry.flags_want_detail())
         try:
             return run(SoakConfig(**config_flags.values(SoakConfig)), SoakCommand(**config_flags.values(SoakCommand)))
         except ValueError as e:
             raise app.UsageError(str(e)) from e
 
-    entry.run(start, PROGRAM, define_flags=lambda: config_flags.define_flags([SoakConfig, SoakCommand]))
+    entry.run(start, PROGRAM, define_flags=lambda: config_flags.define_flags([SoakConfig, SoakCommand]),
+              tensorflow=entry.TENSORFLOW_AFTER_FLAGS)
 
 
 if __name__ == "__main__":
