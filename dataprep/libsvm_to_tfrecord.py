@@ -14,14 +14,15 @@ Usage (the line the input pipeline logs when it reads LibSVM)::
     python -m dataprep.libsvm_to_tfrecord --field_size 39 --input 'data/train/*.libsvm'
 """
 
+import dataclasses
 import glob
 import os
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import flags
 
-from cli import entry
+from cli import config_flags, entry
 from input_pipeline import format_base, formats, schema
 
 PROGRAM = "dataprep.libsvm_to_tfrecord"
@@ -105,14 +106,23 @@ def convert(patterns: Sequence[str], field_size: int, output_dir: Optional[str] 
     return targets
 
 
+@dataclasses.dataclass(frozen=True)
+class ConvertConfig:
+    """What the command line converts (its flags are these fields)."""
+
+    input: Optional[Tuple[str, ...]] = dataclasses.field(
+        metadata=config_flags.metadata("File or glob to convert; repeat the flag for more.", repeated=True))
+    field_size: int = config_flags.field(schema.FIELD_SIZE, "Ids (id:value pairs) per row.")
+    input_format: str = config_flags.field(SOURCE.name, "Format of the --input files.", choices=formats.names())
+    output_format: str = config_flags.field(TARGET.name, "Format to write.", choices=formats.names())
+    output_dir: Optional[str] = config_flags.field(None, "Directory for the converted files (default: beside "
+                                                         "each input).")
+    overwrite: bool = config_flags.field(False, "Replace converted files that exist.")
+
+
 def define_flags() -> None:
-    """Defines the command-line flags of this tool."""
-    flags.DEFINE_multi_string("input", None, "File or glob to convert; repeat the flag for more.")
-    flags.DEFINE_integer("field_size", schema.FIELD_SIZE, "Ids (id:value pairs) per row.")
-    flags.DEFINE_enum("input_format", SOURCE.name, formats.names(), "Format of the --input files.")
-    flags.DEFINE_enum("output_format", TARGET.name, formats.names(), "Format to write.")
-    flags.DEFINE_string("output_dir", None, "Directory for the converted files (default: beside each input).")
-    flags.DEFINE_bool("overwrite", False, "Replace converted files that exist.")
+    """Defines the command-line flags of this tool (`ConvertConfig`'s fields)."""
+    config_flags.define_flags([ConvertConfig])
     flags.mark_flag_as_required("input")
 
 
@@ -120,9 +130,10 @@ def main(argv: Sequence[str]) -> None:
     """Converts the files named by the flags."""
     del argv
     import tensorflow as tf
-    cfg = flags.FLAGS
+    cfg = ConvertConfig(**config_flags.values(ConvertConfig, flags.FLAGS))
+    assert cfg.input is not None
     try:
-        convert(cfg.input, cfg.field_size, cfg.output_dir, cfg.overwrite, cfg.input_format, cfg.output_format)
+        convert(list(cfg.input), cfg.field_size, cfg.output_dir, cfg.overwrite, cfg.input_format, cfg.output_format)
     except (ValueError, OSError, tf.errors.InvalidArgumentError) as e:
         raise SystemExit("error: %s" % e) from e
 

@@ -23,12 +23,12 @@ Usage::
 
 import dataclasses
 import os
-from typing import Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import flags
 
-from cli import entry
+from cli import config_flags, entry
 from input_pipeline import schema
 
 PROGRAM = "dataprep.raw_criteo"
@@ -57,9 +57,9 @@ class RawSpec:
       seed: random seed.
     """
 
-    rows: int
-    distinct: int
-    seed: int = 0
+    rows: int = dataclasses.field(metadata=config_flags.metadata("Lines to write."))
+    distinct: int = config_flags.field(0, "Distinct values of the near-unique categorical fields together.")
+    seed: int = config_flags.field(0, "Random seed.")
 
     def unique_sizes(self) -> List[int]:
         """Distinct values of each near-unique field (the last fields)."""
@@ -141,23 +141,29 @@ def write(spec: RawSpec, path: str) -> int:
     return os.path.getsize(path)
 
 
+@dataclasses.dataclass(frozen=True)
+class RawOutput:
+    """Where the command line writes (beside `RawSpec`'s flags)."""
+
+    output: Optional[str] = dataclasses.field(metadata=config_flags.metadata("TSV file to write."))
+
+
 def define_flags() -> None:
-    """Defines the command-line flags of this tool."""
-    flags.DEFINE_integer("rows", None, "Lines to write.")
-    flags.DEFINE_integer("distinct", 0, "Distinct values of the near-unique categorical fields together.")
-    flags.DEFINE_integer("seed", 0, "Random seed.")
-    flags.DEFINE_string("output", None, "TSV file to write.")
+    """Defines the command-line flags of this tool (`RawSpec`'s and `RawOutput`'s fields)."""
+    config_flags.define_flags([RawSpec, RawOutput])
     flags.mark_flags_as_required(["rows", "output"])
 
 
 def main(argv: Sequence[str]) -> None:
     """Writes the file named by the flags."""
     del argv
-    cfg = flags.FLAGS
-    if cfg.rows < 1 or cfg.distinct < 0:
-        raise SystemExit("error: --rows must be >= 1 and --distinct >= 0, got %d and %d" % (cfg.rows, cfg.distinct))
-    size = write(RawSpec(cfg.rows, cfg.distinct, cfg.seed), cfg.output)
-    print("wrote %s: %d rows, %.1f MB" % (cfg.output, cfg.rows, size / 1e6))
+    spec = RawSpec(**config_flags.values(RawSpec, flags.FLAGS))
+    output = RawOutput(**config_flags.values(RawOutput, flags.FLAGS)).output
+    assert output is not None
+    if spec.rows < 1 or spec.distinct < 0:
+        raise SystemExit("error: --rows must be >= 1 and --distinct >= 0, got %d and %d" % (spec.rows, spec.distinct))
+    size = write(spec, output)
+    print("wrote %s: %d rows, %.1f MB" % (output, spec.rows, size / 1e6))
 
 
 def run() -> None:
