@@ -4,6 +4,8 @@ import dataclasses
 import os
 from typing import Optional
 
+from cli import config_flags
+
 DEFAULT_VAL_FRACTION = 0.1
 DEFAULT_SHARDS = 4
 DEFAULT_MIN_COUNT = 10
@@ -51,20 +53,28 @@ class ConversionOptions:
         message names the option and the value.
     """
 
-    val_fraction: float = DEFAULT_VAL_FRACTION
-    shards: int = DEFAULT_SHARDS
-    vocab: Optional[str] = None
-    min_count: Optional[int] = None
-    skip_bad_records: bool = False
-    overwrite: bool = False
-    workers: Optional[int] = None
-    memory_mb: float = DEFAULT_MEMORY_MB
+    val_fraction: float = config_flags.field(DEFAULT_VAL_FRACTION, "Share of lines for the validation split; 0: "
+                                                                   "none.")
+    shards: int = config_flags.field(DEFAULT_SHARDS, "Shard files per split and format (rows balanced to one row; a "
+                                                     "multiple of the training workers gives each the same rows).")
+    vocab: Optional[str] = config_flags.field(None, "metadata.json (or dataset root) whose vocabulary to apply.")
+    min_count: Optional[int] = config_flags.field(None, "Frequency cutoff of the vocabulary (default %d)."
+                                                  % DEFAULT_MIN_COUNT)
+    skip_bad_records: bool = config_flags.field(False, "Skip and count malformed lines instead of failing.")
+    overwrite: bool = config_flags.field(False, "Replace a dataset already in --output_dir.")
+    workers: Optional[int] = config_flags.field(None, "Processes for both passes (default: the cores).")
+    memory_mb: float = config_flags.field(float(DEFAULT_MEMORY_MB), "Memory for the value counts of all processes; "
+                                                                    "past it they spill to sorted runs on disk.")
+    # The library's alone (no flag).
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    shuffle: bool = False
-    seed: int = DEFAULT_SHUFFLE_SEED
-    negative_sampling: float = 1.0
-    libsvm_layout: str = FIXED_LAYOUT
-    tmp_dir: Optional[str] = None
+    shuffle: bool = config_flags.field(False, "Write the rows in a random order across all shards.")
+    seed: int = config_flags.field(DEFAULT_SHUFFLE_SEED, "Seed of --shuffle.")
+    negative_sampling: float = config_flags.field(1.0, "Keep train rows labelled 0 with this probability; recorded "
+                                                       "in metadata.json (see dataprep.criteo.recalibrate).")
+    libsvm_layout: str = config_flags.field(FIXED_LAYOUT, "fixed: equal-length LibSVM lines, decoded fastest; "
+                                                          "compact: shortest numbers.", choices=LIBSVM_LAYOUTS)
+    tmp_dir: Optional[str] = config_flags.field(None, "Directory for count runs and shuffle buckets (default: system "
+                                                      "temp).")
 
     def __post_init__(self):
         if not 0.0 <= self.val_fraction < 1.0:

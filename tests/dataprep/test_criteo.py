@@ -15,6 +15,7 @@ import tensorflow as tf
 from absl import flags
 from absl.testing import parameterized
 
+from cli import config_flags
 from dataprep import criteo, raw_criteo
 from dataprep.criteo import command, writing
 from input_pipeline import schema
@@ -520,7 +521,9 @@ class CommandLineTest(CriteoTestCase):
         flag_values = flags.FlagValues()
         command.define_flags(flag_values)
         defaults = criteo.ConversionOptions()
-        for name in command.FLAG_HELP:
+        names = [field.name for field in config_flags.flag_fields(criteo.ConversionOptions)]
+        self.assertLen(names, 13)
+        for name in names:
             self.assertEqual(getattr(defaults, name), flag_values[name].default, name)
         self.assertNotIn("chunk_bytes", flag_values)
         flag_values(["prog", "--output_dir", "x", "--shards", "3", "--shuffle", "--libsvm_layout", "compact"])
