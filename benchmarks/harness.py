@@ -355,3 +355,28 @@ def main(config_class: type, benchmark: Callable[..., int], program: str = "") -
     documented = sys.modules.get(program, module)
     entry.run(run_benchmark, program, define_flags=lambda: config_flags.define_flags([config_class]),
               doc=getattr(documented, "__doc__", None) or "")
+
+
+def main_or_run(config_class: type, benchmark: Callable[..., int], program: str,
+                argv: Optional[Sequence[str]] = None) -> int:
+    """`main` of the process's command line where `argv` is None; else `benchmark` of `argv` (a test's).
+
+    Args:
+      config_class: the benchmark's options.
+      benchmark: `benchmark(config)` -> exit status; it raises `app.UsageError`
+        for a bad option it finds.
+      program: the name a user types.
+      argv: a command line without the program's name.
+
+    Returns:
+      The exit status; with `argv`, a bad option prints `error: <message>` and gives 2.
+    """
+    if argv is None:
+        main(config_class, benchmark, program=program)
+        return 0
+    try:
+        return benchmark(options(config_class, [program] + list(argv)))
+    except (ValueError, app.UsageError) as e:
+        print("error: %s" % e, file=sys.stderr)
+        return 2
+

@@ -584,18 +584,8 @@ def run(args: MulticoreOptions) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`run` of a command line (without the program's name); a bad option prints its error and returns 2.
-
-    Without `argv`, the process's command line through `harness.main`.
-    """
-    if argv is None:
-        harness.main(MulticoreOptions, run, program=PROGRAM)
-        return 0
-    try:
-        return run(parse_args(argv))
-    except (ValueError, app.UsageError) as e:
-        print("error: %s" % e, file=sys.stderr)
-        return 2
+    """`run` of the process's command line, or of `argv` (without the program's name; see `harness.main_or_run`)."""
+    return harness.main_or_run(MulticoreOptions, run, PROGRAM, argv)
 
 
 if __name__ == "__main__":
