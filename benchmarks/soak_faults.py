@@ -536,45 +536,24 @@ class Injector:
         record.time = time.time()
         record.elapsed = record.time - self.start_time
         record.signal = "OOM kill"
-        deadline = time.monotonic() + self.timeout_s
-        press: Optional[soak_memory.Press] = None
-        pressed = ""
         try:
-            while not squeeze.killed():
-                if time.monotonic() > deadline or not self.view.running():
-                    raise SoakError("fault %d (%s): no process was killed for memory within %.0f s: %s" % (
-                        record.number, MEMORY, self.timeout_s, squeeze.describe()))
-                try:
-                    squeeze.tighten()
-                except soak_memory.SqueezeError as e:
-                    if squeeze.killed():
-                        break
-                    raise SoakError("fault %d (%s): %s" % (record.number, MEMORY, e)) from e
-                wait_until = time.monotonic() + SQUEEZE_INTERVAL_S
-                while not squeeze.killed() and time.monotonic() < wait_until:
-                    time.sleep(POLL_S)
-                if press is None and not squeeze.killed():
-                    # The tasks took no new page within the interval: the press takes them (soak_memory).
-                    press = soak_memory.Press(squeeze.path)
-                    pressed = "; no task took a page within %.1f s, so a pressing process in the host's cgroup " \
-                        "took memory from then" % SQUEEZE_INTERVAL_S
-            # The fault landed at the kill: the steps it may cost are those trained until then.
-            progress = self.view.progress()
-            record.step_at_fault = progress["global_step"] if progress else record.step_at_fault
-            if press is not None and press.killed_itself():
-                raise SoakError("fault %d (%s): the kernel killed the pressing process, not a task of the host: "
-                                "%s" % (record.number, MEMORY, squeeze.describe()))
-            record.target = "host cgroup %s (%d process(es) killed)" % (os.path.basename(squeeze.path),
-                                                                          squeeze.killed())
-            record.placement = "armed at %.0f%% of the budget; %s%s; killed %.1f s after the injection" % (
-                100 * record.fault.point, squeeze.describe(), pressed, time.time() - record.time)
-            self._squeeze = squeeze
+            pressed = soak_memory.squeeze_until_killed(squeeze, self.timeout_s, self.view.running, SQUEEZE_INTERVAL_S,
+                                                       POLL_S)
+        except soak_memory.SqueezeError as e:
+            squeeze.restore()
+            raise SoakError("fault %d (%s): %s" % (record.number, MEMORY, e)) from e
         except BaseException:
             squeeze.restore()
             raise
-        finally:
-            if press is not None:
-                press.stop()
+        # The fault landed at the kill: the steps it may cost are those trained until then.
+        progress = self.view.progress()
+        record.step_at_fault = progress["global_step"] if progress else record.step_at_fault
+        record.target = "host cgroup %s (%d process(es) killed)" % (os.path.basename(squeeze.path), squeeze.killed())
+        record.placement = "armed at %.0f%% of the budget; %s%s; killed %.1f s after the injection" % (
+            100 * record.fault.point, squeeze.describe(),
+            "; no task took a page within %.1f s, so a pressing process in the host's cgroup took memory from "
+            "then" % SQUEEZE_INTERVAL_S if pressed else "", time.time() - record.time)
+        self._squeeze = squeeze
 
     def _await_restart(self, record: FaultRecord, train_again: bool = True) -> None:
         number = record.number

@@ -31,7 +31,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-from typing import List, Optional
+import time
+from typing import Callable, List, Optional
 
 from jobs.local import memory as memory_lib
 
@@ -228,3 +229,45 @@ class Press:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait(PRESS_STOP_WAIT_S)
+
+
+def squeeze_until_killed(squeeze: Squeeze, timeout_s: float, running: Callable[[], bool], interval_s: float,
+                         poll_s: float) -> bool:
+    """Tightens `squeeze` until the kernel kills a process of its cgroup; returns whether a `Press` was needed.
+
+    The limit is tightened again every `interval_s`; after the first interval
+    without a kill a `Press` takes memory in the cgroup (stopped before this
+    returns). The limit stays lowered (`Squeeze.restore` writes it back).
+
+    Raises:
+      SqueezeError: no kill within `timeout_s`, the job ended first
+        (`running()` false), the kernel took no limit, or it killed the
+        press instead of a task.
+    """
+    deadline = time.monotonic() + timeout_s
+    press: Optional[Press] = None
+    try:
+        while not squeeze.killed():
+            if time.monotonic() > deadline or not running():
+                raise SqueezeError("no process was killed for memory within %.0f s: %s" % (timeout_s,
+                                                                                           squeeze.describe()))
+            try:
+                squeeze.tighten()
+            except SqueezeError:
+                if squeeze.killed():
+                    break
+                raise
+            wait_until = time.monotonic() + interval_s
+            while not squeeze.killed() and time.monotonic() < wait_until:
+                time.sleep(poll_s)
+            if press is None and not squeeze.killed():
+                # The tasks took no new page within the interval (a steady step reuses what it freed).
+                press = Press(squeeze.path)
+        if press is not None and press.killed_itself():
+            raise SqueezeError("the kernel killed the pressing process, not a task of the host: %s"
+                               % squeeze.describe())
+        return press is not None
+    finally:
+        if press is not None:
+            press.stop()
+

@@ -98,6 +98,25 @@ class SqueezeTest(tf.test.TestCase):
                         child.kill()
                         child.wait()
 
+    def test_squeezing_until_killed_presses_a_steady_task_and_stops_the_press(self):
+        controller = controller_or_skip(self)
+        with memory_lib.HostMemories() as memories:
+            host = memories.host("soak")
+            process = subprocess.Popen([sys.executable, "-c", STEADY], preexec_fn=host.join, stdout=subprocess.PIPE,
+                                       text=True)
+            try:
+                self.assertEqual("ready", process.stdout.readline().strip())
+                squeeze = soak_memory.Squeeze(host.path, controller)
+                self.assertTrue(soak_memory.squeeze_until_killed(squeeze, WAIT_S, lambda: True, 0.5, 0.05))
+                self.assertEqual(-9, process.wait(WAIT_S))
+                self.assertEqual(1, squeeze.killed())
+                self.assertEqual([], host.pids(), "the press outlived the squeeze")
+                self.assertTrue(squeeze.restore())
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+
     def test_a_process_outside_the_launchers_cgroups_is_refused(self):
         controller = controller_or_skip(self)
         with self.assertRaisesRegex(soak_memory.SqueezeError, "not in a host cgroup of the launcher"):
