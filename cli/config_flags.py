@@ -9,7 +9,9 @@ follows the field's annotation: `bool`, `int`, `float` and `str` (each also
 choices is an enum flag (of the values' names); `Tuple[X, ...]` (X: int,
 float or str) is a comma-separated list flag, read back as a tuple of X, or
 with `repeated=True` a flag given once per item (`--f=a --f=b`, for items
-that may hold commas).
+that may hold commas); `Tuple[T, ...]` of any other item type takes a
+`parse` function that makes a T of an item's text (its `ValueError` names
+the flag and the value).
 
     @dataclasses.dataclass(frozen=True)
     class TrainConfig:
@@ -41,6 +43,7 @@ FLAG = "flag"
 CHOICES = "choices"
 FLAG_DEFAULT = "flag_default"
 REPEATED = "repeated"
+PARSE = "parse"
 # What the metadata holds where a flag's default is the field's own.
 _SAME = object()
 
@@ -50,11 +53,14 @@ ITEM_NAMES = {int: "integers", float: "numbers", str: "strings"}
 
 
 def metadata(help: str, flag: Optional[str] = None,
-             choices: Optional[Sequence] = None, flag_default: Any = _SAME, repeated: bool = False) -> Dict[str, Any]:
+             choices: Optional[Sequence] = None, flag_default: Any = _SAME, repeated: bool = False,
+             parse: Optional[Callable[[str], Any]] = None) -> Dict[str, Any]:
     """The metadata of a field that is a flag (see `field`)."""
     meta: Dict[str, Any] = {HELP: help}
     if repeated:
         meta[REPEATED] = True
+    if parse is not None:
+        meta[PARSE] = parse
     if flag is not None:
         meta[FLAG] = flag
     if choices is not None:
@@ -65,7 +71,8 @@ def metadata(help: str, flag: Optional[str] = None,
 
 
 def field(default: Any = dataclasses.MISSING, help: str = "", flag: Optional[str] = None,
-          choices: Optional[Sequence] = None, flag_default: Any = _SAME, repeated: bool = False) -> Any:
+          choices: Optional[Sequence] = None, flag_default: Any = _SAME, repeated: bool = False,
+          parse: Optional[Callable[[str], Any]] = None) -> Any:
     """A dataclass field that is also a command-line flag.
 
     Args:
@@ -79,8 +86,10 @@ def field(default: Any = dataclasses.MISSING, help: str = "", flag: Optional[str
         field's flag defaults to None.
       repeated: a `Tuple[X, ...]` field's flag is given once per item
         (absl's multi flag) instead of comma-separated.
+      parse: a `Tuple[T, ...]` field's item of its text, for a T other
+        than int, float or str (raises `ValueError`, naming the flag).
     """
-    return dataclasses.field(default=default, metadata=metadata(help, flag, choices, flag_default, repeated))
+    return dataclasses.field(default=default, metadata=metadata(help, flag, choices, flag_default, repeated, parse))
 
 
 class FlagSpec(NamedTuple):
@@ -92,7 +101,8 @@ class FlagSpec(NamedTuple):
       default: the flag's default, as absl takes it.
       help: the help text.
       choices: an enum's values.
-      item: a list flag's item type (int, float or str).
+      item: what makes a list flag's item of its text (int, float, str or
+        the field's `parse`).
     """
 
     name: str
@@ -100,7 +110,7 @@ class FlagSpec(NamedTuple):
     default: Any
     help: str
     choices: Tuple = ()
-    item: type = str
+    item: Callable[[str], Any] = str
 
 
 def flag_fields(config_class: type) -> List[dataclasses.Field]:
@@ -148,8 +158,8 @@ def spec_of(config_class: type, item: dataclasses.Field) -> FlagSpec:
     if annotation is str:
         return FlagSpec(name, STRING, default, help_text)
     if typing.get_origin(annotation) is tuple:
-        item_type = typing.get_args(annotation)[0]
-        if item_type in ITEM_NAMES:
+        item_type = item.metadata.get(PARSE) or typing.get_args(annotation)[0]
+        if item_type in ITEM_NAMES or PARSE in item.metadata:
             return FlagSpec(name, MULTI if item.metadata.get(REPEATED) else LIST,
                             None if default is None else [str(v) for v in default], help_text, item=item_type)
     raise TypeError("%s.%s: no flag carries a field of type %r" % (config_class.__name__, item.name, annotation))
@@ -201,6 +211,8 @@ def field_value(spec: FlagSpec, value: Any) -> Any:
     """
     if spec.kind not in (LIST, MULTI) or value is None:
         return value
+    if spec.item not in ITEM_NAMES:
+        return tuple(spec.item(v) for v in value)
     try:
         return tuple(spec.item(v) for v in value)
     except ValueError as e:

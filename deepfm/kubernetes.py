@@ -51,8 +51,6 @@ def define_flags() -> None:
     from jobs.kubernetes.local import run as kubernetes_local
     # render's and local's own flags, from their configs' fields
     config_flags.define_flags([kubernetes_job.KubernetesJob, kubernetes_job.Resources, kubernetes_local.LocalConfig])
-    flags.DEFINE_multi_string("fault", [], "local: ACTION:POD@STEP: once a checkpoint of that global step is "
-                              "saved, kill the pod (kill) or lose its node for good (lose); repeatable.")
 
 
 def parse_job(flag_values, hyperparameter_args) -> kubernetes_job.KubernetesJob:
@@ -90,7 +88,6 @@ def run_render(hyperparameter_args) -> int:
 
 def run_local(extra_args) -> int:
     """Runs a rendered manifest on emulated hosts; returns the job's exit code."""
-    from jobs.kubernetes.local import faults
     from jobs.kubernetes.local import run as kubernetes_local
     from jobs.local import hosts as hosts_lib
     from jobs.local import memory as memory_lib
@@ -102,9 +99,7 @@ def run_local(extra_args) -> int:
         if not getattr(FLAGS, flag):
             raise app.UsageError("local needs --%s" % flag)
     try:
-        config = kubernetes_local.LocalConfig(
-            faults=tuple(faults.Fault.parse(text) for text in FLAGS.fault),
-            **config_flags.values(kubernetes_local.LocalConfig, FLAGS))
+        config = kubernetes_local.LocalConfig(**config_flags.values(kubernetes_local.LocalConfig, FLAGS))
         local_run = kubernetes_local.run(config)
     except (ValueError, FileExistsError, hosts_lib.HostSetupError, memory_lib.MemoryLimitError) as e:
         print("deepfm.kubernetes local: %s" % e, file=sys.stderr)

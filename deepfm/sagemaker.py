@@ -63,9 +63,6 @@ def define_flags() -> None:
     # local's and submit's own flags, from their configs' fields
     config_flags.define_flags([sagemaker_local.LocalConfig, sagemaker_submit.SubmitConfig,
                                sagemaker_submit.TuningConfig])
-    flags.DEFINE_multi_string("tune", [], "submit: a hyperparameter a tuning job searches, maximizing the "
-                              "validation AUC: NAME=MIN..MAX (integers or numbers; :log for a logarithmic scale) "
-                              "or NAME=A|B|C; repeatable.")
 
 
 def auto_choice(flag_values, command: str, instance_type: str) -> auto_distribution.Choice:
@@ -119,11 +116,8 @@ def run_submit(spec: spec_lib.JobSpec) -> int:
         if not getattr(FLAGS, flag):
             raise app.UsageError("submit needs --%s" % flag)
     try:
-        tuning = None
-        if FLAGS.tune:
-            tuning = sagemaker_submit.TuningConfig(
-                ranges=tuple(sagemaker_submit.ParameterRange.parse(text) for text in FLAGS.tune),
-                **config_flags.values(sagemaker_submit.TuningConfig, FLAGS))
+        tuning_values = config_flags.values(sagemaker_submit.TuningConfig, FLAGS)
+        tuning = sagemaker_submit.TuningConfig(**tuning_values) if tuning_values["ranges"] else None
         values = config_flags.values(sagemaker_submit.SubmitConfig, FLAGS)
         values.update(checkpoint_s3_uri=values["checkpoint_s3_uri"] or None)
         config = sagemaker_submit.SubmitConfig(spec=spec, tuning=tuning, **values)

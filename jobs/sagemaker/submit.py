@@ -156,7 +156,10 @@ class TuningConfig:
       max_parallel_jobs: training jobs at a time.
     """
 
-    ranges: Tuple[ParameterRange, ...]
+    ranges: Tuple[ParameterRange, ...] = dataclasses.field(metadata=config_flags.metadata(
+        "submit: a hyperparameter a tuning job searches, maximizing the validation AUC: NAME=MIN..MAX (integers or "
+        "numbers; :log for a logarithmic scale) or NAME=A|B|C; repeatable.", flag="tune", repeated=True,
+        parse=ParameterRange.parse))
     max_jobs: int = config_flags.field(DEFAULT_MAX_JOBS, "submit --tune: training jobs in all.",
                                        flag="tuning_max_jobs")
     max_parallel_jobs: int = config_flags.field(DEFAULT_MAX_PARALLEL_JOBS, "submit --tune: training jobs at a time.",

@@ -37,6 +37,19 @@ class Repeated:
     extra: Tuple[str, ...] = config_flags.field((), "One item per flag.", repeated=True)
 
 
+def parse_pair(text: str) -> Tuple[str, int]:
+    name, sep, count = text.partition("=")
+    if not sep or not count.isdigit():
+        raise ValueError("--pair %r must be NAME=COUNT" % text)
+    return name, int(count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    pairs: Tuple[Tuple[str, int], ...] = config_flags.field((), "NAME=COUNT; repeatable.", flag="pair",
+                                                            repeated=True, parse=parse_pair)
+
+
 @dataclasses.dataclass(frozen=True)
 class Unsupported:
     table: dict = config_flags.field(None, "No flag carries a dict.")
@@ -89,6 +102,17 @@ class ConfigFlagsTest(absltest.TestCase):
         flag_values(["program", "--extra=--deep_layers=128,64", "--extra", "--exchange_fp16"])
         self.assertEqual(Repeated(extra=("--deep_layers=128,64", "--exchange_fp16")),
                          Repeated(**config_flags.values(Repeated, flag_values)))
+
+    def test_a_parsed_flag_makes_each_item_with_its_function_and_keeps_its_error(self):
+        flag_values = flags.FlagValues()
+        config_flags.define_flags([Parsed], flag_values)
+        self.assertEqual(([], "multi string"), (flag_values["pair"].default, flag_values["pair"].flag_type()))
+        flag_values(["program", "--pair=a=1", "--pair", "b=22"])
+        self.assertEqual(Parsed(pairs=(("a", 1), ("b", 22))), Parsed(**config_flags.values(Parsed, flag_values)))
+        flag_values.unparse_flags()
+        flag_values(["program", "--pair=a=x"])
+        with self.assertRaisesRegex(ValueError, r"--pair 'a=x' must be NAME=COUNT"):
+            config_flags.values(Parsed, flag_values)
 
     def test_a_list_item_of_the_wrong_type_names_the_flag_and_the_value(self):
         flag_values = self.parse("--widths", "8,x")

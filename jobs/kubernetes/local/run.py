@@ -128,7 +128,9 @@ class LocalConfig:
         "render: where the manifests go; local: where the logs go."))
     timeout_s: float = config_flags.field(0.0, "local: stop every pod and fail after this many seconds (0: none).")
     stop_grace_s: float = config_flags.field(DEFAULT_STOP_GRACE_S, "local: a stopped pod's grace period in seconds.")
-    faults: Tuple[Fault, ...] = ()
+    faults: Tuple[Fault, ...] = config_flags.field(
+        (), "local: ACTION:POD@STEP: once a checkpoint of that global step is saved, kill the pod (kill) or lose "
+        "its node for good (lose); repeatable.", flag="fault", repeated=True, parse=Fault.parse)
     host_memory: str = config_flags.field(
         "", "local: every pod's memory (a memory cgroup; root needed), e.g. 6g, 6GiB, 6500m or bytes, instead of "
         "its container's resources.limits.memory; \"\": the manifest's. A pod killed for memory is reported with "
