@@ -51,7 +51,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from absl import app, flags, logging
 
-from cli import entry
+from cli import config_flags, entry
 from dataprep import criteo
 from input_pipeline import formats, schema
 
@@ -94,13 +94,18 @@ class StageOptions:
       libsvm_layout: convert: `fixed` or `compact`.
     """
 
-    val_fraction: float = criteo.DEFAULT_VAL_FRACTION
-    min_count: int = criteo.DEFAULT_MIN_COUNT
-    shards: int = criteo.DEFAULT_SHARDS
-    skip_bad_records: bool = False
-    workers: int = 0
-    memory_mb: float = criteo.DEFAULT_MEMORY_MB
-    libsvm_layout: str = criteo.LIBSVM_LAYOUTS[0]
+    val_fraction: float = config_flags.field(criteo.DEFAULT_VAL_FRACTION,
+                                             "count: share of lines for the validation split.")
+    min_count: int = config_flags.field(criteo.DEFAULT_MIN_COUNT,
+                                        "convert: frequency cutoff of the vocabulary, over all parts.")
+    shards: int = config_flags.field(criteo.DEFAULT_SHARDS,
+                                     "convert: shard files per split and format written by each instance.")
+    skip_bad_records: bool = config_flags.field(False, "count, convert: skip and count malformed lines.")
+    workers: int = config_flags.field(0, "count, convert: processes per instance (0: its cores).")
+    memory_mb: float = config_flags.field(criteo.DEFAULT_MEMORY_MB,
+                                          "count, convert: memory for the value counts per instance.")
+    libsvm_layout: str = config_flags.field(criteo.LIBSVM_LAYOUTS[0], "convert: LibSVM layout.",
+                                            choices=criteo.LIBSVM_LAYOUTS)
 
     def __post_init__(self):
         if not 0.0 <= self.val_fraction < 1.0:
@@ -141,10 +146,10 @@ class StageOptions:
 class ContainerDirs:
     """Where the container contract's files are (SageMaker's paths unless moved for tests)."""
 
-    config_dir: str = CONFIG_DIR
-    input_dir: str = INPUT_DIR
-    output_dir: str = OUTPUT_DIR
-    work_dir: str = WORK_DIR
+    config_dir: str = config_flags.field(CONFIG_DIR, "Where resourceconfig.json is.")
+    input_dir: str = config_flags.field(INPUT_DIR, "Where the inputs are (one directory per input).")
+    output_dir: str = config_flags.field(OUTPUT_DIR, "Where the outputs go (one directory per output).")
+    work_dir: str = config_flags.field(WORK_DIR, "Scratch space.")
 
     def input(self, name: str) -> str:
         """The directory of input `name`."""
@@ -347,18 +352,8 @@ def combine(dirs: ContainerDirs) -> schema.DatasetMetadata:
 
 
 def define_flags() -> None:
-    """Defines the flags of the stages (each stage reads its own; see `StageOptions`)."""
-    flags.DEFINE_float("val_fraction", criteo.DEFAULT_VAL_FRACTION, "count: share of lines for validation.")
-    flags.DEFINE_integer("min_count", criteo.DEFAULT_MIN_COUNT, "convert: frequency cutoff of the vocabulary.")
-    flags.DEFINE_integer("shards", criteo.DEFAULT_SHARDS, "convert: shard files per split and format per instance.")
-    flags.DEFINE_enum("libsvm_layout", criteo.LIBSVM_LAYOUTS[0], criteo.LIBSVM_LAYOUTS, "convert: LibSVM layout.")
-    flags.DEFINE_bool("skip_bad_records", False, "count, convert: skip and count malformed lines.")
-    flags.DEFINE_integer("workers", 0, "count, convert: processes per instance (0: its cores).")
-    flags.DEFINE_float("memory_mb", criteo.DEFAULT_MEMORY_MB, "count, convert: memory for the value counts.")
-    flags.DEFINE_string("config_dir", CONFIG_DIR, "Where resourceconfig.json is.")
-    flags.DEFINE_string("input_dir", INPUT_DIR, "Where the inputs are (one directory per input).")
-    flags.DEFINE_string("output_dir", OUTPUT_DIR, "Where the outputs go (one directory per output).")
-    flags.DEFINE_string("work_dir", WORK_DIR, "Scratch space.")
+    """Defines the flags of the stages (each stage reads its own; see `StageOptions`) and the container's paths."""
+    config_flags.define_flags([StageOptions, ContainerDirs])
 
 
 def main(argv: Sequence[str]) -> None:
@@ -368,10 +363,8 @@ def main(argv: Sequence[str]) -> None:
     stage = argv[1]
     criteo.keep_freed_memory()
     try:
-        dirs = ContainerDirs(FLAGS.config_dir, FLAGS.input_dir, FLAGS.output_dir, FLAGS.work_dir)
-        options = StageOptions(val_fraction=FLAGS.val_fraction, min_count=FLAGS.min_count, shards=FLAGS.shards,
-                               skip_bad_records=FLAGS.skip_bad_records, workers=FLAGS.workers,
-                               memory_mb=FLAGS.memory_mb, libsvm_layout=FLAGS.libsvm_layout)
+        dirs = ContainerDirs(**config_flags.values(ContainerDirs, FLAGS))
+        options = StageOptions(**config_flags.values(StageOptions, FLAGS))
         if stage == COUNT:
             count(dirs, options)
         elif stage == CONVERT:

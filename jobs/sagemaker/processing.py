@@ -40,8 +40,7 @@ from typing import Dict, List, Optional, Sequence
 
 from absl import app, flags
 
-from cli import entry
-from dataprep import criteo
+from cli import config_flags, entry
 from dataprep import criteo_processing as stages
 from input_pipeline import schema
 from jobs import source as source_lib
@@ -104,20 +103,25 @@ class ConversionConfig:
     """
 
     command: str
-    input: str
+    input: str = dataclasses.field(metadata=config_flags.metadata(
+        "The raw Criteo TSV files: a file or directory (local), an s3:// prefix (submit). ShardedByS3Key: at "
+        "least one file per instance."))
     output: str
     options: stages.StageOptions = stages.StageOptions()
-    instance_count: int = DEFAULT_INSTANCE_COUNT
-    job_name: str = ""
-    region: str = spec_lib.DEFAULT_REGION
-    cpus_per_host: int = 0
-    timeout_s: float = 0.0
-    role: Optional[str] = None
-    instance_type: str = DEFAULT_INSTANCE_TYPE
-    image_uri: Optional[str] = None
-    max_run_s: int = DEFAULT_MAX_RUN_S
-    volume_size_gb: int = DEFAULT_VOLUME_SIZE_GB
-    dry_run: bool = False
+    instance_count: int = config_flags.field(DEFAULT_INSTANCE_COUNT, "Instances of the count and convert jobs.")
+    job_name: str = config_flags.field("", "The jobs' common name (default: deepfm-<time>); each adds -<stage>.")
+    region: str = config_flags.field(spec_lib.DEFAULT_REGION, "AWS region.")
+    cpus_per_host: int = config_flags.field(0, "local: cores each host is pinned to (0: not pinned).")
+    timeout_s: float = config_flags.field(0.0, "local: each job's time limit in seconds (0: none).")
+    role: Optional[str] = config_flags.field(None, "submit: IAM role ARN of the jobs.")
+    instance_type: str = config_flags.field(DEFAULT_INSTANCE_TYPE, "submit: instance type.")
+    image_uri: Optional[str] = config_flags.field(
+        None, "submit: container image (default: SageMaker's TensorFlow 2.14 training image).")
+    max_run_s: int = config_flags.field(DEFAULT_MAX_RUN_S, "submit: each job's time limit in seconds.",
+                                        flag="max_run")
+    volume_size_gb: int = config_flags.field(DEFAULT_VOLUME_SIZE_GB, "submit: each instance's storage volume.")
+    dry_run: bool = config_flags.field(False, "submit: print the CreateProcessingJob requests as JSON; contact "
+                                       "nothing.")
 
     def __post_init__(self):
         if self.command not in COMMANDS:
@@ -271,34 +275,19 @@ def submit_conversion(config: ConversionConfig) -> List[dict]:
 # Command line.
 
 
+@dataclasses.dataclass(frozen=True)
+class OutputFlags:
+    """Where the conversion writes, one flag per command (`ConversionConfig.output` holds the one given)."""
+
+    output_dir: Optional[str] = config_flags.field(
+        None, "local: a new directory; the dataset root is its data/.")
+    output_path: Optional[str] = config_flags.field(
+        None, "submit: s3:// prefix; the jobs write under <output_path>/<job_name>/.")
+
+
 def define_flags() -> None:
     """The flags of both commands (`local` and `submit` each ignore the other's)."""
-    defaults = stages.StageOptions()
-    flags.DEFINE_string("input", None, "The raw Criteo TSV files: a file or directory (local), an s3:// prefix "
-                        "(submit). ShardedByS3Key: at least one file per instance.")
-    flags.DEFINE_integer("instance_count", DEFAULT_INSTANCE_COUNT, "Instances of the count and convert jobs.")
-    flags.DEFINE_string("job_name", None, "The jobs' common name (default: deepfm-<time>); each adds -<stage>.")
-    flags.DEFINE_string("region", spec_lib.DEFAULT_REGION, "AWS region.")
-    flags.DEFINE_float("val_fraction", defaults.val_fraction, "Share of lines for the validation split.")
-    flags.DEFINE_integer("min_count", defaults.min_count, "Frequency cutoff of the vocabulary, over all parts.")
-    flags.DEFINE_integer("shards", defaults.shards, "Shard files per split and format written by each instance.")
-    flags.DEFINE_bool("skip_bad_records", defaults.skip_bad_records, "Skip and count malformed lines.")
-    flags.DEFINE_integer("workers", defaults.workers, "Conversion processes per instance (0: its cores).")
-    flags.DEFINE_float("memory_mb", defaults.memory_mb, "Memory for the value counts per instance.")
-    flags.DEFINE_enum("libsvm_layout", defaults.libsvm_layout, criteo.LIBSVM_LAYOUTS, "LibSVM layout.")
-    # local
-    flags.DEFINE_string("output_dir", None, "local: a new directory; the dataset root is its data/.")
-    flags.DEFINE_integer("cpus_per_host", 0, "local: cores each host is pinned to (0: not pinned).")
-    flags.DEFINE_float("timeout_s", 0.0, "local: each job's time limit in seconds (0: none).")
-    # submit
-    flags.DEFINE_string("output_path", None, "submit: s3:// prefix; the jobs write under <output_path>/<job_name>/.")
-    flags.DEFINE_string("role", None, "submit: IAM role ARN of the jobs.")
-    flags.DEFINE_string("instance_type", DEFAULT_INSTANCE_TYPE, "submit: instance type.")
-    flags.DEFINE_string("image_uri", None, "submit: container image (default: SageMaker's TensorFlow 2.14 "
-                        "training image).")
-    flags.DEFINE_integer("max_run", DEFAULT_MAX_RUN_S, "submit: each job's time limit in seconds.")
-    flags.DEFINE_integer("volume_size_gb", DEFAULT_VOLUME_SIZE_GB, "submit: each instance's storage volume.")
-    flags.DEFINE_bool("dry_run", False, "submit: print the CreateProcessingJob requests as JSON; contact nothing.")
+    config_flags.define_flags([ConversionConfig, OutputFlags, stages.StageOptions])
 
 
 def config_from_flags(command: str, f=FLAGS) -> ConversionConfig:
@@ -311,14 +300,11 @@ def config_from_flags(command: str, f=FLAGS) -> ConversionConfig:
     missing = [name for name in needed if not getattr(f, name)]
     if missing:
         raise ValueError("%s needs --%s" % (command, ", --".join(missing)))
-    options = stages.StageOptions(val_fraction=f.val_fraction, min_count=f.min_count, shards=f.shards,
-                                  skip_bad_records=f.skip_bad_records, workers=f.workers, memory_mb=f.memory_mb,
-                                  libsvm_layout=f.libsvm_layout)
+    outputs = OutputFlags(**config_flags.values(OutputFlags, f))
     return ConversionConfig(
-        command=command, input=f.input, output=f.output_dir if command == LOCAL else f.output_path, options=options,
-        instance_count=f.instance_count, job_name=f.job_name or "", region=f.region, cpus_per_host=f.cpus_per_host,
-        timeout_s=f.timeout_s, role=f.role, instance_type=f.instance_type, image_uri=f.image_uri,
-        max_run_s=f.max_run, volume_size_gb=f.volume_size_gb, dry_run=f.dry_run)
+        command=command, output=(outputs.output_dir if command == LOCAL else outputs.output_path) or "",
+        options=stages.StageOptions(**config_flags.values(stages.StageOptions, f)),
+        **config_flags.values(ConversionConfig, f))
 
 
 def run_local(config: ConversionConfig) -> int:
