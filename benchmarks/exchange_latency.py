@@ -44,7 +44,7 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchmarks import common, harness
+from benchmarks import common, exchange_latency_rank, harness
 from cli import config_flags
 from jobs.local import processes
 
@@ -101,6 +101,11 @@ class ExchangeLatencyConfig(harness.HarnessConfig):
             raise ValueError("--ranks %d: this machine has %d cores, one per rank is needed"
                              % (self.ranks, os.cpu_count() or 1))
 
+    @property
+    def exchange(self) -> exchange_latency_rank.Exchange:
+        """What every rank exchanges and how often, as the ranks take it."""
+        return exchange_latency_rank.Exchange(self.rows, self.width, self.iterations, self.warmup)
+
 
 def launch_argv(controller: str, ranks: int, rank_flags: Sequence[str]) -> List[str]:
     """The command that starts `ranks` rank processes, rank r pinned to core r."""
@@ -125,8 +130,7 @@ def collective_tf_config(workers: Sequence[str], rank: int) -> str:
     return json.dumps({"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": rank}})
 
 
-def measure_collectives(ranks: int, rows: int, width: int, iterations: int,
-                        warmup: int) -> Tuple[dict, List[dict]]:
+def measure_collectives(ranks: int, exchange: exchange_latency_rank.Exchange) -> Tuple[dict, List[dict]]:
     """One launch of TensorFlow collective ranks on free local ports.
 
     Returns:
@@ -141,8 +145,7 @@ def measure_collectives(ranks: int, rows: int, width: int, iterations: int,
     try:
         host = "localhost"
         workers = ["%s:%d" % (host, port) for port in processes.free_ports(ranks, host=host)]
-        rank_flags = ["--rows=%d" % rows, "--width=%d" % width, "--iterations=%d" % iterations,
-                      "--warmup=%d" % warmup, "--output_dir=" + work]
+        rank_flags = exchange.flags() + ["--output_dir=" + work]
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                    PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
@@ -160,15 +163,13 @@ def measure_collectives(ranks: int, rows: int, width: int, iterations: int,
         shutil.rmtree(work, ignore_errors=True)
 
 
-def measure(controller: str, cycle_time: str, ranks: int, rows: int, width: int, iterations: int,
-            warmup: int) -> dict:
+def measure(controller: str, cycle_time: str, ranks: int, exchange: exchange_latency_rank.Exchange) -> dict:
     """One launch of Horovod ranks: rank 0's record (`results`, every variant's; `peak_rss_mb`)."""
     work = tempfile.mkdtemp(prefix="exchange-latency-")
     try:
         output = os.path.join(work, "rank0.json")
         rank_controller = "mpi" if controller in MPI_OPTIONS else controller
-        rank_flags = ["--controller=" + rank_controller, "--rows=%d" % rows, "--width=%d" % width,
-                      "--iterations=%d" % iterations, "--warmup=%d" % warmup, "--output=" + output]
+        rank_flags = exchange.flags() + ["--controller=" + rank_controller, "--output=" + output]
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, HOROVOD_CYCLE_TIME=cycle_time, TF_CPP_MIN_LOG_LEVEL="2",
                    PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
@@ -203,12 +204,11 @@ class LaunchVariant(harness.Variant):
     def measure(self, round_index: int) -> harness.Measurement:
         c = self.config
         if self.controller == COLLECTIVES:
-            record, rank_checks = measure_collectives(c.ranks, c.rows, c.width, c.iterations, c.warmup)
+            record, rank_checks = measure_collectives(c.ranks, c.exchange)
             if round_index >= 0:
                 self.checks.append(rank_checks)
         else:
-            record = measure(self.controller, self.cycle_time or "", c.ranks, c.rows, c.width, c.iterations,
-                             c.warmup)
+            record = measure(self.controller, self.cycle_time or "", c.ranks, c.exchange)
         metrics = {}
         for variant, result in record["results"].items():
             metrics.update({variant + ".wall_us": result["median_us"], variant + ".cpu_us": result["cpu_us_per_run"],

@@ -41,6 +41,7 @@ and waits, before it exits, until every rank has written its own: a rank
 that exited early could leave a peer's last transfer unanswered.
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -51,6 +52,7 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import exchange_latency_rank
+from cli import config_flags
 
 FLAGS = flags.FLAGS
 JOB = "worker"
@@ -66,13 +68,15 @@ FINISH_TIMEOUT_S = 120.0
 FINISH_POLL_S = 0.05
 
 
+@dataclasses.dataclass(frozen=True)
+class CollectiveRankOptions:
+    """A collective rank's own flag beside `Exchange`'s."""
+
+    output_dir: str = dataclasses.field(metadata=config_flags.metadata("Each rank writes rank<r>.json here."))
+
+
 def define_flags() -> None:
-    flags.DEFINE_integer("rows", 5000, "Rows sent to every rank per exchange.")
-    flags.DEFINE_integer("width", 33, "Floats per row (DeepFM's weight and factors at embedding 32).")
-    flags.DEFINE_integer("iterations", 300, "Timed runs per variant.")
-    flags.DEFINE_integer("warmup", 30, "Untimed runs per variant first.")
-    flags.DEFINE_string("output_dir", None, "Each rank writes rank<r>.json here.")
-    flags.mark_flag_as_required("output_dir")
+    exchange_latency_rank.define_required_flags([exchange_latency_rank.Exchange, CollectiveRankOptions])
 
 
 class Cluster(TypedDict):
@@ -136,9 +140,9 @@ def session_config(rank: int):
     return config
 
 
-def run_variants(workers: List[str], rank: int, rows: int, width: int, iterations: int,
-                 warmup: int) -> Dict[str, object]:
+def run_variants(workers: List[str], rank: int, exchange: exchange_latency_rank.Exchange) -> Dict[str, object]:
     """Times every variant on this rank, after checking each collective's values; every rank must call it."""
+    rows, width, iterations, warmup = exchange.rows, exchange.width, exchange.iterations, exchange.warmup
     import tensorflow as tf
     size = len(workers)
     config = session_config(rank)
@@ -212,10 +216,11 @@ def finish(output_dir: str, rank: int, size: int, record: dict) -> None:
 def main(argv):
     del argv
     cluster = cluster_from_env()
-    record = run_variants(cluster["workers"], cluster["index"], FLAGS.rows, FLAGS.width, FLAGS.iterations,
-                          FLAGS.warmup)
+    exchange = exchange_latency_rank.Exchange(**config_flags.values(exchange_latency_rank.Exchange, FLAGS))
+    record = run_variants(cluster["workers"], cluster["index"], exchange)
     record.update(controller="tf", rank=cluster["index"], peak_rss_mb=exchange_latency_rank.peak_rss_mb())
-    finish(FLAGS.output_dir, cluster["index"], len(cluster["workers"]), record)
+    options = CollectiveRankOptions(**config_flags.values(CollectiveRankOptions, FLAGS))
+    finish(options.output_dir, cluster["index"], len(cluster["workers"]), record)
     sys.stdout.flush()
 
 

@@ -24,6 +24,7 @@ Variants (an exchange of `--rows` rows of `--width` float32 to every rank):
   transport's floor.
 """
 
+import dataclasses
 import json
 import os
 import resource
@@ -34,20 +35,47 @@ from typing import Callable, Dict, List
 import numpy as np
 from absl import app, flags
 
+from cli import config_flags
+
 FLAGS = flags.FLAGS
 CONTROLLERS = ("mpi", "gloo")
 MICROS = 1e6
 IDLE_SECONDS = 0.010
 
 
+@dataclasses.dataclass(frozen=True)
+class Exchange:
+    """What every rank exchanges and how often; `benchmarks.exchange_latency` passes each field as a flag."""
+
+    rows: int = dataclasses.field(metadata=config_flags.metadata("Rows sent to every rank per exchange."))
+    width: int = dataclasses.field(metadata=config_flags.metadata(
+        "Floats per row (DeepFM's weight and factors at embedding 32)."))
+    iterations: int = dataclasses.field(metadata=config_flags.metadata("Timed runs per variant."))
+    warmup: int = dataclasses.field(metadata=config_flags.metadata("Untimed runs per variant first."))
+
+    def flags(self) -> List[str]:
+        """The rank flags that carry these values."""
+        return ["--%s=%d" % (item.name, getattr(self, item.name)) for item in dataclasses.fields(self)]
+
+
+@dataclasses.dataclass(frozen=True)
+class RankOptions:
+    """A Horovod rank's own flags beside `Exchange`'s."""
+
+    controller: str = dataclasses.field(metadata=config_flags.metadata(
+        "How the ranks were started (mpirun: mpi).", choices=CONTROLLERS))
+    output: str = dataclasses.field(metadata=config_flags.metadata("Rank 0 writes its JSON object here."))
+
+
+def define_required_flags(config_classes: List[type]) -> None:
+    """Defines the flags of `config_classes`, every one required (the launching benchmark gives them all)."""
+    config_flags.define_flags(config_classes)
+    flags.mark_flags_as_required([config_flags.flag_name(item) for config_class in config_classes
+                                  for item in config_flags.flag_fields(config_class)])
+
+
 def define_flags() -> None:
-    flags.DEFINE_enum("controller", "gloo", list(CONTROLLERS), "How the ranks were started (mpirun: mpi).")
-    flags.DEFINE_integer("rows", 5000, "Rows sent to every rank per exchange.")
-    flags.DEFINE_integer("width", 33, "Floats per row (DeepFM's weight and factors at embedding 32).")
-    flags.DEFINE_integer("iterations", 300, "Timed runs per variant.")
-    flags.DEFINE_integer("warmup", 30, "Untimed runs per variant first.")
-    flags.DEFINE_string("output", None, "Rank 0 writes its JSON object here.")
-    flags.mark_flag_as_required("output")
+    define_required_flags([Exchange, RankOptions])
 
 
 def peak_rss_mb() -> float:
@@ -76,8 +104,9 @@ def time_runs(run: Callable[[int], None], iterations: int, warmup: int) -> Dict[
             "p90_us": float(np.percentile(walls_us, 90)), "cpu_us_per_run": cpu * MICROS / iterations}
 
 
-def run_variants(controller: str, rows: int, width: int, iterations: int, warmup: int) -> Dict[str, dict]:
+def run_variants(controller: str, exchange: Exchange) -> Dict[str, dict]:
     """Times every variant on this rank; every rank must call it."""
+    rows, width, iterations, warmup = exchange.rows, exchange.width, exchange.iterations, exchange.warmup
     comm = None
     if controller == "mpi":
         from mpi4py import MPI
@@ -133,11 +162,12 @@ def run_variants(controller: str, rows: int, width: int, iterations: int, warmup
 
 def main(argv):
     del argv
-    results = run_variants(FLAGS.controller, FLAGS.rows, FLAGS.width, FLAGS.iterations, FLAGS.warmup)
+    options = RankOptions(**config_flags.values(RankOptions, FLAGS))
+    results = run_variants(options.controller, Exchange(**config_flags.values(Exchange, FLAGS)))
     rank = int(os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
     if rank == 0:
-        with open(FLAGS.output, "w") as f:
-            json.dump({"controller": FLAGS.controller, "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "1"),
+        with open(options.output, "w") as f:
+            json.dump({"controller": options.controller, "cycle_time_ms": os.environ.get("HOROVOD_CYCLE_TIME", "1"),
                        "results": results, "peak_rss_mb": peak_rss_mb()}, f)
     sys.stdout.flush()
 
