@@ -53,7 +53,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import app, flags, logging
 
-from cli import entry
+from cli import config_flags, entry
 from input_pipeline import pipe
 
 PROGRAM = "input_pipeline.pipe_feeder"
@@ -352,21 +352,6 @@ def release_fifo(path: str) -> None:
     os.remove(path)
 
 
-@dataclasses.dataclass(frozen=True)
-class FeederConfig:
-    """What the command line asks for.
-
-    Attributes:
-      base_dir: emulated SageMaker base directory.
-      channels: (channel name, files or globs) pairs.
-      epochs: passes to write through each channel.
-    """
-
-    base_dir: str
-    channels: Tuple[Tuple[str, Tuple[str, ...]], ...]
-    epochs: int
-
-
 def parse_channel_flag(value: str) -> Tuple[str, Tuple[str, ...]]:
     """Parses `NAME=FILE[,FILE...]` (files may be globs).
 
@@ -380,31 +365,57 @@ def parse_channel_flag(value: str) -> Tuple[str, Tuple[str, ...]]:
     return name, patterns
 
 
+@dataclasses.dataclass(frozen=True)
+class FeederConfig:
+    """What the command line asks for (its flags).
+
+    Attributes:
+      base_dir: emulated SageMaker base directory.
+      channel: `NAME=FILE[,FILE...]` per channel (files may be globs).
+      epochs: passes to write through each channel.
+    """
+
+    base_dir: str = dataclasses.field(metadata=config_flags.metadata(
+        "Emulated SageMaker base directory (the role of /opt/ml)."))
+    channel: Tuple[str, ...] = dataclasses.field(metadata=config_flags.metadata(
+        "NAME=FILE[,FILE...] (globs allowed); repeat for more channels.", repeated=True))
+    epochs: int = config_flags.field(1, "Passes written through each channel.")
+
+    def __post_init__(self):
+        if self.epochs < 1:
+            raise ValueError("--epochs=%r: at least one pass is written through each channel" % self.epochs)
+        names = [name for name, _ in self.channels]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError("--channel repeats channel(s) %s" % ", ".join(repeated))
+
+    @property
+    def channels(self) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
+        """(channel name, files or globs) pairs.
+
+        Raises:
+          ValueError: a malformed `--channel`, echoed.
+        """
+        return tuple(parse_channel_flag(value) for value in self.channel)
+
+
 def define_flags() -> None:
     """Defines the command-line flags of this tool."""
-    flags.DEFINE_string("base_dir", None, "Emulated SageMaker base directory (the role of /opt/ml).")
-    flags.DEFINE_multi_string("channel", None, "NAME=FILE[,FILE...] (globs allowed); repeat for more channels.")
-    flags.DEFINE_integer("epochs", 1, "Passes written through each channel.", lower_bound=1)
-    flags.mark_flags_as_required(["base_dir", "channel"])
+    config_flags.define_flags([FeederConfig])
+    flags.mark_flags_as_required([config_flags.flag_name(item) for item in dataclasses.fields(FeederConfig)
+                                  if item.default is dataclasses.MISSING])
 
 
 def config_from_flags(flag_values: flags.FlagValues) -> FeederConfig:
     """Builds the config from parsed flags.
 
     Raises:
-      app.UsageError: a malformed or repeated `--channel`.
+      app.UsageError: a malformed or repeated `--channel`, or a bad `--epochs`.
     """
-    channels = []
-    for value in flag_values.channel:
-        try:
-            channels.append(parse_channel_flag(value))
-        except ValueError as e:
-            raise app.UsageError(str(e)) from e
-    names = [name for name, _ in channels]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise app.UsageError("--channel repeats channel(s) %s" % ", ".join(repeated))
-    return FeederConfig(base_dir=flag_values.base_dir, channels=tuple(channels), epochs=flag_values.epochs)
+    try:
+        return FeederConfig(**config_flags.values(FeederConfig, flag_values))
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
 
 
 def feed(config: FeederConfig) -> int:
