@@ -34,10 +34,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="single, tower, mirrored, ps, horovod, hybrid or auto (deepfm.strategies.names())")
     parser.add_argument("--num_devices", type=int, default=None,
                         help="tower, mirrored: replicas on this host (default: every device)")
-    parser.add_argument("--device_type", default="auto", help="cpu, gpu, or auto (GPUs if any)")
-    parser.add_argument("--model", default="deepfm", help="the built-in model: deepfm or dcn")
+    parser.add_argument("--device_type", help="cpu, gpu, or auto (GPUs if any; the default)")
+    parser.add_argument("--model", help="the built-in model: deepfm (the default) or dcn")
     parser.add_argument("--batch_size", type=int, default=256, help="examples per replica and step")
-    parser.add_argument("--num_epochs", type=int, default=1)
+    parser.add_argument("--num_epochs", type=int, help="passes over the training data (default: one)")
     parser.add_argument("--max_steps", type=int, default=None, help="steps per worker instead of epochs")
     parser.add_argument("--embedding_size", type=int, default=8)
     parser.add_argument("--deep_layers", default="64,32", help="hidden layer widths, comma-separated")
@@ -46,6 +46,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--export_dir", default=None, help="where the SavedModel goes (none if unset)")
     parser.add_argument("--metrics_file", default=None, help="the chief writes the final metrics here (JSON)")
     return parser.parse_args(argv)
+
+
+def given(**values):
+    """The values given on the command line: the library's defaults stand for the others."""
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def configs(args: argparse.Namespace):
@@ -57,18 +62,17 @@ def configs(args: argparse.Namespace):
     data = deepfm.Dataset.open(args.data)
     layers = tuple(int(width) for width in args.deep_layers.split(","))
     model = deepfm.ModelConfig(
-        feature_size=data.feature_size, field_size=data.field_size, model=args.model,
-        embedding_size=args.embedding_size, deep_layers=layers, dropout=(0.0,) * len(layers),
-        learning_rate=args.learning_rate)
+        feature_size=data.feature_size, field_size=data.field_size, embedding_size=args.embedding_size,
+        deep_layers=layers, dropout=(0.0,) * len(layers), learning_rate=args.learning_rate, **given(model=args.model))
     train = deepfm.TrainConfig(
         model_dir=args.model_dir, train_files=data.train_files, val_files=data.val_files,
-        batch_size=args.batch_size, num_epochs=args.num_epochs, max_steps=args.max_steps, seed=args.seed,
-        export_dir=args.export_dir, metrics_file=args.metrics_file, log_every_n_steps=50)
+        batch_size=args.batch_size, max_steps=args.max_steps, seed=args.seed, export_dir=args.export_dir,
+        metrics_file=args.metrics_file, log_every_n_steps=50, **given(num_epochs=args.num_epochs))
     # A strategy by name, with its own options: `make_config` puts each value into the
     # StrategyConfig or into the adapter's options dataclass (deepfm.strategies.options_class),
     # and refuses an option of another strategy, naming the strategies it applies to.
-    options = {} if args.num_devices is None else {"num_devices": args.num_devices}
-    strategy = deepfm.strategies.make_config(args.strategy, device_type=args.device_type, **options)
+    options = given(num_devices=args.num_devices, device_type=args.device_type)
+    strategy = deepfm.strategies.make_config(args.strategy, **options)
     return train, model, strategy
 
 
