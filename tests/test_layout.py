@@ -1,4 +1,5 @@
-"""The package layout: layers that only look down, no import cycles, no TensorFlow in the job layer at start-up.
+"""The package layout: layers that only look down, no import cycles, no TensorFlow in the job layer at start-up,
+no command-line flag written by hand (every one is made from a configuration dataclass's field).
 
 Every import statement of the project's packages is read from the source
 (module level, inside functions and in `if TYPE_CHECKING:` blocks alike: an
@@ -32,6 +33,10 @@ LAYERS = {
     "deepfm.runtime": 3, "deepfm.job_config": 3, "jobs": 3,
     "deepfm": 4,
 }
+# Every command line's flags are made from its configuration's fields, here and nowhere else (`examples/` are
+# scripts of a user's own, with argparse).
+FLAG_MAKER = os.path.join("cli", "config_flags.py")
+BENCHMARKS = "benchmarks"
 # Modules of the job layer (and those it uses) that must start without TensorFlow.
 TENSORFLOW_FREE = ("jobs", "cli", "strategies.strategy_names", "strategies.cluster", "planner.cost_model",
                    "planner.calibrated", "planner.layouts", "strategies.host_cores",
@@ -51,6 +56,24 @@ def project_modules() -> Dict[str, str]:
                     module = os.path.relpath(path, paths.REPO_ROOT)[:-len(".py")].replace(os.sep, ".")
                     modules[module[:-len(".__init__")] if module.endswith(".__init__") else module] = path
     return modules
+
+
+def source_files(folders: Tuple[str, ...]) -> List[str]:
+    """Every Python file under the repository's `folders`."""
+    found = []
+    for folder in folders:
+        for directory, subdirs, files in os.walk(os.path.join(paths.REPO_ROOT, folder)):
+            subdirs[:] = [d for d in subdirs if d != "__pycache__"]
+            found += [os.path.join(directory, name) for name in sorted(files) if name.endswith(".py")]
+    return found
+
+
+def hand_written_flags(tree: ast.AST) -> List[Tuple[str, int]]:
+    """The calls of `tree` that define a command-line flag themselves: absl's `DEFINE_*`, argparse's `add_argument`."""
+    return sorted(((node.func.attr, node.lineno) for node in ast.walk(tree)
+                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                   and (node.func.attr.startswith("DEFINE_") or node.func.attr == "add_argument")),
+                  key=lambda item: item[1])
 
 
 def imported_names(tree: ast.AST, module: str, is_package: bool) -> Iterator[Tuple[str, int]]:
@@ -173,6 +196,21 @@ class LayoutTest(tf.test.TestCase, parameterized.TestCase):
         modules = project_modules()
         names = [resolve(n, modules) for n, _ in imported_names(tree, "strategies.tower", False)]
         self.assertCountEqual(["strategies.lifecycle", "strategies.lifecycle", "jobs.local.hosts"], names)
+
+    def test_every_flag_is_made_from_a_config_field(self):
+        found = []
+        for path in source_files(PACKAGES + (BENCHMARKS,)):
+            if os.path.relpath(path, paths.REPO_ROOT) == FLAG_MAKER:
+                continue
+            with open(path) as f:
+                found += ["%s:%d: %s" % (os.path.relpath(path, paths.REPO_ROOT), line, name)
+                          for name, line in hand_written_flags(ast.parse(f.read()))]
+        self.assertEqual([], found)
+
+    def test_a_hand_written_flag_is_found(self):
+        tree = ast.parse("from absl import flags\nflags.DEFINE_integer('rows', 3, 'Rows.')\n"
+                         "parser.add_argument('--rows', type=int, default=3)\n")
+        self.assertEqual([("DEFINE_integer", 2), ("add_argument", 3)], hand_written_flags(tree))
 
     @parameterized.parameters(*TENSORFLOW_FREE)
     def test_starts_without_tensorflow(self, prefix):
