@@ -40,7 +40,7 @@ from benchmarks.scale_out.config import HOSTS_AUTO, HOSTS_EMULATED, HOSTS_LOCAL
 from benchmarks.scale_out.variants import host_names
 from jobs.local import hosts as hosts_lib
 from jobs.local import memory as memory_lib
-from jobs.sagemaker import local as sagemaker_local
+from jobs.local import ssh
 
 LOOPBACK = "lo"
 LOCAL_ADDRESS = "127.0.0.1"
@@ -116,13 +116,13 @@ class EmulatedHosts:
         if self._ssh_dir is not None:
             return
         self._ssh_dir = tempfile.mkdtemp(prefix="bench-scale-out-ssh-")
-        source = os.path.join(self._ssh_dir, sagemaker_local.SSH)
-        etc_ssh = sagemaker_local.ETC_SSH
-        sagemaker_local.write_ssh_setup(source, SSH_KEY_COMMENT,
+        source = os.path.join(self._ssh_dir, ssh.SSH)
+        etc_ssh = ssh.ETC_SSH
+        ssh.write_setup(source, SSH_KEY_COMMENT,
                                         authorized_keys=os.path.join(etc_ssh, "authorized_keys"),
-                                        identity=os.path.join(etc_ssh, sagemaker_local.KEY_NAME))
+                                        identity=os.path.join(etc_ssh, ssh.KEY_NAME))
         for host in self._network.hosts:
-            sagemaker_local.install_etc_ssh(source, self._network, host)
+            ssh.install_etc_ssh(source, self._network, host)
 
     def address(self, name: str) -> str:
         """How the host called `name` is reached from the others."""

@@ -53,7 +53,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -62,7 +61,7 @@ from jobs import source as source_lib
 from jobs import spec as spec_lib
 from jobs.local import hosts as hosts_lib
 from jobs.local import memory as memory_lib
-from jobs.local import processes
+from jobs.local import processes, ssh
 from jobs.sagemaker import container as container_lib
 from jobs.sagemaker import metrics as sagemaker_metrics
 
@@ -72,10 +71,6 @@ METRIC_SERIES = "metric_series.json"
 CHECKPOINTS = "checkpoints"
 SOURCE = "source"
 PRIVATE = ".hosts"
-SSH = "ssh"
-KEY_NAME = "id_ed25519"
-HOST_KEY_NAME = "ssh_host_ed25519_key"
-SSHD_PRIVSEP_DIR = "/run/sshd"
 TRAIN_COMMAND = "train"
 # Each host's HOME, inside its private /tmp: the toolkit's ssh checks
 # (paramiko) find the job's key in ~/.ssh there.
@@ -83,27 +78,6 @@ HOME_IN_TMP = "home"
 TASKSET = "taskset"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASSED_VARIABLES = ("TF_CPP_MIN_LOG_LEVEL", "LANG", "LC_ALL", "TZ")
-SSHD_CONFIG = """\
-Port 22
-HostKey /etc/ssh/{host_key}
-AuthorizedKeysFile {authorized_keys}
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PidFile none
-PrintMotd no
-Subsystem sftp internal-sftp
-"""
-SSH_CLIENT_CONFIG = """\
-Host *
-  StrictHostKeyChecking no
-  UserKnownHostsFile /dev/null
-  LogLevel ERROR
-"""
-ETC_SSH = "/etc/ssh"
 EXIT_FAILURE = 1
 DEFAULT_STOP_GRACE_S = 30.0
 MEMORY_HINT = ("raise --host_memory, or use more instances or a distribution that shards the embedding tables "
@@ -253,31 +227,6 @@ def container_environment(python: str, region: str, home: str) -> Dict[str, str]
     return env
 
 
-def ssh_keygen(path: str, comment: str) -> None:
-    """Writes a new ed25519 key pair without passphrase at `path` and `path.pub`."""
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path], check=True)
-
-
-def write_ssh_setup(directory: str, comment: str, authorized_keys: str, identity: Optional[str] = None) -> None:
-    """An image's `/etc/ssh` for a job's hosts: a host key, a client key, sshd and client configurations.
-
-    Args:
-      directory: created (mode 0700); becomes each host's `/etc/ssh`.
-      comment: the keys' comment (the job's name).
-      authorized_keys: where sshd reads the keys it accepts.
-      identity: the key the ssh client offers (None: the client's default
-        files in `~/.ssh`).
-    """
-    os.makedirs(directory, mode=0o700)
-    for name in (KEY_NAME, HOST_KEY_NAME):
-        ssh_keygen(os.path.join(directory, name), comment)
-    shutil.copy(os.path.join(directory, KEY_NAME + ".pub"), os.path.join(directory, "authorized_keys"))
-    with open(os.path.join(directory, "sshd_config"), "w") as f:
-        f.write(SSHD_CONFIG.format(host_key=HOST_KEY_NAME, authorized_keys=authorized_keys))
-    with open(os.path.join(directory, "ssh_config"), "w") as f:
-        f.write(SSH_CLIENT_CONFIG + ("  IdentityFile %s\n" % identity if identity else ""))
-
-
 class LocalJob:
     """The directories, hosts and processes of one local run; see `run`."""
 
@@ -350,16 +299,16 @@ class LocalJob:
                     source = channel.uri if os.path.isfile(channel.uri) else os.path.join(channel.uri, name)
                     place_file(source, os.path.join(target, name))
             home_ssh = os.path.join(self.private_dir, host, "tmp", HOME_IN_TMP, ".ssh")
-            shutil.copytree(os.path.join(self.private_dir, SSH), home_ssh)
+            shutil.copytree(os.path.join(self.private_dir, ssh.SSH), home_ssh)
 
     def host_files(self, channel: spec_lib.Channel, host_index: int) -> List[str]:
         """The files of `channel` that host `host_index` receives, relative to the channel."""
         return host_share(channel_files(channel.uri), channel.distribution, host_index, self.spec.instance_count)
 
     def _make_keys(self) -> None:
-        write_ssh_setup(os.path.join(self.private_dir, SSH), self.spec.job_name,
-                        authorized_keys=os.path.join(ETC_SSH, "authorized_keys"),
-                        identity=os.path.join(ETC_SSH, KEY_NAME))
+        ssh.write_setup(os.path.join(self.private_dir, ssh.SSH), self.spec.job_name,
+                        authorized_keys=os.path.join(ssh.ETC_SSH, "authorized_keys"),
+                        identity=os.path.join(ssh.ETC_SSH, ssh.KEY_NAME))
 
     def environment(self, host: str) -> Dict[str, str]:
         """The environment the container's entry command starts with."""
@@ -390,7 +339,7 @@ class LocalJob:
 
     def write_etc(self, network: hosts_lib.HostNetwork, host: hosts_lib.Host) -> None:
         """Gives `host` the job's ssh set-up as its `/etc/ssh`."""
-        install_etc_ssh(os.path.join(self.private_dir, SSH), network, host)
+        ssh.install_etc_ssh(os.path.join(self.private_dir, ssh.SSH), network, host)
 
     def feeders(self):
         """Pipe mode: one feeder per host, streaming that host's share of every Pipe-mode channel."""
@@ -404,14 +353,6 @@ class LocalJob:
             started.append(pipe_feeder.PipeFeeder(self.host_dir(host), channels,
                                                   epochs=self.config.epochs_to_stream).start())
         return started
-
-
-def install_etc_ssh(source: str, network: hosts_lib.HostNetwork, host: hosts_lib.Host) -> None:
-    """Gives `host` the ssh set-up of `write_ssh_setup` in `source` as its `/etc/ssh`."""
-    etc_ssh = os.path.join(network.etc_dir(host), SSH)
-    shutil.copytree(source, etc_ssh)
-    os.chmod(os.path.join(etc_ssh, HOST_KEY_NAME), 0o600)
-    os.chmod(os.path.join(etc_ssh, KEY_NAME), 0o600)
 
 
 def run(config: LocalConfig, python: str = sys.executable) -> None:
@@ -435,7 +376,7 @@ def run(config: LocalConfig, python: str = sys.executable) -> None:
     job.prepare()
     try:
         run_on_hosts(job, config.spec.hosts, cpus, link_gbps=config.link_gbps, timeout_s=config.timeout_s,
-                     stop_grace_s=config.stop_grace_s, python=python, machine_dirs=(SSHD_PRIVSEP_DIR, BASE_DIR),
+                     stop_grace_s=config.stop_grace_s, python=python, machine_dirs=(ssh.SSHD_PRIVSEP_DIR, BASE_DIR),
                      host_memory=config.host_memory,
                      start_services=job.feeders if config.spec.channels_in(spec_lib.PIPE_MODE) else None)
     finally:

@@ -66,7 +66,7 @@ from jobs.kubernetes.local.pod import Pod
 from jobs.kubernetes.local.tfjob import TFJobOperator
 from jobs.local import hosts as hosts_lib
 from jobs.local import memory as memory_lib
-from jobs.local import processes
+from jobs.local import processes, ssh
 from jobs.sagemaker import local as sagemaker_local
 
 LOGS = "logs"
@@ -74,7 +74,6 @@ PRIVATE = ".pods"
 IMAGE_SSH = "image-ssh"
 DEFAULT_STOP_GRACE_S = 30.0
 POLL_S = 0.2
-SSHD_PRIVSEP_DIR = "/run/sshd"
 EXIT_FAILED = 1
 FIELD_REF = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
 CHECKPOINT_STATE = "checkpoint"
@@ -212,11 +211,11 @@ class LocalRun:
         if os.path.exists(os.path.join(self.output_dir, LOGS)):
             raise FileExistsError("--output_dir %s already holds a run: use a new directory" % self.output_dir)
         os.makedirs(self.private_dir)
-        sagemaker_local.write_ssh_setup(os.path.join(self.private_dir, IMAGE_SSH), self.operator.name,
+        ssh.write_setup(os.path.join(self.private_dir, IMAGE_SSH), self.operator.name,
                                         authorized_keys=".ssh/authorized_keys")
         secret = os.path.join(self.private_dir, "ssh-secret")
         os.makedirs(secret)
-        sagemaker_local.ssh_keygen(os.path.join(secret, "key"), self.operator.name)
+        ssh.ssh_keygen(os.path.join(secret, "key"), self.operator.name)
 
     def run(self) -> None:
         """Runs the job to its end (see `run`)."""
@@ -245,7 +244,7 @@ class LocalRun:
         aliases = {pod.name: pod.aliases for pod in pods}
         mounts = sorted({mount["mountPath"] for pod in pods for mount in pod.container.get("volumeMounts", [])})
         with sagemaker_local.emulated_hosts(log_dir, [pod.name for pod in pods], stop_grace_s=self.config.stop_grace_s,
-                                            machine_dirs=[SSHD_PRIVSEP_DIR] + mounts, aliases=aliases,
+                                            machine_dirs=[ssh.SSHD_PRIVSEP_DIR] + mounts, aliases=aliases,
                                             host_memory=self.config.host_memory,
                                             memory_hint=MEMORY_HINT) as (group, network):
             assert network is not None, "emulated hosts are namespaces"
@@ -355,9 +354,9 @@ class LocalRun:
         if fresh:
             shutil.rmtree(private, ignore_errors=True)
             os.makedirs(os.path.join(private, "tmp"))
-        etc_ssh = os.path.join(network.etc_dir(host), sagemaker_local.SSH)
+        etc_ssh = os.path.join(network.etc_dir(host), ssh.SSH)
         if not os.path.isdir(etc_ssh):
-            sagemaker_local.install_etc_ssh(os.path.join(self.private_dir, IMAGE_SSH), network, host)
+            ssh.install_etc_ssh(os.path.join(self.private_dir, IMAGE_SSH), network, host)
         spec = hosts_lib.InitSpec(hostname=pod.name, argv=tuple(self._argv(pod)), env=self._environment(pod),
                                   binds=tuple(self._binds(pod, private)), cwd="/")
         path = spec.write(os.path.join(private, "init-%d.json" % run))
