@@ -76,7 +76,10 @@ class CollectiveRankOptions:
 
 
 def define_flags() -> None:
-    exchange_latency_rank.define_required_flags([exchange_latency_rank.Exchange, CollectiveRankOptions])
+    # Every one required: the launching benchmark gives them all.
+    flag_classes = [exchange_latency_rank.Exchange, CollectiveRankOptions]
+    config_flags.define_flags(flag_classes)
+    flags.mark_flags_as_required(config_flags.required_flags(flag_classes))
 
 
 class Cluster(TypedDict):

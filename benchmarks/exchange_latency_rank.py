@@ -67,15 +67,10 @@ class RankOptions:
     output: str = dataclasses.field(metadata=config_flags.metadata("Rank 0 writes its JSON object here."))
 
 
-def define_required_flags(config_classes: List[type]) -> None:
-    """Defines the flags of `config_classes`, every one required (the launching benchmark gives them all)."""
-    config_flags.define_flags(config_classes)
-    flags.mark_flags_as_required([config_flags.flag_name(item) for config_class in config_classes
-                                  for item in config_flags.flag_fields(config_class)])
-
-
 def define_flags() -> None:
-    define_required_flags([Exchange, RankOptions])
+    # Every one required: the launching benchmark gives them all.
+    config_flags.define_flags([Exchange, RankOptions])
+    flags.mark_flags_as_required(config_flags.required_flags([Exchange, RankOptions]))
 
 
 def peak_rss_mb() -> float:

@@ -123,6 +123,12 @@ def flag_name(item: dataclasses.Field) -> str:
     return item.metadata.get(FLAG, item.name)
 
 
+def required_flags(config_classes: Iterable[type]) -> List[str]:
+    """The flags of the classes' fields that have no default (for absl's `mark_flags_as_required`)."""
+    return [flag_name(item) for config_class in config_classes for item in flag_fields(config_class)
+            if item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING]
+
+
 def unwrap_optional(annotation: Any) -> Any:
     """`X` of `Optional[X]`; any other annotation as it is."""
     if typing.get_origin(annotation) is typing.Union:

@@ -402,8 +402,7 @@ class FeederConfig:
 def define_flags() -> None:
     """Defines the command-line flags of this tool."""
     config_flags.define_flags([FeederConfig])
-    flags.mark_flags_as_required([config_flags.flag_name(item) for item in dataclasses.fields(FeederConfig)
-                                  if item.default is dataclasses.MISSING])
+    flags.mark_flags_as_required(config_flags.required_flags([FeederConfig]))
 
 
 def config_from_flags(flag_values: flags.FlagValues) -> FeederConfig:

@@ -103,6 +103,10 @@ class ConfigFlagsTest(absltest.TestCase):
         self.assertEqual(Repeated(extra=("--deep_layers=128,64", "--exchange_fp16")),
                          Repeated(**config_flags.values(Repeated, flag_values)))
 
+    def test_the_required_flags_are_the_fields_without_a_default(self):
+        self.assertEqual(["name"], config_flags.required_flags([Example, Sharing]))
+        self.assertEqual([], config_flags.required_flags([Sharing, Parsed]))
+
     def test_a_parsed_flag_makes_each_item_with_its_function_and_keeps_its_error(self):
         flag_values = flags.FlagValues()
         config_flags.define_flags([Parsed], flag_values)
