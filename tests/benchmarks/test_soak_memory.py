@@ -6,6 +6,7 @@ limit back; `deepfm.launch` names memory when a task is killed so, and
 the reason. The tasks are a few lines of Python (`--program`), no TensorFlow.
 """
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -45,14 +46,29 @@ def controller_or_skip(test_case):
         test_case.skipTest("memory cgroups cannot be made here: %s" % e)
 
 
+@contextlib.contextmanager
+def task_in(host, script):
+    """A Python process running `script` in `host`'s cgroup (a STEADY one once ready); killed at the end if alive."""
+    process = subprocess.Popen([sys.executable, "-c", script], preexec_fn=host.join, stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        if script == STEADY:
+            assert process.stdout.readline().strip() == "ready", "the steady task did not start"
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
 class SqueezeTest(tf.test.TestCase):
 
     def test_a_squeezed_cgroup_has_a_process_killed_for_memory_and_gets_its_limit_back(self):
         controller = controller_or_skip(self)
         with memory_lib.HostMemories() as memories:
             host = memories.host("soak")
-            process = subprocess.Popen([sys.executable, "-c", GROWING], preexec_fn=host.join)
-            try:
+            with task_in(host, GROWING) as process:
                 self.assertEqual(host.path, soak_memory.task_cgroup(process.pid, controller))
                 squeeze = soak_memory.Squeeze(host.path, controller)
                 original = squeeze.original
@@ -67,55 +83,41 @@ class SqueezeTest(tf.test.TestCase):
                 self.assertIn("lowered on the cgroup while the host ran", event.describe())
                 self.assertTrue(squeeze.restore())
                 self.assertEqual(original, squeeze._read(controller.files.limit).strip())
-            finally:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
 
     def test_a_press_gets_a_steady_task_killed_not_itself(self):
         controller = controller_or_skip(self)
         with memory_lib.HostMemories() as memories:
             host = memories.host("soak")
-            process = subprocess.Popen([sys.executable, "-c", STEADY], preexec_fn=host.join, stdout=subprocess.PIPE,
-                                       text=True)
             press = None
-            try:
-                self.assertEqual("ready", process.stdout.readline().strip())
-                squeeze = soak_memory.Squeeze(host.path, controller)
-                squeeze.tighten()
-                press = soak_memory.Press(host.path)
-                self.assertEqual(-9, process.wait(WAIT_S), squeeze.describe())
-                self.assertEqual(1, squeeze.killed())
-                self.assertIsNone(press.process.poll(), "the press was killed, not the task")
-                self.assertFalse(press.killed_itself())
-                self.assertIn(press.process.pid, host.pids())
-                press.stop()
-                self.assertEqual(-9, press.process.returncode)
-                self.assertTrue(squeeze.restore())
-            finally:
-                for child in (process, press.process if press else None):
-                    if child is not None and child.poll() is None:
-                        child.kill()
-                        child.wait()
+            with task_in(host, STEADY) as process:
+                try:
+                    squeeze = soak_memory.Squeeze(host.path, controller)
+                    squeeze.tighten()
+                    press = soak_memory.Press(host.path)
+                    self.assertEqual(-9, process.wait(WAIT_S), squeeze.describe())
+                    self.assertEqual(1, squeeze.killed())
+                    self.assertIsNone(press.process.poll(), "the press was killed, not the task")
+                    self.assertFalse(press.killed_itself())
+                    self.assertIn(press.process.pid, host.pids())
+                    press.stop()
+                    self.assertEqual(-9, press.process.returncode)
+                    self.assertTrue(squeeze.restore())
+                finally:
+                    if press is not None and press.process.poll() is None:
+                        press.process.kill()
+                        press.process.wait()
 
     def test_squeezing_until_killed_presses_a_steady_task_and_stops_the_press(self):
         controller = controller_or_skip(self)
         with memory_lib.HostMemories() as memories:
             host = memories.host("soak")
-            process = subprocess.Popen([sys.executable, "-c", STEADY], preexec_fn=host.join, stdout=subprocess.PIPE,
-                                       text=True)
-            try:
-                self.assertEqual("ready", process.stdout.readline().strip())
+            with task_in(host, STEADY) as process:
                 squeeze = soak_memory.Squeeze(host.path, controller)
                 self.assertTrue(soak_memory.squeeze_until_killed(squeeze, WAIT_S, lambda: True, 0.5, 0.05))
                 self.assertEqual(-9, process.wait(WAIT_S))
                 self.assertEqual(1, squeeze.killed())
                 self.assertEqual([], host.pids(), "the press outlived the squeeze")
                 self.assertTrue(squeeze.restore())
-            finally:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
 
     def test_a_process_outside_the_launchers_cgroups_is_refused(self):
         controller = controller_or_skip(self)
