@@ -7,6 +7,7 @@ environment on to the tasks and ranks it starts, as it does for a user.
 
 import glob
 import os
+import re
 import signal
 import subprocess
 import time
@@ -18,6 +19,12 @@ from tests import command_line, paths
 
 LAUNCH_TIMEOUT_S = 240
 POLL_S = 0.2
+# How often `wait_for_step` looks for a new checkpoint (a listing of the model directory, well under a
+# millisecond): a fault test's kill or signal follows the checkpoint within this, not within POLL_S.
+STEP_POLL_S = 0.02
+# A complete checkpoint: the chief's (rank 0's) bundle, which a `hybrid` job writes after every rank's
+# `.shard-<rank>-of-<ranks>` bundle (strategies/sharded/checkpoint.py).
+CHECKPOINT_INDEX = re.compile(r"^model\.ckpt-(\d+)\.index$")
 # Where a Horovod rank finds its rank: Gloo's variable, then Open MPI's.
 RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK")
 REPO_ROOT = paths.REPO_ROOT
@@ -119,6 +126,24 @@ class LaunchedJob:
             time.sleep(POLL_S)
         return False
 
+    def wait_for_step(self, model_dir, step, timeout=LAUNCH_TIMEOUT_S):
+        """Waits until `model_dir` holds a complete checkpoint at global step `step` or later.
+
+        Returns:
+          The step of the latest such checkpoint; None if the launcher ended first or `timeout` passed.
+        """
+        deadline = time.monotonic() + timeout
+        tracked = None
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if tracked is None or time.monotonic() - tracked >= POLL_S:
+                self._track()
+                tracked = time.monotonic()
+            steps = checkpoint_steps(model_dir)
+            if steps and steps[-1] >= step:
+                return steps[-1]
+            time.sleep(STEP_POLL_S)
+        return None
+
     def rank_pids(self):
         """Horovod rank -> pid of its running `deepfm.train` process (from its rank variable, Gloo or MPI)."""
         self._track()
@@ -170,3 +195,12 @@ class LaunchedJob:
                 process.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+def checkpoint_steps(model_dir):
+    """The global steps of the complete checkpoints in `model_dir`, ascending."""
+    try:
+        names = os.listdir(model_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(int(m.group(1)) for m in map(CHECKPOINT_INDEX.match, names) if m)

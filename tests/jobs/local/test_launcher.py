@@ -219,10 +219,26 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIn("--num_ps must be >= 1, got 0", result.stderr)
 
 
-def tiny_dataset(test_case, rows=3000):
-    root = test_case.create_tempdir("data").full_path
-    synthetic.generate(rows, root, feature_size=FEATURE_SIZE, seed=3)
-    return root
+# Rows -> the dataset root of that size, written once per test process (`shared_dataset`).
+_DATASETS = {}
+
+
+def shared_dataset(rows):
+    """A synthetic dataset of `rows` rows, written once per test process and shared by its tests.
+
+    The jobs only read it (the data check records the files it read beside them, under a lock, so that
+    the next job on them skips reading them again): generating it, and checking it in every task of
+    every job's first attempt, once per test or class, checked nothing more.
+    """
+    if rows not in _DATASETS:
+        root = os.path.join(tf.compat.v1.test.get_temp_dir(), "data_%d_rows" % rows)
+        synthetic.generate(rows, root, feature_size=FEATURE_SIZE, seed=3)
+        _DATASETS[rows] = root
+    return _DATASETS[rows]
+
+
+def tiny_dataset(rows=3000):
+    return shared_dataset(rows)
 
 
 @pytest.mark.slow
@@ -234,7 +250,7 @@ class SupervisionTest(tf.test.TestCase):
         self.model_dir = os.path.join(work, "model")
         job = launch_testing.LaunchedJob(
             self, ["--strategy", "ps", "--num_ps", "1", "--num_workers", "2"], os.path.join(work, "logs"),
-            ["--train_data", tiny_dataset(self), "--model_dir", self.model_dir, "--save_checkpoints_steps", "20",
+            ["--train_data", tiny_dataset(), "--model_dir", self.model_dir, "--save_checkpoints_steps", "20",
              "--max_steps", ENDLESS_STEPS, "--log_every_n_steps", "10"] + TRAIN_FLAGS)
         return job
 
@@ -251,39 +267,8 @@ class SupervisionTest(tf.test.TestCase):
         self.assertEqual(sorted(job.task_pids()), ["chief_0", "ps_0", "worker_0"])
         job.assert_no_process_left()
 
-    def test_sigterm_stops_everything(self):
-        job = self.start_endless_job()
-        self.assertTrue(job.wait_for_checkpoints(self.model_dir), job.output())
-        job.process.send_signal(signal.SIGTERM)
-        returncode, output = job.wait()
-        self.assertEqual(returncode, 128 + signal.SIGTERM, output)
-        self.assertIn("launch stopped by SIGTERM; every task was stopped", output)
-        job.assert_no_process_left()
-
-
-@pytest.mark.slow
-class HorovodLaunchTest(tf.test.TestCase, parameterized.TestCase):
-
-    @parameterized.parameters(*strategy_names.HOROVOD_RANKS)
-    def test_two_ranks(self, strategy):
-        work = self.create_tempdir("run").full_path
-        metrics_file = os.path.join(work, "metrics.json")
-        export_dir = os.path.join(work, "export")
-        job = launch_testing.LaunchedJob(
-            self, ["--strategy", strategy, "--np", "2"], os.path.join(work, "logs"),
-            ["--train_data", tiny_dataset(self), "--model_dir", os.path.join(work, "model"),
-             "--metrics_file", metrics_file, "--export_dir", export_dir, "--num_epochs", "2",
-             "--learning_rate", "0.01"] + TRAIN_FLAGS)
-        returncode, output = job.wait()
-        self.assertEqual(returncode, 0, output + job.log(launch.HOROVOD_TASK))
-        job.assert_no_process_left()
-        with open(metrics_file) as f:
-            metrics = json.load(f)
-        self.assertGreater(metrics["auc"], 0.6, metrics)
-        self.assertLen(glob.glob(os.path.join(export_dir, "*", "saved_model.pb")), 1)
-        # Gloo writes ranks/rank.<r>/, MPI ranks/<job>/rank.<r>/.
-        rank_logs = glob.glob(os.path.join(work, "logs", launch.HOROVOD_RANK_LOGS, "**", "rank.*"), recursive=True)
-        self.assertLen(rank_logs, 2)
+    # A SIGTERM to the launcher of a parameter-server job: SigtermTest.test_parameter_servers (the same
+    # checks on a job of that class, which checks the step it stopped at besides).
 
 
 @pytest.mark.slow
@@ -294,7 +279,7 @@ class RanksFromCoresLaunchTest(tf.test.TestCase):
         work = self.create_tempdir("run").full_path
         job = launch_testing.LaunchedJob(
             self, ["--strategy", strategy_names.HYBRID, "--np", "0"], os.path.join(work, "logs"),
-            ["--train_data", tiny_dataset(self), "--model_dir", os.path.join(work, "model"), "--max_steps", "6",
+            ["--train_data", tiny_dataset(), "--model_dir", os.path.join(work, "model"), "--max_steps", "6",
              "--val_data="] + TRAIN_FLAGS)
         returncode, output = job.wait()
         self.assertEqual(returncode, 0, output + job.log(launch.HOROVOD_TASK))
@@ -326,17 +311,16 @@ class FaultTestCase(tf.test.TestCase, parameterized.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.data_dir = os.path.join(tf.compat.v1.test.get_temp_dir(), "%s_data" % cls.__name__)
-        synthetic.generate(FAULT_ROWS, cls.data_dir, feature_size=FEATURE_SIZE, seed=3)
+        cls.data_dir = shared_dataset(FAULT_ROWS)
 
-    def start(self, launch_args, name="run"):
+    def start(self, launch_args, name="run", extra_train_args=()):
         work = self.create_tempdir(name).full_path
         model_dir = os.path.join(work, "model")
         metrics_file = os.path.join(work, "metrics.json")
         job = launch_testing.LaunchedJob(
             self, launch_args, os.path.join(work, "logs"),
             ["--train_data", self.data_dir, "--model_dir", model_dir, "--metrics_file", metrics_file]
-            + TRAIN_FLAGS + FAULT_TRAIN_FLAGS + list(self.BUDGET_FLAGS))
+            + TRAIN_FLAGS + FAULT_TRAIN_FLAGS + list(self.BUDGET_FLAGS) + list(extra_train_args))
         return job, model_dir, metrics_file
 
     def rerun(self, job, launch_args):
@@ -359,9 +343,16 @@ class RestartTest(FaultTestCase):
 
     PS_WORKERS = 2
     PS_ARGS = ["--strategy", "ps", "--num_ps", "1", "--num_workers", str(PS_WORKERS)]
-    # The kill comes within a poll of the third checkpoint (step 80). At FAULT_TRAIN_FLAGS' 3 epochs
-    # two Horovod ranks have about 0.9 s of training left then on a quiet machine; 8 epochs, 3 s.
-    BUDGET_FLAGS = ("--num_epochs", "8")
+    # The kill comes within launch_testing.STEP_POLL_S (20 ms) of the first checkpoint after step 0
+    # (KILL_STEP), plus a read of the checkpoint's step in the hybrid test (its ranks are looked up
+    # before): some tens of ms. (It used to come within a 0.2 s poll of a third checkpoint index file:
+    # step 80 of a ps job, but a hybrid job's step-0 checkpoint, its rank-0 bundle and one per rank.)
+    # Two Horovod ranks train about 200 steps/s on a quiet machine (the rest of 8 epochs after step 80,
+    # 592 steps, took 3 s): at FAULT_TRAIN_FLAGS' 3 epochs (252 steps) they have over 200 steps, about
+    # 1 s, left at the kill, over ten times its delay; each of the two ps workers has about 230 of its
+    # 252 steps left. On a loaded machine the steps slow more than the test's poll. The restarted job
+    # then trains the same budget as the uninterrupted one.
+    KILL_STEP = 40
 
     @classmethod
     def setUpClass(cls):
@@ -376,7 +367,7 @@ class RestartTest(FaultTestCase):
     def kill_and_restart(self, task):
         baseline = self.baseline_metrics()
         job, model_dir, metrics_file = self.start(self.PS_ARGS + ["--max_restarts", "1"])
-        self.assertTrue(job.wait_for_checkpoints(model_dir, count=3), job.output())
+        self.assertIsNotNone(job.wait_for_step(model_dir, self.KILL_STEP), job.output())
         os.kill(job.task_pids()[task], signal.SIGKILL)
         returncode, output = job.wait()
         self.assertEqual(returncode, 0, output)
@@ -406,9 +397,11 @@ class RestartTest(FaultTestCase):
         args = ["--strategy", strategy_names.HYBRID, "--np", "2"]
         baseline = self.uninterrupted(args)
         job, model_dir, metrics_file = self.start(args + ["--max_restarts", "1"])
-        self.assertTrue(job.wait_for_checkpoints(model_dir, count=3), job.output())
+        # Both ranks run by the step-0 checkpoint (it is collective).
+        self.assertIsNotNone(job.wait_for_step(model_dir, 0), job.output())
         ranks = job.rank_pids()
         self.assertEqual(sorted(ranks), [0, 1], job.output())
+        self.assertIsNotNone(job.wait_for_step(model_dir, self.KILL_STEP), job.output())
         killed_at = checkpoint_step(model_dir)
         os.kill(ranks[1], signal.SIGKILL)
         returncode, output = job.wait()
@@ -428,7 +421,7 @@ class RestartTest(FaultTestCase):
 
     def test_killed_parameter_server_without_restarts_fails_in_bounded_time(self):
         job, model_dir, _ = self.start(self.PS_ARGS)
-        self.assertTrue(job.wait_for_checkpoints(model_dir), job.output())
+        self.assertIsNotNone(job.wait_for_step(model_dir, self.KILL_STEP), job.output())
         os.kill(job.task_pids()["ps_0"], signal.SIGKILL)
         start = time.monotonic()
         returncode, output = job.wait()
@@ -443,20 +436,38 @@ class RestartTest(FaultTestCase):
 class SigtermTest(FaultTestCase):
     """SIGTERM stops a job at a step that is saved; the same command again resumes from it."""
 
-    # The signal comes up to SIGNAL_DELAY_S after the second checkpoint. At FAULT_TRAIN_FLAGS' 3
-    # epochs two Horovod ranks can finish the rest of the budget in about 1.2 s on a quiet machine,
-    # before the signal; 15 epochs leave several times the delay.
-    BUDGET_FLAGS = ("--num_epochs", "15")
+    # The signal comes up to SIGNAL_DELAY_S (at random) after the first checkpoint after step 0, and
+    # at the latest once a checkpoint at SIGNAL_BY_STEP (a Horovod job's; a ps job's global step counts
+    # both workers' steps: twice that) is there, so that it lands before the job ends on any machine.
+    # On a loaded machine the delay comes first (the steps slow far more than the test's poll). Two
+    # Horovod ranks train about 200 steps/s on a quiet one (at FAULT_TRAIN_FLAGS' 3 epochs, 252 steps,
+    # they finished the rest after step 40 in about 1.2 s, before a 2 s delay): at 6 epochs (504 steps)
+    # the step bound leaves them 264 steps, about 1.3 s, after a signal that follows its checkpoint
+    # within launch_testing.STEP_POLL_S (20 ms), some 50 times that; each ps worker has 264 of its 504
+    # steps left.
+    BUDGET_FLAGS = ("--num_epochs", "6")
     SIGNAL_DELAY_S = 2.0
+    FIRST_STEP = 40
+    SIGNAL_BY_STEP = 240
+
+    def wait_to_signal(self, job, model_dir, steps_per_step=1):
+        """Waits for the first checkpoint after step 0, then up to SIGNAL_DELAY_S, at random.
+
+        `steps_per_step`: global steps per step of one worker (a ps job's: its workers).
+        """
+        self.assertIsNotNone(job.wait_for_step(model_dir, self.FIRST_STEP), job.output())
+        job.wait_for_step(model_dir, self.SIGNAL_BY_STEP * steps_per_step,
+                          timeout=random.uniform(0, self.SIGNAL_DELAY_S))
 
     def test_parameter_servers(self):
         args = ["--strategy", "ps", "--num_ps", "1", "--num_workers", "2"]
         job, model_dir, metrics_file = self.start(args)
-        self.assertTrue(job.wait_for_checkpoints(model_dir), job.output())
-        time.sleep(random.uniform(0, self.SIGNAL_DELAY_S))
+        self.wait_to_signal(job, model_dir, steps_per_step=2)
         job.process.send_signal(signal.SIGTERM)
         returncode, output = job.wait()
         self.assertEqual(returncode, 128 + signal.SIGTERM, output)
+        # (SupervisionTest's SIGTERM to a launcher, checked here.)
+        self.assertIn("launch stopped by SIGTERM; every task was stopped", output)
         job.assert_no_process_left()
         metrics = read_json(metrics_file)
         self.assertTrue(metrics["interrupted"], metrics)
@@ -472,12 +483,15 @@ class SigtermTest(FaultTestCase):
         self.assertNotIn("interrupted", final)
         self.assertGreater(final["global_step"], metrics["global_step"])
 
+    # The rerun, a two-rank job of each Horovod strategy run to its end, also checks what a job of its own
+    # checked before (HorovodLaunchTest): it exports one SavedModel (the interrupted run none), its AUC,
+    # one log per rank, nothing left behind.
     @parameterized.parameters(*strategy_names.HOROVOD_RANKS)
     def test_horovod_one_rank_signalled(self, strategy):
         args = ["--strategy", strategy, "--np", "2"]
-        job, model_dir, metrics_file = self.start(args)
-        self.assertTrue(job.wait_for_checkpoints(model_dir), job.output())
-        time.sleep(random.uniform(0, self.SIGNAL_DELAY_S))
+        export_dir = os.path.join(self.create_tempdir("export").full_path, "export")
+        job, model_dir, metrics_file = self.start(args, extra_train_args=["--export_dir", export_dir])
+        self.wait_to_signal(job, model_dir)
         ranks = job.rank_pids()
         self.assertEqual(sorted(ranks), [0, 1], job.output())
         os.kill(ranks[1], signal.SIGTERM)  # only rank 1: the ranks agree to stop
@@ -494,12 +508,20 @@ class SigtermTest(FaultTestCase):
         # Both ranks stopped at the same step.
         self.assertLen(set(re.findall(r"training stopped on request at global step (\d+)", rank_logs)), 1, rank_logs)
         self.assertIn("training stopped on request at global step %d" % step, rank_logs)
+        self.assertEqual([], glob.glob(os.path.join(export_dir, "*")))
         again = self.rerun(job, args)
         returncode, output = again.wait()
-        self.assertEqual(returncode, 0, output)
+        self.assertEqual(returncode, 0, output + again.log(launch.HOROVOD_TASK))
+        again.assert_no_process_left()
         final = read_json(metrics_file)
         self.assertNotIn("interrupted", final)
         self.assertGreater(final["global_step"], step)
+        self.assertGreater(final["auc"], 0.6, final)
+        self.assertLen(glob.glob(os.path.join(export_dir, "*", "saved_model.pb")), 1)
+        # Gloo writes ranks/rank.<r>/, MPI ranks/<job>/rank.<r>/.
+        rank_logs = glob.glob(os.path.join(again.log_dir, launch.HOROVOD_RANK_LOGS, "**", "rank.*"),
+                              recursive=True)
+        self.assertLen(rank_logs, 2)
 
 
 @pytest.mark.slow
