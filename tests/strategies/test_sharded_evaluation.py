@@ -31,6 +31,7 @@ from strategies import strategy_names as names
 from strategies.sharded import checkpoint as sharded_checkpoint
 from strategies.sharded import row_stream
 from tests import command_line, paths
+from tests.strategies.sharded import ranks_testing
 
 AUC_THRESHOLDS = 200
 # The combine is exact up to float32 sums.
@@ -279,21 +280,33 @@ TRAIN_ROWS = 2_048
 FEATURE_SIZE = 500
 MODEL_FLAGS = ("--batch_size=64", "--embedding_size=8", "--deep_layers=16,8", "--dropout=0,0",
                "--learning_rate=0.01", "--seed=7", "--max_steps=12", "--save_checkpoints_steps=100",
-               "--log_every_n_steps=100")
+               "--log_every_n_steps=100",
+               # The preflight checks (a model graph, and a pass over the 10,000 rows, on each rank) are not what
+               # these tests check; the ranks of test_hybrid.py and test_horovod.py run them.
+               "--nocheck_memory", "--nocheck_data")
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 RUN_TIMEOUT_S = 300
 STALL_SHUTDOWN_S = 120
+# The strategies the ranks train and evaluate with, in this order, in one launch (`sharded_evaluation_rank`).
+STRATEGIES = (names.HOROVOD, names.HYBRID)
 # What `SumMetricStateHook` logs: `<task> evaluated <rows> row(s) in <batches> batch(es)`.
 EVALUATED = re.compile(r"(rank\d+) evaluated (\d+) row\(s\) in (\d+) batch\(es\)")
 
 
 @pytest.mark.slow
 class TwoRanksTest(tf.test.TestCase):
-    """Two real ranks evaluate their shards; their metrics are one process's of the same checkpoint."""
+    """Two real ranks evaluate their shards; their metrics are one process's of the same checkpoint.
+
+    One launch trains and evaluates with every strategy of STRATEGIES in turn (the first test starts it);
+    each test checks its strategy's records and lines.
+    """
+
+    launched = None  # (result_dir, output) of `_launch`
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
+        cls.launched = None
         cls.work = tempfile.mkdtemp(dir=tf.compat.v1.test.get_temp_dir())
         cls.data = os.path.join(cls.work, "data")
         synthetic.generate(TRAIN_ROWS + VALIDATION_ROWS, cls.data, feature_size=FEATURE_SIZE,
@@ -311,21 +324,39 @@ class TwoRanksTest(tf.test.TestCase):
             self.skipTest("no horovodrun beside %s" % sys.executable)
 
     def _ranks(self, strategy):
-        """Trains and evaluates on two ranks; returns each rank's record and the ranks' output."""
-        result_dir = os.path.join(self.work, strategy + "-results")
-        model_dir = os.path.join(self.work, strategy + "-model")
-        command = [HOROVODRUN, "--gloo", "-np", str(NUM_RANKS), "-H", "localhost:%d" % NUM_RANKS,
-                   "python", "-m", "tests.strategies.horovod_rank", "--result_dir=" + result_dir,
-                   "--strategy=" + strategy, "--train_data=" + self.data, "--model_dir=" + model_dir,
-                   "--feature_size=%d" % FEATURE_SIZE, "--lr_scaling=none"] + list(MODEL_FLAGS)
+        """Each rank's record of `strategy` and the ranks' `evaluated` lines for it, from the launch of `_launch`."""
+        if type(self).launched is None:
+            type(self).launched = self._launch()
+        result_dir, output = type(self).launched
+        records = []
+        for rank in range(NUM_RANKS):
+            with open(os.path.join(result_dir, strategy, "rank-%d.json" % rank)) as f:
+                records.append(json.load(f))
+        # Each rank evaluated once per strategy, in the order of STRATEGIES.
+        lines = {}
+        for task, rows, count in EVALUATED.findall(output):
+            lines.setdefault(task, []).append((int(rows), int(count)))
+        self.assertEqual({task: len(STRATEGIES) for task in lines},
+                         {task: len(found) for task, found in lines.items()}, output[-3000:])
+        return records, {task: found[STRATEGIES.index(strategy)] for task, found in lines.items()}, output
+
+    def _launch(self):
+        """Trains and evaluates on two ranks with each of STRATEGIES in turn (one launch for both tests).
+
+        Returns:
+          The directory of the records (`<strategy>/rank-<R>.json`) and the ranks' output.
+        """
+        result_dir = os.path.join(self.work, "results")
+        model_dir = os.path.join(self.work, "models")
+        command = ranks_testing.HOROVODRUN_COMMAND + [
+            "--gloo", "-np", str(NUM_RANKS), "-H", "localhost:%d" % NUM_RANKS,
+            "python", "-m", "tests.strategies.sharded_evaluation_rank", "--strategies=" + ",".join(STRATEGIES),
+            "--result_dir=" + result_dir, "--train_data=" + self.data, "--model_dir=" + model_dir,
+            "--feature_size=%d" % FEATURE_SIZE, "--lr_scaling=none"] + list(MODEL_FLAGS)
         result = command_line.run(command, paths.REPO_ROOT, timeout=RUN_TIMEOUT_S, env=dict(
             PYTHONPATH=paths.REPO_ROOT, HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=str(STALL_SHUTDOWN_S)))
         self.assertEqual(0, result.returncode, command_line.describe(command, result))
-        records = []
-        for rank in range(NUM_RANKS):
-            with open(os.path.join(result_dir, "rank-%d.json" % rank)) as f:
-                records.append(json.load(f))
-        return records, result.stdout + result.stderr
+        return result_dir, result.stdout + result.stderr
 
     def _one_process(self, checkpoint):
         """AUC and log loss of `checkpoint` evaluated on every validation row by one process."""
@@ -352,7 +383,7 @@ class TwoRanksTest(tf.test.TestCase):
                                                      os.path.join(tempfile.mkdtemp(dir=self.work), "weights"))
 
     def _check(self, strategy, batches):
-        records, output = self._ranks(strategy)
+        records, evaluated, output = self._ranks(strategy)
         chief, other = records
         # Every rank reports the metrics of all the rows.
         self.assertEqual((chief["auc"], chief["logloss"]), (other["auc"], other["logloss"]))
@@ -363,7 +394,6 @@ class TwoRanksTest(tf.test.TestCase):
         self.assertGreater(abs(auc - 0.5), 0.01, "an untrained model would make the comparison empty")
         self.assertAllClose([auc, logloss], [chief["auc"], chief["logloss"]], atol=ONE_PROCESS_TOLERANCE)
         # Each rank read its shard alone: 4,097 and 4,096 rows, every row once.
-        evaluated = {task: (int(rows), int(count)) for task, rows, count in EVALUATED.findall(output)}
         self.assertEqual({"rank0": (4097, 2), "rank1": (4096, batches)}, evaluated, output[-3000:])
 
     def test_horovod_ranks_evaluate_their_shards_as_one_process_evaluates_every_row(self):

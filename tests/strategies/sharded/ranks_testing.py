@@ -1,8 +1,9 @@
 """What the tests of `strategies.sharded` share: Horovod in this process, and real ranks under horovodrun.
 
 `RanksTestCase` runs `tests.strategies.sharded.rank_program` under
-horovodrun (Gloo) in its own process group, stopped with every process it
-started on cleanup, and reads back what the ranks recorded.
+horovodrun (Gloo; its launcher less its build check: `horovodrun_unchecked`)
+in its own process group, stopped with every process it started on cleanup,
+and reads back what the ranks recorded.
 """
 
 import os
@@ -18,6 +19,9 @@ from jobs.local import processes
 from tests import command_line, paths
 
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+# horovodrun's launcher less its forked check of the build (`horovodrun_unchecked`): the command line that
+# starts the ranks, followed by horovodrun's arguments.
+HOROVODRUN_COMMAND = [sys.executable, "-m", "tests.strategies.sharded.horovodrun_unchecked"]
 RANK_PROGRAM = "tests.strategies.sharded.rank_program"
 RUN_TIMEOUT_SECS = 300
 STALL_SHUTDOWN_SECS = 120
@@ -81,7 +85,7 @@ class RanksTestCase(tf.test.TestCase):
         env = command_line.environment(dict(TMPDIR=self.rank_tmp,
                                             HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=str(STALL_SHUTDOWN_SECS),
                                             PYTHONPATH=paths.REPO_ROOT))
-        argv = [HOROVODRUN, "--gloo", "-np", str(size), "-H", "localhost:%d" % size,
+        argv = HOROVODRUN_COMMAND + ["--gloo", "-np", str(size), "-H", "localhost:%d" % size,
                 "python", "-m", RANK_PROGRAM] + flags
         group = processes.ProcessGroup(self.log_dir)
         self.addCleanup(group.stop)
