@@ -147,6 +147,20 @@ def leftover_processes(volume, job):
     return found
 
 
+def last_run_log(log_dir, pod):
+    """The log of the last run of `pod`: `<pod>.log`, `<pod>.<run>.log` for a recreated one, in `restart_<n>/`
+    for the job's later attempts."""
+    runs = []
+    for attempt_dir in [log_dir] + [os.path.join(log_dir, d) for d in os.listdir(log_dir) if d.startswith("restart_")]:
+        attempt = int(attempt_dir.rsplit("_", 1)[1]) if attempt_dir != log_dir else 0
+        for name in os.listdir(attempt_dir):
+            match = re.match(r"^%s(?:\.(\d+))?\.log$" % re.escape(pod), name)
+            if match:
+                runs.append(((attempt, int(match.group(1) or 0)), os.path.join(attempt_dir, name)))
+    assert runs, "no log of pod %s in %s" % (pod, log_dir)
+    return max(runs)[1]
+
+
 def job_outputs(volume, name):
     with open(os.path.join(volume, name, "metrics.json")) as f:
         metrics = json.load(f)
@@ -158,26 +172,21 @@ def job_outputs(volume, name):
 @pytest.mark.slow
 class TestTFJob:
 
-    def test_two_workers_and_a_parameter_server(self, tmp_path, volume):
-        manifests = render(tmp_path, "ps-job", "--instance_count", "2", "--distribution", "parameter_server")
-        out, _ = run_local(tmp_path, os.path.join(manifests, "tfjob.yaml"), volume)
-        assert "started ps-job-chief-0, ps-job-worker-0, ps-job-ps-0 (2 training pod(s))" in out
-        metrics, exports = job_outputs(volume, "ps-job")
-        assert "1 parameter server(s), 2 worker(s)" in metrics["strategy"]
-        assert "chief_0" in metrics["strategy"]
-        assert_at_ps_budget(metrics["global_step"], 2)
-        assert metrics["auc"] > MIN_AUC, metrics
-        assert len(exports) == 1
-
-    def test_a_killed_pod_is_recreated_and_the_job_ends_at_its_budget(self, tmp_path, volume):
+    def test_two_workers_and_a_parameter_server_and_a_killed_pod_is_recreated(self, tmp_path, volume):
+        # One job for what two tests checked: the pods of a job of two workers and a parameter server, and the
+        # chief killed after its first checkpoint, recreated, the job ending at its budget with a model that learned.
         manifests = render(tmp_path, "ps-kill", "--instance_count", "2", "--distribution", "parameter_server")
         out, _ = run_local(tmp_path, os.path.join(manifests, "tfjob.yaml"), volume,
                            "kill:ps-kill-chief-0@%d" % CHECKPOINT_STEPS)
+        assert "started ps-kill-chief-0, ps-kill-worker-0, ps-kill-ps-0 (2 training pod(s))" in out
         assert "fault: killing pod ps-kill-chief-0" in out
         assert "pod ps-kill-chief-0 exited with code 137: recreate the pod" in out
         assert "completed after 1 restart(s) (0 elastic resize(s)), on 2 training pod(s)" in out
         metrics, exports = job_outputs(volume, "ps-kill")
+        assert "1 parameter server(s), 2 worker(s)" in metrics["strategy"]
+        assert "chief_0" in metrics["strategy"]
         assert_at_ps_budget(metrics["global_step"], 2)
+        assert metrics["auc"] > MIN_AUC, metrics
         assert len(exports) == 1
 
     def test_a_worker_that_never_returns_leaves_the_job_on_one(self, tmp_path, volume):
@@ -234,7 +243,8 @@ class TestTFJob:
         assert "fewer than the minimum 2" in err
 
     def test_a_user_error_is_permanent(self, tmp_path, volume):
-        manifests = render(tmp_path, "ps-typo", "--instance_count", "2", "--distribution", "parameter_server",
+        # One instance: a chief and a parameter server, each failing on the flag (a worker would fail as they do).
+        manifests = render(tmp_path, "ps-typo", "--instance_count", "1", "--distribution", "parameter_server",
                            hyperparameters=HYPERPARAMETERS + ("--no_such_flag", "1"))
         out, err = run_local(tmp_path, os.path.join(manifests, "tfjob.yaml"), volume, expect=1)
         assert "exited with code 1: failed (permanent)" in out
@@ -245,30 +255,27 @@ class TestTFJob:
 @pytest.mark.slow
 class TestMPIJob:
 
-    def test_two_workers(self, tmp_path, volume):
-        manifests = render(tmp_path, "mpi-job", "--instance_count", "2", "--distribution", "mpi")
-        out, _ = run_local(tmp_path, os.path.join(manifests, "mpijob.yaml"), volume)
-        assert "started mpi-job-worker-0, mpi-job-worker-1, mpi-job-launcher" in out
-        metrics, exports = job_outputs(volume, "mpi-job")
+    def test_two_workers_and_a_killed_worker_fails_mpirun_and_the_launcher_job_retries(self, tmp_path, volume):
+        # One job for what two tests checked: the pods of an MPIJob of two workers, rank 1 on the other worker,
+        # and a worker killed after the first checkpoint, the launcher recreated, the job ending at its budget.
+        manifests = render(tmp_path, "mpi-kill", "--instance_count", "2", "--distribution", "mpi")
+        out, _ = run_local(tmp_path, os.path.join(manifests, "mpijob.yaml"), volume,
+                           "kill:mpi-kill-worker-1@%d" % CHECKPOINT_STEPS)
+        assert "started mpi-kill-worker-0, mpi-kill-worker-1, mpi-kill-launcher" in out
+        assert "pod mpi-kill-worker-1 exited with code 137: restart the container" in out
+        assert re.search(r"pod mpi-kill-launcher exited with code \d+: recreate the pod", out), out
+        assert "completed after 1 restart(s)" in out
+        metrics, exports = job_outputs(volume, "mpi-kill")
         assert "rank 0 of 2" in metrics["strategy"]
         # Synchronous ranks: each runs EPOCHS of its shard's full batches.
         assert metrics["global_step"] == EPOCHS * ((TRAIN_ROWS // 2) // BATCH)
         assert metrics["auc"] > MIN_AUC, metrics
         assert len(exports) == 1
-        with open(os.path.join(tmp_path, "run-mpijob.yaml", "logs", "mpi-job-launcher.log")) as f:
+        # The launcher that finished the job: its log holds rank 1's lines (rank 1 ran on the other worker).
+        launcher = last_run_log(os.path.join(tmp_path, "run-mpijob.yaml", "logs"), "mpi-kill-launcher")
+        with open(launcher) as f:
             log = f.read()
-        assert "[1,1]<stdout>" in log or "[1,1]<stderr>" in log  # rank 1 ran on the other worker
-
-    def test_a_killed_worker_fails_mpirun_and_the_launcher_job_retries(self, tmp_path, volume):
-        manifests = render(tmp_path, "mpi-kill", "--instance_count", "2", "--distribution", "mpi")
-        out, _ = run_local(tmp_path, os.path.join(manifests, "mpijob.yaml"), volume,
-                           "kill:mpi-kill-worker-1@%d" % CHECKPOINT_STEPS)
-        assert "pod mpi-kill-worker-1 exited with code 137: restart the container" in out
-        assert re.search(r"pod mpi-kill-launcher exited with code \d+: recreate the pod", out), out
-        assert "completed after 1 restart(s)" in out
-        metrics, exports = job_outputs(volume, "mpi-kill")
-        assert metrics["global_step"] == EPOCHS * ((TRAIN_ROWS // 2) // BATCH)
-        assert len(exports) == 1
+        assert "[1,1]<stdout>" in log or "[1,1]<stderr>" in log, launcher
 
 
 @pytest.mark.slow

@@ -203,14 +203,27 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual([round(metrics["logloss"], 4)], series[sagemaker_metrics.VALIDATION_LOGLOSS])
         self.assertIn("metric series in its log: train:loss x%d" % lines, out)
 
-    def test_split_folders_as_channels_named_as_the_aws_sample_names_them(self):
+    def test_a_users_entry_point_and_split_folders_as_channels_named_as_the_aws_sample_names_them(self):
+        # One job for what two tests checked: the channels' names and folders, and a user's entry point and model
+        # module from a source directory (what the job does is the library's entry point's either way).
+        source_dir = self.create_tempdir().full_path
+        # docs/sagemaker.md: examples/custom_model.py copied alone into the source directory.
+        shutil.copy(os.path.join(REPO_ROOT, "examples", "custom_model.py"), source_dir)
+        with open(os.path.join(source_dir, "train_mine.py"), "w") as f:
+            f.write("import custom_model\nimport sagemaker_entry_point\n"
+                    "sagemaker_entry_point.main(model_fn=custom_model.model_fn)\n")
         output_dir, out = self.run_job("--channel", "training=%s" % os.path.join(self.data, "train"),
                                        "--channel", "eval=%s" % os.path.join(self.data, "validation"),
-                                       "--cpus_per_host", "1", hyperparameters=WITHOUT_SIZES)
+                                       "--cpus_per_host", "1", "--source_dir", source_dir,
+                                       "--entry_point", "train_mine.py", hyperparameters=WITHOUT_SIZES)
         self.assert_split_channels_trained(output_dir, out)
         self.assertEqual(["metadata.json", "part-00000.libsvm", "part-00000.tfrecord"],
                          sorted(set(os.listdir(os.path.join(output_dir, "algo-1", "input", "data", "eval")))
                                 - {check_record.RECORD_FILE})[:3])
+        with open(os.path.join(output_dir, "algo-1", "input", "config", "hyperparameters.json")) as f:
+            self.assertEqual('"train_mine.py"', json.load(f)["sagemaker_program"])
+        with open(os.path.join(output_dir, "checkpoints", "config.json")) as f:
+            self.assertEqual("custom_model.model_fn", json.load(f)["model_fn"])
 
     def test_pipe_mode_training_with_the_metadata_of_a_file_mode_validation_folder(self):
         output_dir, out = self.run_job("--input_mode", "Pipe", "--channel", "train=%s" % self.channels["b"],
@@ -241,40 +254,6 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
                       % os.path.join(venv, "bin", "python"), proc.stderr)
         self.assertIn("Install the interpreter or virtual environment outside /tmp", proc.stderr)
         self.assertFalse(os.path.exists(output_dir), "nothing is started or written")
-
-    def test_single_host_and_an_existing_output_dir_is_not_overwritten(self):
-        output_dir, _ = self.run_job("--channel", "train=%s" % self.data, "--cpus_per_host", "1",
-                                     "--job_name", "single-host-job")
-        metrics = self.metrics(output_dir)
-        self.assertIn("single", metrics["strategy"])
-        self.assertEqual(2 * ((TRAIN_ROWS // BATCH)), metrics["global_step"])
-        self.assertLen(self.exports(output_dir, "algo-1"), 1)
-        with open(os.path.join(output_dir, "algo-1", "input", "config", "hyperparameters.json")) as f:
-            hyperparameters = json.load(f)
-        self.assertEqual('"single-host-job"', hyperparameters["sagemaker_job_name"])
-        self.assertEqual("2", hyperparameters["num_epochs"])
-        again = command_line.run(command_line.python_module(
-            "deepfm.sagemaker", "local", "--output_dir", output_dir, "--channel", "train=%s" % self.data),
-            self.get_temp_dir(), timeout=120)
-        self.assertEqual(2, again.returncode)
-        self.assertIn("already holds a run of a job (algo-1): pass --restart", again.stderr)
-        self.assertLen(self.exports(output_dir, "algo-1"), 1)
-
-    def test_a_users_entry_point_and_model_module_from_a_source_dir(self):
-        source_dir = self.create_tempdir().full_path
-        # docs/sagemaker.md: examples/custom_model.py copied alone into the source directory.
-        shutil.copy(os.path.join(REPO_ROOT, "examples", "custom_model.py"), source_dir)
-        with open(os.path.join(source_dir, "train_mine.py"), "w") as f:
-            f.write("import custom_model\nimport sagemaker_entry_point\n"
-                    "sagemaker_entry_point.main(model_fn=custom_model.model_fn)\n")
-        output_dir, _ = self.run_job("--channel", "train=%s" % self.data, "--cpus_per_host", "1",
-                                     "--source_dir", source_dir, "--entry_point", "train_mine.py")
-        metrics = self.metrics(output_dir)
-        self.assertGreater(metrics["auc"], MIN_AUC)
-        with open(os.path.join(output_dir, "algo-1", "input", "config", "hyperparameters.json")) as f:
-            self.assertEqual('"train_mine.py"', json.load(f)["sagemaker_program"])
-        with open(os.path.join(output_dir, "checkpoints", "config.json")) as f:
-            self.assertEqual("custom_model.model_fn", json.load(f)["model_fn"])
 
     def test_a_dead_host_process_fails_the_job_naming_the_host(self):
         output_dir = self.create_tempdir().full_path
@@ -311,10 +290,15 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual([], [name for name in os.listdir(controller.parent) if name.startswith(owned)])
 
     def test_spot_stop_checkpoints_and_a_restarted_job_resumes_from_that_step(self):
+        # Also the single-host job that the other tests' jobs are not: its strategy, its hyperparameters file, and
+        # a finished job's output directory, which a job without --restart refuses to overwrite (one job for what
+        # two tests checked).
         output_dir = self.create_tempdir().full_path
         args = ("--channel", "train=%s" % self.data, "--job_name", "spot-job")
-        long_run = HYPERPARAMETERS[:-4] + ("--num_epochs", "40", "--feature_size", str(FEATURE_SIZE),
-                                           "--save_checkpoints_steps", "50")
+        # The stop lands once the first checkpoint is there, the one saved as the session starts (at step 0 or 1):
+        # 40 epochs are its margin before the job would end by itself. No checkpoint is needed along the way (the
+        # stop saves its own), so the default interval, 1000 steps, spares the restarted run 30 saves of 50 steps.
+        long_run = HYPERPARAMETERS[:-4] + ("--num_epochs", "40", "--feature_size", str(FEATURE_SIZE))
         budget = 40 * (TRAIN_ROWS // BATCH)
         process = self.start(output_dir, *args, hyperparameters=long_run)
         checkpoints = os.path.join(output_dir, "checkpoints")
@@ -336,11 +320,25 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         again = self.start(output_dir, "--restart", *args, hyperparameters=long_run + ("--verbosity", "0"))
         out, err = again.communicate(timeout=JOB_TIMEOUT_S + 60)
         self.assertEqual(0, again.returncode, err[-3000:])
+        self.assertEqual([], ABSL_RECORD.findall(out + err), "raw log records on the console:\n%s" % err[-3000:])
+        self.assert_no_leftovers(again.pid)
         finished = self.metrics(output_dir)
         self.assertEqual(budget, finished["global_step"])
         self.assertFalse(finished.get("interrupted"))
         with open(os.path.join(output_dir, "logs", "algo-1.log")) as f:
             self.assertIn("at global step %d" % stopped_at, f.read())
+        self.assertIn("single", finished["strategy"])
+        self.assertLen(self.exports(output_dir, "algo-1"), 1)
+        with open(os.path.join(output_dir, "algo-1", "input", "config", "hyperparameters.json")) as f:
+            hyperparameters = json.load(f)
+        self.assertEqual('"spot-job"', hyperparameters["sagemaker_job_name"])
+        self.assertEqual("40", hyperparameters["num_epochs"])
+        refused = command_line.run(command_line.python_module(
+            "deepfm.sagemaker", "local", "--output_dir", output_dir, "--channel", "train=%s" % self.data),
+            self.get_temp_dir(), timeout=120)
+        self.assertEqual(2, refused.returncode, refused.stderr[-3000:])
+        self.assertIn("already holds a run of a job (algo-1): pass --restart", refused.stderr)
+        self.assertLen(self.exports(output_dir, "algo-1"), 1)
 
     def wait_for_training_process(self, emulator_pid, host, timeout_s=120):
         deadline = time.monotonic() + timeout_s
