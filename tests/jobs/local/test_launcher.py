@@ -21,6 +21,7 @@ from absl.testing import parameterized
 
 from dataprep import synthetic
 from deepfm.runtime import trainer
+from input_pipeline import schema
 from jobs import elastic
 from jobs.local import launcher as launch
 from planner import cost_model
@@ -30,6 +31,8 @@ from tests import command_line
 from tests.jobs.local import launch_testing
 
 FEATURE_SIZE = 1000
+# The rows of the jobs that end by their failure or after a few steps.
+TINY_ROWS = 3000
 TRAIN_FLAGS = ["--batch_size", "64", "--embedding_size", "4", "--deep_layers", "8", "--dropout", "0"]
 # A step budget no test reaches: the job ends only by the failure under test.
 ENDLESS_STEPS = "1000000"
@@ -219,10 +222,6 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIn("--num_ps must be >= 1, got 0", result.stderr)
 
 
-# Rows -> the dataset root of that size, written once per test process (`shared_dataset`).
-_DATASETS = {}
-
-
 def shared_dataset(rows):
     """A synthetic dataset of `rows` rows, written once per test process and shared by its tests.
 
@@ -230,15 +229,10 @@ def shared_dataset(rows):
     the next job on them skips reading them again): generating it, and checking it in every task of
     every job's first attempt, once per test or class, checked nothing more.
     """
-    if rows not in _DATASETS:
-        root = os.path.join(tf.compat.v1.test.get_temp_dir(), "data_%d_rows" % rows)
+    root = os.path.join(tf.compat.v1.test.get_temp_dir(), "data_%d_rows" % rows)
+    if not os.path.exists(os.path.join(root, schema.METADATA_FILE)):
         synthetic.generate(rows, root, feature_size=FEATURE_SIZE, seed=3)
-        _DATASETS[rows] = root
-    return _DATASETS[rows]
-
-
-def tiny_dataset(rows=3000):
-    return shared_dataset(rows)
+    return root
 
 
 @pytest.mark.slow
@@ -250,7 +244,7 @@ class SupervisionTest(tf.test.TestCase):
         self.model_dir = os.path.join(work, "model")
         job = launch_testing.LaunchedJob(
             self, ["--strategy", "ps", "--num_ps", "1", "--num_workers", "2"], os.path.join(work, "logs"),
-            ["--train_data", tiny_dataset(), "--model_dir", self.model_dir, "--save_checkpoints_steps", "20",
+            ["--train_data", shared_dataset(TINY_ROWS), "--model_dir", self.model_dir, "--save_checkpoints_steps", "20",
              "--max_steps", ENDLESS_STEPS, "--log_every_n_steps", "10"] + TRAIN_FLAGS)
         return job
 
@@ -279,7 +273,7 @@ class RanksFromCoresLaunchTest(tf.test.TestCase):
         work = self.create_tempdir("run").full_path
         job = launch_testing.LaunchedJob(
             self, ["--strategy", strategy_names.HYBRID, "--np", "0"], os.path.join(work, "logs"),
-            ["--train_data", tiny_dataset(), "--model_dir", os.path.join(work, "model"), "--max_steps", "6",
+            ["--train_data", shared_dataset(TINY_ROWS), "--model_dir", os.path.join(work, "model"), "--max_steps", "6",
              "--val_data="] + TRAIN_FLAGS)
         returncode, output = job.wait()
         self.assertEqual(returncode, 0, output + job.log(launch.HOROVOD_TASK))
