@@ -265,6 +265,7 @@ def summarize(paths: Sequence[str], config, role: str = "training") -> Summary:
                 raise DataCheckError(_describe_read_error(paths, config, role, error)) from None
 
 
+@tf.autograph.experimental.do_not_convert
 def _add(totals, batch):
     """One batch's rows, id range and values that are not finite, added to `totals`."""
     features, labels = batch

@@ -207,6 +207,7 @@ class DataFormat(abc.ABC):
         """
         import tensorflow as tf
 
+        @tf.autograph.experimental.do_not_convert
         def decode(*batch):
             return self.decode_batch(batch, config, file_names=paths, labelled=labelled)
 
@@ -235,7 +236,7 @@ class DataFormat(abc.ABC):
         cycle_length = min(len(paths), DEFAULT_PARALLEL_READS if reads == tf.data.AUTOTUNE else reads)
         file_chunks = self._chunk_reader(paths, sizes, config)
         chunks = files.interleave(
-            lambda path, size, index: file_chunks(path, size, index, config),
+            tf.autograph.experimental.do_not_convert(lambda path, size, index: file_chunks(path, size, index, config)),
             cycle_length=cycle_length, block_length=1,
             num_parallel_calls=tf.data.AUTOTUNE if reads == tf.data.AUTOTUNE else cycle_length,
             deterministic=True)

@@ -133,6 +133,7 @@ class LibSVMFormat(format_base.DataFormat):
         last = tf.data.FixedLengthRecordDataset(path, record_bytes=tf.maximum(tail, 1), header_bytes=size - tail)
         blocks = blocks.concatenate(last.take(tf.cast(tail > 0, tf.int64)))
 
+        @tf.autograph.experimental.do_not_convert
         def rows(block_index, data):
             matrix = tf.reshape(tf.io.decode_raw(data, tf.uint8), [-1, width])
             count = tf.shape(matrix, out_type=tf.int64)[0]
@@ -148,6 +149,7 @@ class LibSVMFormat(format_base.DataFormat):
         del size  # Text lines need no byte accounting.
         lines = tf.data.TextLineDataset(path, buffer_size=config.read_buffer_bytes)
 
+        @tf.autograph.experimental.do_not_convert
         def number(chunk_index, chunk):
             count = tf.shape(chunk, out_type=tf.int64)[0]
             first = chunk_index * format_base.READ_CHUNK_RECORDS + 1

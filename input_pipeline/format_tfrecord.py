@@ -137,13 +137,15 @@ class TFRecordFormat(format_base.DataFormat):
 
         empty = tf.zeros([0], tf.string)
         probe = tf.data.FixedLengthRecordDataset(path, record_bytes=PROBE_BYTES, buffer_size=PROBE_BYTES)
-        probe = probe.take(1).filter(lambda byte: False).map(lambda byte: empty)
+        probe = probe.take(1).filter(tf.autograph.experimental.do_not_convert(lambda byte: False)).map(
+            tf.autograph.experimental.do_not_convert(lambda byte: empty))
         records = tf.data.TFRecordDataset(path, buffer_size=config.read_buffer_bytes)
         # `batch` never yields an empty chunk, so the empty one marks the end.
         body = records.ignore_errors().batch(self._records_per_chunk())
         end = tf.data.Dataset.from_tensors(empty)
         budget = config.max_corrupted_records
 
+        @tf.autograph.experimental.do_not_convert
         def account(consumed, chunk):
             consumed += tf.reduce_sum(tf.cast(tf.strings.length(chunk), tf.int64) + TFRECORD_FRAMING_BYTES)
             at_end = tf.equal(tf.size(chunk), 0)
@@ -176,6 +178,7 @@ class TFRecordFormat(format_base.DataFormat):
         if not budget:
             return chunks
 
+        @tf.autograph.experimental.do_not_convert
         def count(damaged_files, element):
             chunk, path, consumed, unread = element
             damaged = tf.not_equal(unread, 0)

@@ -312,6 +312,7 @@ def open_channel(channel: str, base_dir: Optional[str] = None,
         _OPENED[channel] = wait_for_fifo(channel, base_dir, timeout_s, state_directory, released)
         return True
 
+    @tf.autograph.experimental.do_not_convert
     def one_epoch(_):
         waited = tf.numpy_function(wait, [], tf.bool, stateful=True)
         with tf.control_dependencies([waited]):

@@ -184,18 +184,20 @@ def with_more_marker(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """
     features_spec, labels_spec = dataset.element_spec
     zeros = tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype), (features_spec, labels_spec))
-    marked = dataset.map(lambda features, labels: ((features, labels), True))
+    marked = dataset.map(tf.autograph.experimental.do_not_convert(lambda features, labels: ((features, labels), True)))
     end = tf.data.Dataset.from_tensors((zeros, False))
 
+    @tf.autograph.experimental.do_not_convert
     def step(state, element):
         previous, has_previous = state
         current, is_real = element
         return (current, True), (previous, has_previous, is_real)
 
     pairs = marked.concatenate(end).scan((zeros, False), step)
-    emitted = pairs.filter(lambda previous, has_previous, is_real: has_previous)
-    return emitted.map(lambda previous, has_previous, is_real: (
-        dict(previous[0], **{MORE_KEY: is_real}), previous[1]))
+    emitted = pairs.filter(tf.autograph.experimental.do_not_convert(
+        lambda previous, has_previous, is_real: has_previous))
+    return emitted.map(tf.autograph.experimental.do_not_convert(lambda previous, has_previous, is_real: (
+        dict(previous[0], **{MORE_KEY: is_real}), previous[1])))
 
 
 class StopWhenAnyRankEndsHook(tf.estimator.SessionRunHook):

@@ -91,14 +91,15 @@ def marked_batches(dataset: tf.data.Dataset, batches: Optional[int] = None) -> t
     def mark(features, labels, weights, is_real):
         return dict(features, **{ROW_KEY: weights}), labels, is_real
 
-    real = dataset.map(lambda features, labels: mark(
-        features, labels, tf.ones(tf.shape(labels)[:1], tf.float32), True))
+    real = dataset.map(tf.autograph.experimental.do_not_convert(lambda features, labels: mark(
+        features, labels, tf.ones(tf.shape(labels)[:1], tf.float32), True)))
     if batches is None:
-        return real.map(lambda features, labels, is_real: (features, labels))
+        return real.map(tf.autograph.experimental.do_not_convert(lambda features, labels, is_real: (features, labels)))
     padding_row = (tf.nest.map_structure(_zero_rows, features_spec), _zero_rows(labels_spec, "labels"))
     padding = tf.data.Dataset.from_tensors(mark(*padding_row, tf.zeros([PADDING_ROWS], tf.float32), False))
     planned = tf.constant(batches, tf.int64)
 
+    @tf.autograph.experimental.do_not_convert
     def within_plan(index, element):
         features, labels, is_real = element
         check = tf.debugging.assert_less(
@@ -110,7 +111,8 @@ def marked_batches(dataset: tf.data.Dataset, batches: Optional[int] = None) -> t
 
     # Pads up to `batches`; a real batch past them is kept, so that the check sees it and fails.
     return (real.concatenate(padding.repeat()).enumerate()
-            .take_while(lambda index, element: tf.logical_or(index < planned, element[2]))
+            .take_while(tf.autograph.experimental.do_not_convert(
+                lambda index, element: tf.logical_or(index < planned, element[2])))
             .map(within_plan))
 
 
