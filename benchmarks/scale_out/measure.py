@@ -192,12 +192,15 @@ def measure_run(variant: Variant, config: BenchmarkConfig, work: str,
     busy = None
     if len(machine_cpu) >= 2:
         busy = _interp(machine_cpu, 1, end) - _interp(machine_cpu, 1, start)
-    from deepfm.runtime import step_trace  # TensorFlow: only where traces are read, not in every host's supervisor
-
     traces = {}
-    for path in sorted(glob.glob(os.path.join(work, TRACES, "*" + step_trace.SUMMARY_SUFFIX))):
-        summary = step_trace.read_summary(path)
-        traces[summary["task"]] = summary["median"]
+    # Only a traced run's processes write there (`--trace_dir`): a parent that traces nothing
+    # (`benchmarks.multicore`'s, `benchmarks.rank_growth`'s) never imports TensorFlow (seconds of CPU).
+    if os.path.isdir(os.path.join(work, TRACES)):
+        from deepfm.runtime import step_trace
+
+        for path in sorted(glob.glob(os.path.join(work, TRACES, "*" + step_trace.SUMMARY_SUFFIX))):
+            summary = step_trace.read_summary(path)
+            traces[summary["task"]] = summary["median"]
     return RunResult(examples_per_sec=rate, window_s=end - start, steps=trainers, cpu_seconds=cpu,
                      tx_bytes=tx, rx_bytes=rx, host_cpu_seconds=host_cpu, auc=auc, machine_busy_s=busy,
                      traces=traces)
