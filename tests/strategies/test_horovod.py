@@ -2,7 +2,11 @@
 
 The unit tests run Horovod in this process (one rank). The slow tests start
 two real ranks on localhost with horovodrun (Gloo) in their own process
-group, stopped with every process they started on cleanup.
+group, stopped with every process they started on cleanup: through
+`deepfm.launch` (which starts the installed `horovodrun`), or, for the rank
+program of tests/, with horovodrun's launcher less its forked build check
+(`tests.strategies.sharded.horovodrun_unchecked`: the ranks' `hvd.init`
+fails on a Horovod without Gloo all the same).
 """
 
 import glob
@@ -25,6 +29,7 @@ from jobs.local import launcher as launch
 from jobs.local import processes
 from strategies import horovod
 from tests import command_line, paths
+from tests.strategies.sharded import ranks_testing
 
 REPO_ROOT = paths.REPO_ROOT
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
@@ -359,9 +364,14 @@ class TwoRanksTest(tf.test.TestCase):
         return output
 
     def _horovodrun(self, program, flags, name):
-        """`program` with `flags` on `NUM_RANKS` ranks under horovodrun."""
-        return self._run([HOROVODRUN, "--gloo", "-np", str(NUM_RANKS), "-H", "localhost:%d" % NUM_RANKS,
-                          "python"] + list(program) + list(flags), name, tests_importable=True)
+        """`program` with `flags` on `NUM_RANKS` ranks under horovodrun's launcher less its build check.
+
+        That check imports `horovod.tensorflow` (and so TensorFlow) in a forked process, about 3 s of CPU
+        per run; `test_two_ranks_train_and_only_rank_zero_writes` runs the installed horovodrun, check and all.
+        """
+        return self._run(ranks_testing.HOROVODRUN_COMMAND + ["--gloo", "-np", str(NUM_RANKS),
+                                                             "-H", "localhost:%d" % NUM_RANKS, "python"]
+                         + list(program) + list(flags), name, tests_importable=True)
 
     def _launch(self, train_flags):
         """`python -m deepfm.train` with `train_flags` on `NUM_RANKS` ranks through the launcher."""

@@ -360,6 +360,15 @@ class TrainingTest(tf.test.TestCase, parameterized.TestCase):
 class TwoRanksTest(tf.test.TestCase, parameterized.TestCase):
     """Two real ranks through `python -m deepfm.launch` (horovodrun, Gloo) on tiny synthetic data."""
 
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # One dataset for both strategies' jobs: they only read it (the first job's data check records the
+        # files it read beside them, and the second skips reading them again), and each writes in its work_dir.
+        cls.data_root = tempfile.mkdtemp(dir=tf.compat.v1.test.get_temp_dir())
+        synthetic.generate(TRAIN_ROWS + VALIDATION_ROWS, cls.data_root, feature_size=FEATURE_SIZE,
+                           val_fraction=VALIDATION_ROWS / (TRAIN_ROWS + VALIDATION_ROWS), shards=2, seed=DATA_SEED)
+
     def setUp(self):
         super().setUp()
         try:
@@ -374,9 +383,7 @@ class TwoRanksTest(tf.test.TestCase, parameterized.TestCase):
 
     @parameterized.named_parameters(("horovod", "horovod"), ("hybrid", "hybrid"))
     def test_two_ranks_learn_with_the_rule(self, name):
-        data_root = os.path.join(self.work_dir, "data")
-        synthetic.generate(TRAIN_ROWS + VALIDATION_ROWS, data_root, feature_size=FEATURE_SIZE,
-                           val_fraction=VALIDATION_ROWS / (TRAIN_ROWS + VALIDATION_ROWS), shards=2, seed=DATA_SEED)
+        data_root = self.data_root
         model_dir = os.path.join(self.work_dir, "model")
         metrics_file = os.path.join(self.work_dir, "metrics.json")
         # A user's environment (`tests.command_line`) and what the test sets on purpose: a private

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import socket
+import tempfile
 import threading
 import time
 
@@ -407,11 +408,18 @@ class ServeUntilTrainingExitsTest(tf.test.TestCase):
 class EndToEndTest(tf.test.TestCase, parameterized.TestCase):
     """2 ps + a chief + a worker, started by deepfm.launch, train on synthetic data."""
 
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # One dataset for both jobs: they only read it (the first job's data check records the files it read
+        # beside them, and the second skips reading them again), and each job writes under its own `run`.
+        cls.data_root = tempfile.mkdtemp(dir=tf.compat.v1.test.get_temp_dir())
+        write_dataset(cls.data_root)
+
     # Each worker step reads BATCH_SIZE examples: one batch, or two towers' halves.
     @parameterized.named_parameters(("plain", 0, BATCH_SIZE), ("two_towers", 2, BATCH_SIZE // 2))
     def test_train_through_the_launcher(self, towers, per_replica_batch):
-        root = self.create_tempdir("data").full_path
-        write_dataset(root)
+        root = self.data_root
         work = self.create_tempdir("run").full_path
         model_dir = os.path.join(work, "model")
         metrics_file = os.path.join(work, "metrics.json")
