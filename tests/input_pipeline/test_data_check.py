@@ -3,6 +3,7 @@
 import os
 import re
 import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -171,17 +172,40 @@ class DataCheckTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class CheckedOnceTest(tf.test.TestCase):
-    """A dataset read whole once: its record spares the files unchanged since (`input_pipeline.check_record`)."""
+    """A dataset read whole once: its record spares the files unchanged since (`input_pipeline.check_record`).
+
+    The dataset is written, and checked once, for the class; each test has a copy with the files' sizes and
+    mtimes (what a record matches), without the record, or with the one that first check wrote
+    (`checked_before`: what a test's own first check would write, without its reading).
+    """
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.source = tempfile.mkdtemp(dir=tf.compat.v1.test.get_temp_dir())
+        example_files.write_dataset_root(cls.source, {"train": [rows(seed=i) for i in range(3)]})
+        # Written an hour ago: files modified just before their check are not recorded.
+        cls.old_ns = time.time_ns() - 3600 * 10**9
+        paths = [os.path.join(cls.source, "train", schema.shard_stem(i) + ".tfrecord") for i in range(3)]
+        for path in paths:
+            os.utime(path, ns=(cls.old_ns, cls.old_ns))
+        record = check_record.CheckRecord()
+        cls.first_summary = data_check.check_files(paths, config(formats.TFRECORD), FEATURE_SIZE, record=record)
+        record.save()
+        # Kept outside the dataset: a test's copy has no record unless it asks for this one.
+        cls.first_record = cls.source + check_record.RECORD_FILE
+        os.replace(os.path.join(cls.source, check_record.RECORD_FILE), cls.first_record)
 
     def setUp(self):
         super().setUp()
-        self.root = self.create_tempdir().full_path
-        example_files.write_dataset_root(self.root, {"train": [rows(seed=i) for i in range(3)]})
+        self.root = os.path.join(self.create_tempdir().full_path, "data")
+        shutil.copytree(self.source, self.root)  # copy2: each file's size and mtime kept
         self.paths = [os.path.join(self.root, "train", schema.shard_stem(i) + ".tfrecord") for i in range(3)]
-        # Written an hour ago: files modified just before their check are not recorded.
-        self.old_ns = time.time_ns() - 3600 * 10**9
-        for path in self.paths:
-            os.utime(path, ns=(self.old_ns, self.old_ns))
+
+    def checked_before(self):
+        """The record of the dataset's first check (every file read), as `check` would have written it; its summary."""
+        shutil.copy(self.first_record, os.path.join(self.root, check_record.RECORD_FILE))
+        return self.first_summary
 
     def check(self, feature_size=FEATURE_SIZE, data_format=formats.TFRECORD, **options):
         """`check_files` with a record read afresh and saved; returns the summary and the files read and spared."""
@@ -232,7 +256,7 @@ class CheckedOnceTest(tf.test.TestCase):
         self.assertEqual((1, 2), read)
 
     def test_a_changed_size_is_read_again(self):
-        self.check()
+        self.checked_before()
         with open(self.paths[2], "r+b") as f:
             f.truncate(os.path.getsize(self.paths[2]) - 7)
         os.utime(self.paths[2], ns=(self.old_ns, self.old_ns))
@@ -241,21 +265,21 @@ class CheckedOnceTest(tf.test.TestCase):
         self.assertEqual((1, 2), read)
 
     def test_a_changed_file_is_read_again_and_recorded(self):
-        self.check()
+        self.checked_before()
         example_files.write_tfrecord(self.paths[0], rows(seed=7))
         os.utime(self.paths[0], ns=(self.old_ns + 5, self.old_ns + 5))
         self.assertEqual((1, 2), self.check()[1])
         self.assertEqual((0, 3), self.check()[1])
 
     def test_files_read_with_other_options_are_read_again(self):
-        self.check()
+        self.checked_before()
         self.assertEqual((3, 0), self.check(max_corrupted_records=1)[1])
         self.assertEqual((0, 3), self.check(max_corrupted_records=1)[1])
         # A file has one entry: the options it was read with last.
         self.assertEqual((3, 0), self.check()[1])
 
     def test_a_corrupt_record_is_ignored(self):
-        self.check()
+        self.checked_before()
         with open(os.path.join(self.root, check_record.RECORD_FILE), "w") as f:
             f.write('{"version": 1, "files": {"train/part-00000.tfr')
         summary, read = self.check()
@@ -266,7 +290,7 @@ class CheckedOnceTest(tf.test.TestCase):
         self.assertEqual((0, 3), self.check()[1])
 
     def test_another_feature_size_is_judged_again(self):
-        summary, _ = self.check()
+        summary = self.checked_before()
         # Larger: judged from the record, no row read.
         larger, read = self.check(feature_size=FEATURE_SIZE * 2)
         self.assertEqual((summary, (0, 3)), (larger, read))
@@ -277,7 +301,7 @@ class CheckedOnceTest(tf.test.TestCase):
         self.assertEqual((0, 3), read)
 
     def test_a_changed_metadata_is_judged_again_without_reading(self):
-        self.check()
+        self.checked_before()
         metadata = schema.DatasetMetadata.read(self.root)
         metadata.splits["train"].shards["train/" + schema.shard_stem(1)] = ROWS + 1
         metadata.write(self.root)

@@ -24,6 +24,9 @@ FEATURE_SIZE = 400
 BATCH = 64
 EVAL_EVERY = 20
 LOG_EVERY = 10
+# The progress test's evaluation interval: to a budget of 45 steps, rounds end at 30 and 45, so the second
+# round holds a record of its own (40) between a round's end and the budget's.
+PROGRESS_EVAL_EVERY = 30
 # A learning rate high enough that small data overfits within a few epochs, so that
 # early stopping has something to stop.
 OVERFITTING_LR = 0.05
@@ -235,12 +238,14 @@ class EarlyStoppingRunTest(tf.test.TestCase, parameterized.TestCase):
         self.assertTrue(metrics["stopped_early"], metrics["evaluations"])
         self.assertEqual(result.best_step, metrics["best_step"])
         self.check_run(model_dir, metrics)
+        self.check_best_outlives_the_rotation(model_dir, result)
 
-    def test_the_best_checkpoint_is_a_copy_the_rotation_cannot_delete(self):
-        model_dir = os.path.join(self.root, "rotation")
-        result = run_training(self.data_dir, model_dir, strategies.make_config(name="single"),
-                              eval_every_n_steps=10, early_stopping_patience=None, max_steps=40)
-        # keep_checkpoint_max deletes old checkpoints of the model directory; the best one's copy stays.
+    def check_best_outlives_the_rotation(self, model_dir, result):
+        """The best checkpoint is a copy the rotation cannot delete.
+
+        keep_checkpoint_max deletes old checkpoints of the model directory; here all of them go, and the best
+        one's copy stays (an early-stopped run's best is PATIENCE evaluations older than its last checkpoint).
+        """
         for path in glob.glob(os.path.join(model_dir, "model.ckpt-*")):
             os.remove(path)
         best = os.path.join(model_dir, early_stopping.BEST_DIR, "model.ckpt-%d" % result.best_step)
@@ -254,10 +259,13 @@ class EarlyStoppingRunTest(tf.test.TestCase, parameterized.TestCase):
     def test_progress_records_every_interval(self):
         model_dir = os.path.join(self.root, "progress")
         progress = os.path.join(model_dir, "progress", "{task}.jsonl")
+        # Rounds end at 30 and 45 (two rounds, each a training session and an evaluation: the costly part).
         result = run_training(self.data_dir, model_dir, strategies.make_config(name="single"),
-                              early_stopping_patience=None, max_steps=45, progress_file=progress)
+                              eval_every_n_steps=PROGRESS_EVAL_EVERY, early_stopping_patience=None, max_steps=45,
+                              progress_file=progress)
         records = hooks.read_progress_file(progress.replace("{task}", strategies.Topology().task))
-        # Rounds end at 20, 40, 45: intervals of 10 steps, and the last, shorter one.
+        # A record every 10 steps, within each round (10, 20; 40) and at a round's end (30), and one at the
+        # last, shorter interval (45).
         self.assertEqual([10, 20, 30, 40, 45], [r.step for r in records])
         self.assertEqual([10, 20, 30, 40, 45], [r.global_step for r in records])
         self.assertEqual(45, result.global_step)
