@@ -215,7 +215,7 @@ def run_job(config: SoakConfig, strategy: str, data_dir: str, schedule: Sequence
         # The soak was stopped (Ctrl-C): the job is stopped below, and its faults so far are reported.
         result.error = INTERRUPTED
     finally:
-        view.track()
+        view.track(force=True)
         if process.poll() is None:
             # The launcher stops every task on SIGTERM; SIGKILL only if it does not.
             process.send_signal(signal.SIGTERM)

@@ -297,8 +297,8 @@ class Injector:
             self._inject(fault, record)
             following = faults[number].kind if number < len(faults) else None
             # The restart of a fault at the job's end trains no step; one a `kill_in_restore` lands in, not yet.
-            self._await_restart(record, train_again=fault.kind not in (KILL_IN_EXPORT, KILL_IN_EVALUATION)
-                                and following not in AFTER_A_RESTART)
+            train_again = fault.kind not in (KILL_IN_EXPORT, KILL_IN_EVALUATION) and following not in AFTER_A_RESTART
+            self._await_restart(record, train_again, window_follows=following is not None and not train_again)
             self._attempt_since = time.time()
             self.log("fault %d/%d %s: %s; %s; resumed at step %s (%s step(s) lost)" % (
                 number, len(faults), fault.kind, record.target, record.placement, record.resume_step,
@@ -555,7 +555,15 @@ class Injector:
             "then" % SQUEEZE_INTERVAL_S if pressed else "", time.time() - record.time)
         self._squeeze = squeeze
 
-    def _await_restart(self, record: FaultRecord, train_again: bool = True) -> None:
+    def _await_restart(self, record: FaultRecord, train_again: bool = True, window_follows: bool = True) -> None:
+        """Waits for the restart `record`'s fault caused, its resume step and (`train_again`) its first step.
+
+        `window_follows`: the next fault's window may open as this restart
+        resumes (a `kill_in_restore` in it, a kill in the evaluation or export
+        of a restart that trains no step), so its resume line is read at once
+        (`WINDOW_POLL_S`); otherwise the wait for its first step (0.2 s) sets
+        the pace, or nothing waits on it.
+        """
         number = record.number
 
         def restarted():
@@ -572,7 +580,7 @@ class Injector:
             record.placement += "; after the restart line its limit %s" % (
                 "was restored" if restored else "went with its attempt (the restart has a cgroup of its own)")
         record.resume_step = self._wait("the restart's resume step", lambda: self.view.resume_step(number),
-                                        poll_s=WINDOW_POLL_S)
+                                        poll_s=WINDOW_POLL_S if window_follows else POLL_S)
 
         def training_again():
             progress = self.view.progress()

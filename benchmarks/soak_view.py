@@ -14,6 +14,7 @@ import os
 import re
 import select
 import struct
+import time
 from typing import Dict, List, Optional, Tuple
 
 import psutil
@@ -26,6 +27,9 @@ STATE_STEP = re.compile(r'^model_checkpoint_path: ".*-(\d+)"$', re.M)
 RESTART_LINE = re.compile(r"^restart (\d+) of \d+: task (\S+) (.*?); every task was stopped", re.M)
 RESUME_LINE = re.compile(r"resuming from the checkpoint in .* at global step (\d+)")
 RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK")
+# The least time between two walks of the job's process tree (`JobView.track`): a walk reads every
+# process's sockets, and the fault windows poll their conditions every few milliseconds.
+TRACK_INTERVAL_S = 0.1
 
 
 class DirectoryWatch:
@@ -136,6 +140,7 @@ class JobView:
         self.network_namespaces: Dict[str, str] = {}
         self._offsets: Dict[str, int] = {}
         self.last_progress: Optional[dict] = None
+        self._tracked_at: Optional[float] = None
 
     def running(self) -> bool:
         return self.process.poll() is None
@@ -170,8 +175,17 @@ class JobView:
         match = RESUME_LINE.search(self.chief_log(attempt))
         return int(match.group(1)) if match else None
 
-    def track(self) -> None:
-        """Records every process of the job (psutil checks pid reuse) and the ports they listen on."""
+    def track(self, force: bool = False) -> None:
+        """Records every process of the job (psutil checks pid reuse) and the ports they listen on.
+
+        Args:
+          force: walk the tree even if the last walk was less than
+            `TRACK_INTERVAL_S` ago (the last walk, as the job ends).
+        """
+        now = time.monotonic()
+        if not force and self._tracked_at is not None and now - self._tracked_at < TRACK_INTERVAL_S:
+            return
+        self._tracked_at = now
         try:
             tree = psutil.Process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:
@@ -180,7 +194,7 @@ class JobView:
             try:
                 key = (process.pid, process.create_time())
                 self.seen.setdefault(key, process)
-                for connection in process.connections(kind="inet"):
+                for connection in process.connections(kind="tcp"):  # only TCP sockets listen
                     if connection.status == psutil.CONN_LISTEN:
                         self.listening_ports.setdefault(connection.laddr.port, " ".join(process.cmdline()[:4]))
                 namespace = network_namespace(process.pid)
