@@ -1,9 +1,10 @@
 """The training data read whole once before a run touches its model directory, and once per dataset.
 
-`check_files` reads every row of each file once, in a pass of its own
-through the format's own reader and decoder (`DataFormat.decoded_batches`),
-and names the first file that has any of (a second look, only where the pass
-found a problem, finds its row):
+`check_files` reads every row of each file once through the format's own
+reader and decoder, all the files in one pipeline that sums up each file on
+its own (`summaries`, `DataFormat.each_file`), and names the first file that
+has any of (where the pipeline fails, a pass per file finds which; a second
+look, only where a file's summary shows a problem, finds its row):
 
 * damage: a TFRecord or packed TFRecord file cut short, or a record whose
   bytes do not match their checksum (`input_pipeline.format_tfrecord` counts each
@@ -31,18 +32,17 @@ record: a restart's time to its first step does not grow with the rows. A
 record beside the data spares its files in every run on them; one in the
 model directory, in the restarts of that run.
 
-Cost. A pass costs what one epoch of input costs without training
+Cost. Reading costs what one epoch of input costs without training
 (`benchmarks.input_speed`: about 2 to 3.5 microseconds a row on this
-project's 2-core machine), plus building its graph (0.1 to 0.5 s a file
-there). The files are read `workers` at a time, by default
-`WORKERS_PER_CORE` for each core the process may use: files' graphs are
-built (Python) while others' run (TensorFlow's threads). Measured on that machine, busy with other work
-(900,000 TFRecord rows, medians of 3 interleaved rounds, one pass over all
-the files as the check read them before, which cannot tell which file found
-what): in 2 files, 3.6 s one file at a time, 3.8 s two at a time, 2.4 s
-four at a time, 4.8 s in one pass; in 8 files, 6.9, 6.6 and 6.1 s against
-2.9 s in one pass (the graphs cost more than the rows there). A check whose
-files are all recorded reads none: 0.00 s. Progress is logged every
+project's 2-core machine), plus building the pipeline's graph and starting
+it: once for all the files, where a pass per file (as the check read them
+before) pays about 0.25 s of CPU for each file there, more than a small
+file's rows. `workers` files are read at once, by default
+`WORKERS_PER_CORE` for each core the process may use. Measured on that
+machine (`benchmarks.data_check`, CPU of the check, medians of 5
+interleaved rounds): 20,000 rows in 8 files, 2.57 s a pass per file and
+0.79 s in one pipeline; 1,000,000 rows in 16 files, 6.27 and 3.48 s. A check
+whose files are all recorded reads none: 0.00 s. Progress is logged every
 `PROGRESS_INTERVAL_S` (files and rows done, of the metadata's rows where
 every file has them), and the end with the time taken and the files the
 record spared (`--verbosity 0` shows these lines).
@@ -57,6 +57,7 @@ row.
 """
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import os
@@ -72,7 +73,8 @@ from input_pipeline import check_record, files, formats, schema
 CHECK_BATCH = 4096
 # The data check logs how far it is at most this often (and when it ends).
 PROGRESS_INTERVAL_S = 10.0
-# Files read at once per core: one builds its graph while others run (four beat two on 2 cores).
+# Files read at once per core (in a pass per file, one builds its graph while others run: four beat two
+# on 2 cores).
 WORKERS_PER_CORE = 2
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
@@ -168,7 +170,68 @@ def check_files(paths: Sequence[str], config, feature_size: int, role: str = "tr
 
 def _read_files(paths: Sequence[str], config, role: str, workers: int, record: Optional[check_record.CheckRecord],
                 options: Dict[str, object], judge, progress: "_Progress", errors: Dict[str, "DataCheckError"]) -> None:
-    """Reads `paths`, `workers` at a time, and judges each as it ends; the first problem cancels the files not begun.
+    """Reads `paths`, `workers` at a time, and judges each as it ends; the first problem stops the reading.
+
+    The files are read in one pipeline (`summaries`); where it fails (a
+    file cannot be read or decoded, which the pipeline cannot tell apart),
+    the files it had not summarized are read again file by file
+    (`_read_each`), and the first of them with the problem is named.
+    """
+    states = {path: _state_of(path) for path in paths}
+    started_ns = time.time_ns()
+    done = set()
+    try:
+        with contextlib.closing(summaries(paths, config, workers)) as found:
+            for index, summary in found:
+                path = paths[index]
+                done.add(path)
+                progress.add(summary.rows, recorded=False)
+                state = states[path]
+                if judge(path, summary) and record is not None and state is not None:
+                    record.add(path, state, options, dataclasses.asdict(summary), started_ns)
+                if errors:
+                    return
+    except (tf.errors.OpError, OSError):
+        _read_each([path for path in paths if path not in done], config, role, workers, record, options, judge,
+                   progress, errors)
+
+
+def summaries(paths: Sequence[str], config, workers: int):
+    """(index in `paths`, `Summary`) of every file, as the files end, `workers` read at once, in one pipeline.
+
+    Each file's summary is that of `summarize([path])` (`DataFormat.each_file`).
+
+    Raises:
+      tf.errors.OpError: a file cannot be read or decoded (which one, the
+        error may not say); OSError: a file cannot be found.
+    """
+    data_format = formats.as_format(config.data_format)
+
+    @tf.autograph.experimental.do_not_convert
+    def summary(index, batches):
+        return tf.data.Dataset.from_tensors((index,) + tuple(batches.reduce(_initial_totals(), _add)))
+
+    graph = tf.Graph()
+    with graph.as_default():
+        element = tf.compat.v1.data.make_one_shot_iterator(
+            data_format.each_file(list(paths), config, CHECK_BATCH, summary, workers)).get_next()
+    # No graph is the default while the caller has a summary (it may read files eagerly, `_first_bad_row`).
+    session = tf.compat.v1.Session(graph=graph)
+    try:
+        while True:
+            try:
+                index, *totals = session.run(element)
+            except tf.errors.OutOfRangeError:
+                return
+            yield int(index), Summary(*(int(v) for v in totals))
+    finally:
+        session.close()
+
+
+def _read_each(paths: Sequence[str], config, role: str, workers: int, record: Optional[check_record.CheckRecord],
+               options: Dict[str, object], judge, progress: "_Progress", errors: Dict[str, "DataCheckError"]) -> None:
+    """Reads `paths` in a pass each, `workers` at a time, and judges each as it ends; the first problem cancels
+    the files not begun.
 
     Each pass builds its own graph (Python, holding the interpreter's lock)
     and then runs it (TensorFlow's threads): with two or more workers, one
@@ -196,12 +259,17 @@ def _read_files(paths: Sequence[str], config, role: str, workers: int, record: O
                     other.cancel()
 
 
+def _state_of(path: str) -> Optional[check_record.FileState]:
+    """A file's state before it is read (None: it cannot be; its pass names the problem)."""
+    try:
+        return check_record.FileState.of(path)
+    except OSError:
+        return None  # The pass names the problem (a missing file: TensorFlow's NotFoundError).
+
+
 def _read_one(path: str, config, role: str) -> Tuple[Optional[check_record.FileState], int, Summary]:
     """One file's state before it was read (None: it cannot be), when its reading started, what it found."""
-    try:
-        state: Optional[check_record.FileState] = check_record.FileState.of(path)
-    except OSError:
-        state = None  # The pass names the problem (a missing file: TensorFlow's NotFoundError).
+    state = _state_of(path)
     started_ns = time.time_ns()
     return state, started_ns, summarize([path], config, role)
 
@@ -255,14 +323,18 @@ def summarize(paths: Sequence[str], config, role: str = "training") -> Summary:
     """
     data_format = formats.as_format(config.data_format)
     with tf.Graph().as_default():
-        zero = tf.constant(0, tf.int64)
-        initial = (zero, tf.constant(INT64_MAX, tf.int64), tf.constant(INT64_MIN, tf.int64), zero, zero)
-        total = data_format.decoded_batches(list(paths), config, CHECK_BATCH).reduce(initial, _add)
+        total = data_format.decoded_batches(list(paths), config, CHECK_BATCH).reduce(_initial_totals(), _add)
         with tf.compat.v1.Session() as session:
             try:
                 return Summary(*(int(v) for v in session.run(total)))
             except tf.errors.OpError as error:
                 raise DataCheckError(_describe_read_error(paths, config, role, error)) from None
+
+
+def _initial_totals():
+    """What `_add` starts from: no row, no id, no bad value."""
+    zero = tf.constant(0, tf.int64)
+    return zero, tf.constant(INT64_MAX, tf.int64), tf.constant(INT64_MIN, tf.int64), zero, zero
 
 
 @tf.autograph.experimental.do_not_convert

@@ -47,6 +47,16 @@ class DataCheckTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual((0, 0), (summary.bad_values, summary.bad_labels))
 
     @parameterized.named_parameters(*FORMATS)
+    def test_one_pipeline_finds_in_each_file_what_a_pass_of_its_own_finds(self, data_format):
+        directory = self.create_tempdir().full_path
+        paths = [example_files.write_rows(os.path.join(directory, "part-%d" % i), rows(seed=i, num=ROWS + 7 * i),
+                                          data_format) for i in range(4)]
+        found = dict(data_check.summaries(paths, config(data_format), workers=2))
+        self.assertEqual({i: data_check.summarize([path], config(data_format)) for i, path in enumerate(paths)},
+                         found)
+        self.assertEqual([ROWS, ROWS + 7, ROWS + 14, ROWS + 21], [found[i].rows for i in range(4)])
+
+    @parameterized.named_parameters(*FORMATS)
     def test_a_truncated_file_in_the_middle_is_named(self, data_format):
         paths = self.three_files(data_format)
         with open(paths[1], "r+b") as f:
