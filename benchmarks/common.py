@@ -24,6 +24,8 @@ import numpy
 import psutil
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# The project's root: a report records the paths under it relative to it (`project_path`).
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The benchmarks' dataset: the main job's synthetic data at the SageMaker sample's feature_size.
 DEFAULT_DATA_DIR = os.path.join("data", "synthetic")
 DEFAULT_ROWS = 1_000_000
@@ -104,6 +106,14 @@ def machine_info() -> Dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             info[package] = "not installed"
     return info
+
+
+def project_path(path: str) -> str:
+    """`path` as a report records it: relative to the project's root where it lies under it, else as given."""
+    absolute = os.path.abspath(path)
+    if os.path.commonpath([absolute, PROJECT_ROOT]) == PROJECT_ROOT:
+        return os.path.relpath(absolute, PROJECT_ROOT)
+    return path
 
 
 def ensure_data(data_dir: str, rows: int, feature_size: int, seed: int = 0) -> None:

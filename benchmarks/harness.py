@@ -296,11 +296,13 @@ def write(results: Results, config: HarnessConfig, default_name: str, title: str
         a benchmark's summary; the harness's own keys win).
     """
     name = config.name or default_name
+    # The options as run, with no path of this machine (the default results directory is absolute).
+    options = dict(dataclasses.asdict(config), results_dir=common.project_path(config.results_dir))
     path = common.write_report(
         name, title, body + failures_section(results), dict(record), results.values,
         results_dir=config.results_dir,
         extra={**(extra or {}), "failures": results.failures, "ratios": results.ratio_table(),
-               "rounds_run": results.rounds_run, "config": dataclasses.asdict(config)})
+               "rounds_run": results.rounds_run, "config": options})
     if chart is not None:
         chart(name, config.results_dir)
     return path

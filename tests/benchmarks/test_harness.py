@@ -9,7 +9,7 @@ from typing import List, Tuple
 import tensorflow as tf
 from absl import app, flags
 
-from benchmarks import harness
+from benchmarks import common, harness
 from cli import config_flags
 from tests import command_line, paths
 
@@ -136,6 +136,11 @@ class WriteTest(tf.test.TestCase):
         self.assertIn("b", report["failures"])
         self.assertIn("command", report["machine"])
         self.assertEqual(1, report["config"]["rounds"])
+
+    def test_a_report_records_the_results_dir_under_the_project_relative_to_it(self):
+        self.assertEqual(os.path.join("benchmarks", "results"), common.project_path(common.RESULTS_DIR))
+        elsewhere = self.create_tempdir().full_path
+        self.assertEqual(elsewhere, common.project_path(elsewhere))
 
     def test_the_name_option_renames_the_files(self):
         results_dir = self.create_tempdir().full_path
