@@ -177,6 +177,12 @@ def _read_files(paths: Sequence[str], config, role: str, workers: int, record: O
     the files it had not summarized are read again file by file
     (`_read_each`), and the first of them with the problem is named.
     """
+    def take(path: str, state: Optional[check_record.FileState], started_ns: int, summary: Summary) -> None:
+        """A file read: counted, judged, and recorded where it is good."""
+        progress.add(summary.rows, recorded=False)
+        if judge(path, summary) and record is not None and state is not None:
+            record.add(path, state, options, dataclasses.asdict(summary), started_ns)
+
     states = {path: _state_of(path) for path in paths}
     started_ns = time.time_ns()
     done = set()
@@ -185,15 +191,11 @@ def _read_files(paths: Sequence[str], config, role: str, workers: int, record: O
             for index, summary in found:
                 path = paths[index]
                 done.add(path)
-                progress.add(summary.rows, recorded=False)
-                state = states[path]
-                if judge(path, summary) and record is not None and state is not None:
-                    record.add(path, state, options, dataclasses.asdict(summary), started_ns)
+                take(path, states[path], started_ns, summary)
                 if errors:
                     return
     except (tf.errors.OpError, OSError):
-        _read_each([path for path in paths if path not in done], config, role, workers, record, options, judge,
-                   progress, errors)
+        _read_each([path for path in paths if path not in done], config, role, workers, take, progress, errors)
 
 
 def summaries(paths: Sequence[str], config, workers: int):
@@ -228,9 +230,9 @@ def summaries(paths: Sequence[str], config, workers: int):
         session.close()
 
 
-def _read_each(paths: Sequence[str], config, role: str, workers: int, record: Optional[check_record.CheckRecord],
-               options: Dict[str, object], judge, progress: "_Progress", errors: Dict[str, "DataCheckError"]) -> None:
-    """Reads `paths` in a pass each, `workers` at a time, and judges each as it ends; the first problem cancels
+def _read_each(paths: Sequence[str], config, role: str, workers: int, take, progress: "_Progress",
+               errors: Dict[str, "DataCheckError"]) -> None:
+    """Reads `paths` in a pass each, `workers` at a time, and `take`s each as it ends; the first problem cancels
     the files not begun.
 
     Each pass builds its own graph (Python, holding the interpreter's lock)
@@ -251,9 +253,7 @@ def _read_each(paths: Sequence[str], config, role: str, workers: int, record: Op
                 errors[path] = e
                 progress.add(0, recorded=False)
             else:
-                progress.add(summary.rows, recorded=False)
-                if judge(path, summary) and record is not None and state is not None:
-                    record.add(path, state, options, dataclasses.asdict(summary), started_ns)
+                take(path, state, started_ns, summary)
             if errors:
                 for other in pending:
                     other.cancel()
