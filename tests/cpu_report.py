@@ -1,7 +1,10 @@
 """The suite's CPU cost per test, printed at the end of every run beside pytest's slowest durations.
 
 On the 2 cores `make test` runs on, the suite is bound by CPU: a third test
-process made it no faster (41 minutes, the cores 99% busy). Wall time
+process made it no faster (41 minutes, the cores 99% busy), and on a later
+tree slower (a fresh clone's suite in 2,035 s, against 1,802 s with two
+processes: the cores were already 90% busy, and more contention only slows
+every multi-process test). Wall time
 misleads there: a test that waits (a SageMaker MPI job's 30 s of the
 toolkit's sleeps) costs the suite little, one that starts ten TensorFlow
 processes costs it much. So every test's CPU seconds are measured: its
