@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from tests import cpu_report, paths
+from tests import command_line, cpu_report, paths
 
 # What the busy test's child process burns, in CPU seconds; the idle test burns next to nothing.
 BURN_S = 0.6
@@ -34,12 +34,11 @@ REPORT_LINE = re.compile(r"^\s*(\d+\.\d) s CPU  (\S+)$", re.MULTILINE)
 def test_the_child_processes_cpu_is_counted_and_the_busiest_test_comes_first(tmp_path, workers):
     (tmp_path / "test_tiny.py").write_text(TESTS)
     junit = tmp_path / "junit.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "tests.cpu_report", "-p", "no:cacheprovider",
-               "--rootdir", str(tmp_path), "-c", os.devnull, "--junitxml", str(junit), "test_tiny.py"]
-    if workers:
-        command[3:3] = ["-n", str(workers)]
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path)), "PYTHONPATH": paths.REPO_ROOT}
-    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    command = ([sys.executable, "-m", "pytest", "-q"] + (["-n", str(workers)] if workers else [])
+               + ["-p", "tests.cpu_report", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-c", os.devnull,
+                  "--junitxml", str(junit), "test_tiny.py"])
+    run = subprocess.run(command, cwd=tmp_path, env=command_line.environment({"PYTHONPATH": paths.REPO_ROOT}),
+                         capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "most CPU: 2 tests" in run.stdout, run.stdout
     lines = REPORT_LINE.findall(run.stdout)
