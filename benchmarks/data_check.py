@@ -133,14 +133,6 @@ def benchmark(config: DataCheckConfig) -> int:
         print("the variants found different summaries: %s" % sorted(found))
         return 1
     files = len(dataset_files(config.data_dir))
-    rows = []
-    for name in results.names:
-        cells = [name]
-        for metric in METRICS:
-            stats, ratios = results.stats(name, metric), results.ratios(name, metric)
-            cells += [stats.fmt(".2f") if stats else "-", ratios.fmt(".2f") if ratios else "-"]
-        cells.append("%.0f" % max(results.values[name][harness.PEAK_RSS_MB]) if name in results.values else "-")
-        rows.append(cells)
     body = (
         "The data check's reading of %d TFRecord files (%s rows of a synthetic dataset, %d files per split), %d "
         "rounds, each variant in a fresh process per round, interleaved; the figures are the check's own "
@@ -148,7 +140,7 @@ def benchmark(config: DataCheckConfig) -> int:
         % (files, format(config.rows, ","), config.shards, results.rounds_run, results.baseline)
         + common.markdown_table(
             ["variant", "wall s median (min-max)", "ratio", "CPU s median (min-max)", "ratio", "peak RSS MiB"],
-            rows))
+            results.table_rows(METRICS)))
     harness.write(results, config, NAME, "The data check: a pass per file against one pipeline", body,
                   harness.machine_record())
     print(body)

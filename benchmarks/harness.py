@@ -142,6 +142,20 @@ class Results:
         found = [a / b for a, b in zip(mine, base) if b]
         return common.Stats(found) if found else None
 
+    def table_rows(self, metrics: Sequence[str], spec: str = ".2f") -> List[List[str]]:
+        """A report's rows: per variant, its name, then per metric its median (min-max) and its ratio to the
+        baseline (median (min-max) of the rounds), then its peak memory in MiB ("-" where there is none)."""
+        rows = []
+        for name in self.names:
+            cells = [name]
+            for metric in metrics:
+                stats, ratios = self.stats(name, metric), self.ratios(name, metric)
+                cells += [stats.fmt(spec) if stats else "-", ratios.fmt(spec) if ratios else "-"]
+            peaks = self.values.get(name, {}).get(PEAK_RSS_MB)
+            cells.append("%.0f" % max(peaks) if peaks else "-")
+            rows.append(cells)
+        return rows
+
     def ratio_table(self) -> Dict[str, Dict[str, Dict[str, float]]]:
         """Per variant and metric, the min/median/max of the per-round ratios (for the json)."""
         table: Dict[str, Dict[str, Dict[str, float]]] = {}

@@ -16,8 +16,9 @@ the host's processes, pinned as `layout.plan` says.
   `RendezvousServer` with the slot plan `algo-1:R,algo-2:R,...` (what
   `horovodrun --gloo` does), and each rank gets the environment
   `horovodrun` would give it (rank, local rank, cross rank). A variant may
-  instead start all its ranks on `algo-1` with `horovodrun --gloo` or
-  `--mpi` (`Variant.launcher`); its bytes are then that host's loopback
+  instead start all its ranks on `algo-1` with Horovod's launcher as
+  `deepfm.launch` starts it (`jobs.local.horovod_runner`, `--gloo` or
+  `--mpi`: `Variant.launcher`); its bytes are then that host's loopback
   counters. Or, as SageMaker's toolkit does, every host runs sshd and
   `algo-1` runs `mpirun` with the toolkit's options, which starts the ranks
   of every host over ssh (`Variant.over_ssh`, emulated hosts only): the
@@ -191,7 +192,7 @@ def host_processes(variant: Variant, config: BenchmarkConfig, work: str, index: 
         return [sshd, dict(process("%s_mpirun" % host, env, mpirun_argv(variant, env, argv)),
                            wait_for=["%s:%d" % (name, SSH_PORT) for name in host_list])]
     if variant.launcher != variants_lib.LAUNCH_DIRECT:
-        horovodrun = [local_launcher.find_horovodrun()] + list(variants_lib.HOROVODRUN_ARGS[variant.launcher]) + [
+        horovodrun = local_launcher.horovod_runner() + list(variants_lib.HOROVODRUN_ARGS[variant.launcher]) + [
             "-np", str(per_host), "-H", "localhost:%d" % per_host]
         return [process("%s_horovodrun" % host, env, horovodrun + argv)]
     size = variant.processes

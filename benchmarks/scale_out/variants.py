@@ -23,9 +23,10 @@ BASELINE = "single"
 # Two independent singles at once: what two busy hosts of this machine do without any exchange.
 INDEPENDENT = "single_x2"
 # How a variant's ranks start: each directly in its host (`supervisor` serves the rendezvous), or all of them
-# on one host by `horovodrun` with Gloo, MPI (Open MPI's choice of transport: shared memory between local
-# ranks), MPI over TCP only, or MPI whose waits yield the core (`mpi_yield_when_idle`: Open MPI otherwise
-# spins while a rank waits for its peers, on the core its TensorFlow threads need).
+# on one host by Horovod's launcher as `deepfm.launch` starts it (`jobs.local.horovod_runner`, horovodrun less
+# its build check) with Gloo, MPI (Open MPI's choice of transport: shared memory between local ranks), MPI over
+# TCP only, or MPI whose waits yield the core (`mpi_yield_when_idle`: Open MPI otherwise spins while a rank
+# waits for its peers, on the core its TensorFlow threads need).
 LAUNCH_DIRECT, LAUNCH_GLOO, LAUNCH_MPI, LAUNCH_MPI_TCP, LAUNCH_MPI_YIELD = (
     "direct", "gloo", "mpi", "mpi_tcp", "mpi_yield")
 MPI_YIELD_ARGS = spec_lib.MPI_YIELD_OPTIONS

@@ -23,6 +23,7 @@ learning-rate scaling from the new size, as at any start.
 """
 
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -35,6 +36,7 @@ from cli import config_flags
 from jobs import elastic
 from jobs import source as source_lib
 from jobs import spec as spec_lib
+from jobs.local import horovod_runner as horovod_runner_lib
 from jobs.local import memory as memory_lib
 from jobs.local import processes
 from planner import cost_model
@@ -46,7 +48,6 @@ CONTROLLER_AUTO = CONTROLLERS[0]
 # The strategy launched without --strategy: a cluster of parameter servers.
 DEFAULT_STRATEGY = names.PS
 TRAIN_MODULE = "deepfm.train"
-HOROVODRUN = "horovodrun"
 MPIRUN = "mpirun"
 # horovodrun's options for mpirun: a rank waiting in MPI yields its core (Open MPI spins otherwise).
 MPI_YIELD_ARGS = "--mpi-args=" + spec_lib.MPI_YIELD_OPTIONS
@@ -123,7 +124,7 @@ class LaunchConfig:
         2, "horovod, hybrid: ranks on this host (0: as many as the cost model picks for this host's cores, each "
         "with its share of the vCPUs as threads; the reason is printed).", flag="np")
     controller: str = config_flags.field(
-        CONTROLLER_AUTO, "horovod: gloo, mpi, or auto (MPI where mpirun exists and Horovod has it). Over MPI a "
+        CONTROLLER_AUTO, "horovod: gloo, mpi, or auto (MPI where mpirun exists, Gloo otherwise). Over MPI a "
         "waiting rank yields its core (-mca mpi_yield_when_idle 1).", flag="horovod_controller", choices=CONTROLLERS)
     timeout_s: float = config_flags.field(0.0, "Stop everything and fail after this many seconds (0: no limit).")
     host: str = "localhost"
@@ -338,53 +339,56 @@ def ps_tasks(config: LaunchConfig, train_args: Sequence[str], ports: Sequence[in
     return specs
 
 
-def find_horovodrun(python: str = sys.executable) -> str:
-    """`horovodrun` beside `python` (its virtual environment), else on PATH.
+def horovod_runner(python: str = sys.executable) -> List[str]:
+    """The command that starts Horovod's launcher for `python`'s environment (`jobs.local.horovod_runner`).
 
     Raises:
-      FileNotFoundError: no horovodrun.
+      FileNotFoundError: Horovod is not installed there (checked where
+        `python` is this interpreter).
     """
-    beside = os.path.join(os.path.dirname(python), HOROVODRUN)
-    if os.access(beside, os.X_OK):
-        return beside
-    found = shutil.which(HOROVODRUN)
-    if found is None:
-        raise FileNotFoundError("%s is neither beside %s nor on PATH: install horovod" % (HOROVODRUN, python))
-    return found
+    if python == sys.executable and importlib.util.find_spec("horovod") is None:
+        raise FileNotFoundError("Horovod is not installed for %s: install it (tools/setup_venv.sh builds it)" % python)
+    return horovod_runner_lib.command(python)
+
+
+def resolved_controller(controller: str) -> str:
+    """The controller `controller` names: `auto` is `mpi` where `mpirun` is installed, `gloo` otherwise.
+
+    The launcher always names the controller it starts (`jobs.local.horovod_runner`
+    does not check Horovod's build, which would import TensorFlow): a
+    Horovod built without it fails in its ranks, naming the other one.
+    """
+    if controller == CONTROLLER_AUTO:
+        return "mpi" if shutil.which(MPIRUN) else "gloo"
+    return controller
 
 
 def horovod_controller_args(controller: str) -> List[str]:
-    """horovodrun's controller flag, and Open MPI's waits that yield their core where MPI may run.
+    """horovodrun's controller flag, and over MPI Open MPI's waits that yield their core.
 
-    `auto` leaves the choice to horovodrun (MPI when it was built with MPI)
-    where `mpirun` is installed, and asks for Gloo otherwise. A rank's
-    threads fill its cores (`planner.layouts`), so an MPI wait that
+    A rank's threads fill its cores (`planner.layouts`), so an MPI wait that
     spins takes a core from the rank's TensorFlow threads:
     `MPI_YIELD_ARGS` makes it give the core up (docs/levers.md: a `hybrid`
     job of 2 ranks on 2 cores x1.43 examples/sec over MPI).
     """
-    if controller == CONTROLLER_AUTO:
-        return [MPI_YIELD_ARGS] if shutil.which(MPIRUN) else ["--gloo"]
-    if controller == "mpi":
+    if resolved_controller(controller) == "mpi":
         return ["--mpi", MPI_YIELD_ARGS]
-    return ["--" + controller]
+    return ["--gloo"]
 
 
 def horovod_transport(controller: str) -> str:
     """How the ranks `horovod_controller_args(controller)` starts talk: `cost_model.MPI` or `GLOO`."""
-    if controller == CONTROLLER_AUTO:
-        return cost_model.MPI if shutil.which(MPIRUN) else cost_model.GLOO
-    return cost_model.MPI if controller == "mpi" else cost_model.GLOO
+    return cost_model.MPI if resolved_controller(controller) == "mpi" else cost_model.GLOO
 
 
 def horovod_task(config: LaunchConfig, train_args: Sequence[str], environ: Mapping[str, str],
                  python: str = sys.executable) -> TaskSpec:
-    """The `horovodrun` task of a Horovod job with `config.num_processes` ranks on this host.
+    """The task of Horovod's launcher (`jobs.local.horovod_runner`) for `config.num_processes` ranks on this host.
 
     Each rank's output also goes to `<log_dir>/ranks/rank.<rank>/`.
     """
     n = config.num_processes
-    argv = ([find_horovodrun(python)] + horovod_controller_args(config.controller)
+    argv = (horovod_runner(python) + horovod_controller_args(config.controller)
             + ["-np", str(n), "-H", "%s:%d" % (config.host, n),
                "--output-filename", os.path.join(config.log_dir, HOROVOD_RANK_LOGS)]
             + train_command(config.strategy, train_args, python, config.program))

@@ -67,6 +67,16 @@ class RunTest(tf.test.TestCase):
         self.assertEqual({"min": 3.0, "median": 3.0, "max": 3.0}, results.ratio_table()["b"]["work"])
         self.assertEqual(1.0, results.ratios("a", "work").median)
 
+    def test_table_rows_give_each_metric_and_ratio_then_the_peak_memory(self):
+        calls: List[Tuple[str, int]] = []
+        results = harness.run([Loop("a", 1, calls), Loop("b", 3, calls), Loop("c", 2, calls, fail_at=0)],
+                              rounds=2, log=lambda line: None)
+        rows = results.table_rows(["work"], spec=".1f")
+        self.assertEqual([["a", "1.0 (1.0-1.0)", "1.0 (1.0-1.0)"], ["b", "3.0 (3.0-3.0)", "3.0 (3.0-3.0)"],
+                          ["c", "-", "-", "-"]], [row[:3] if row[0] != "c" else row for row in rows])
+        peak = max(results.values["b"][harness.PEAK_RSS_MB])
+        self.assertEqual("%.0f" % peak, rows[1][3])
+
     def test_a_failed_variant_is_recorded_and_the_others_go_on(self):
         calls: List[Tuple[str, int]] = []
         results = harness.run([Loop("a", 1, calls), Loop("b", 2, calls, fail_at=1)], rounds=3,

@@ -156,15 +156,15 @@ class HostProcessesTest(tf.test.TestCase):
         argv = process["argv"]
         self.assertEqual("hybrid", argv[argv.index("--strategy") + 1])
 
-    def test_ranks_in_one_host_are_started_by_horovodrun(self):
+    def test_ranks_in_one_host_are_started_by_horovods_launcher_as_deepfm_launch_starts_it(self):
         config = _config(variants="hybrid")
         variant = bench.Variant("hybrid/mpi", names.HYBRID, "", hosts=1, ranks_per_host=2,
                                 launcher=bench.LAUNCH_MPI_TCP)
         self.assertEqual(1, variant.num_hosts)
         (process,) = bench.host_processes(variant, config, self.get_temp_dir(), 0)
         argv = process["argv"]
-        self.assertTrue(argv[0].endswith("horovodrun"))
-        self.assertEqual(["--mpi", "--mpi-args=-mca btl tcp,self", "-np", "2", "-H", "localhost:2"], argv[1:7])
+        self.assertEqual([sys.executable, "-m", "jobs.local.horovod_runner"], argv[:3])
+        self.assertEqual(["--mpi", "--mpi-args=-mca btl tcp,self", "-np", "2", "-H", "localhost:2"], argv[3:9])
         self.assertIn("deepfm.train", argv)
         self.assertNotIn("HOROVOD_RANK", process["env"])
 

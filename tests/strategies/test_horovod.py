@@ -1,12 +1,11 @@
 """Tests of the `horovod` strategy adapter.
 
 The unit tests run Horovod in this process (one rank). The slow tests start
-two real ranks on localhost with horovodrun (Gloo) in their own process
-group, stopped with every process they started on cleanup: through
-`deepfm.launch` (which starts the installed `horovodrun`), or, for the rank
-program of tests/, with horovodrun's launcher less its forked build check
-(`tests.strategies.sharded.horovodrun_unchecked`: the ranks' `hvd.init`
-fails on a Horovod without Gloo all the same).
+two real ranks on localhost with Horovod's launcher (Gloo) in their own
+process group, stopped with every process they started on cleanup: the
+installed `horovodrun` starting `deepfm.train` as a user may, or, for the
+rank program of tests/, the launcher `deepfm.launch` starts
+(`jobs.local.horovod_runner`: horovodrun less its forked build check).
 """
 
 import glob
@@ -25,7 +24,6 @@ from absl.testing import parameterized
 import strategies
 from dataprep import synthetic
 from input_pipeline import formats, pipeline, schema
-from jobs.local import launcher as launch
 from jobs.local import processes
 from strategies import horovod
 from tests import command_line, paths
@@ -134,6 +132,46 @@ class ValidateTest(tf.test.TestCase, parameterized.TestCase):
         with mock.patch.dict(sys.modules, {"horovod": None, "horovod.tensorflow": None}):
             with self.assertRaisesRegex(ImportError, "--strategy horovod needs Horovod.*pip install"):
                 strategies.get(_config()).setup()
+
+
+class UnbuiltControllerTest(tf.test.TestCase, parameterized.TestCase):
+    """A rank checks that its Horovod has the controller it was started for (its launcher does not)."""
+
+    GLOO_RANK = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_CONTROLLER": "gloo"}
+    MPI_RANK = {"OMPI_COMM_WORLD_SIZE": "2"}
+
+    @parameterized.named_parameters(
+        ("gloo", GLOO_RANK, horovod.GLOO),
+        ("gloo_by_its_rendezvous", {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1"}, horovod.GLOO),
+        ("open_mpi", MPI_RANK, horovod.MPI),
+        ("mpich", {"PMI_SIZE": "2"}, horovod.MPI),
+        ("named", {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1"}, horovod.MPI),
+        ("no_launcher", {}, None),
+    )
+    def test_the_launchers_controller_is_read_from_the_environment(self, environ, controller):
+        self.assertEqual(controller, horovod.launched_controller(environ))
+
+    def test_a_controller_built_or_no_launcher_passes(self):
+        every = {horovod.GLOO: True, horovod.MPI: True}
+        self.assertIsNone(horovod.unbuilt_controller(self.GLOO_RANK, every))
+        self.assertIsNone(horovod.unbuilt_controller(self.MPI_RANK, dict(every, gloo=False)))
+        self.assertIsNone(horovod.unbuilt_controller({}, {horovod.GLOO: False, horovod.MPI: False}))
+
+    def test_a_controller_built_without_names_the_rebuild_and_the_other_controller(self):
+        built = {horovod.GLOO: False, horovod.MPI: True}
+        self.assertEqual(
+            "this rank was started for Horovod's gloo controller, and the Horovod installed here was built without "
+            "it: reinstall Horovod with HOROVOD_WITH_GLOO=1 (with CMake installed), or start the ranks over mpi "
+            "(deepfm.launch --horovod_controller mpi)", horovod.unbuilt_controller(self.GLOO_RANK, built))
+        self.assertRegex(horovod.unbuilt_controller(self.MPI_RANK, {horovod.GLOO: True, horovod.MPI: False}),
+                         "started for Horovod's mpi controller.*HOROVOD_WITH_MPI=1.*--horovod_controller gloo")
+
+    def test_the_installed_horovod_has_both(self):
+        # What tools/setup_venv.sh builds where mpirun is installed, and what the launcher's `auto` relies on.
+        _skip_without_horovod(self)
+        hvd = horovod.import_horovod()
+        self.assertTrue(hvd.gloo_built())
+        self.assertEqual(bool(shutil.which("mpirun")), hvd.mpi_built())
 
 
 class OneRankTest(tf.test.TestCase, parameterized.TestCase):
@@ -364,21 +402,23 @@ class TwoRanksTest(tf.test.TestCase):
         return output
 
     def _horovodrun(self, program, flags, name):
-        """`program` with `flags` on `NUM_RANKS` ranks under horovodrun's launcher less its build check.
+        """`program` with `flags` on `NUM_RANKS` ranks under the launcher `deepfm.launch` starts.
 
-        That check imports `horovod.tensorflow` (and so TensorFlow) in a forked process, about 3 s of CPU
-        per run; `test_two_ranks_train_and_only_rank_zero_writes` runs the installed horovodrun, check and all.
+        That is horovodrun less its build check, which imports `horovod.tensorflow` (and so TensorFlow) in a
+        forked process, about 3 s of CPU per run; `test_two_ranks_train_and_only_rank_zero_writes` runs the
+        installed horovodrun, check and all.
         """
         return self._run(ranks_testing.HOROVODRUN_COMMAND + ["--gloo", "-np", str(NUM_RANKS),
                                                              "-H", "localhost:%d" % NUM_RANKS, "python"]
                          + list(program) + list(flags), name, tests_importable=True)
 
-    def _launch(self, train_flags):
-        """`python -m deepfm.train` with `train_flags` on `NUM_RANKS` ranks through the launcher."""
-        return self._run(["python", "-m", "deepfm.launch", "--strategy=horovod", "--np=%d" % NUM_RANKS,
-                          "--horovod_controller=gloo", "--log_dir=" + self.log_dir,
-                          "--timeout_s=%d" % RUN_TIMEOUT_SECS, "--"] + list(train_flags),
-                         "launch", log_name=launch.HOROVOD_TASK + ".log")
+    def _installed_horovodrun(self, train_flags):
+        """`python -m deepfm.train` with `train_flags` on `NUM_RANKS` ranks under the installed `horovodrun`.
+
+        As a user may start them without `deepfm.launch` (docs/levers.md), the build check included.
+        """
+        return self._run([HOROVODRUN, "--gloo", "-np", str(NUM_RANKS), "-H", "localhost:%d" % NUM_RANKS,
+                          "python", "-m", "deepfm.train", "--strategy=horovod"] + list(train_flags), "horovodrun")
 
     def _expected_steps(self, data_root):
         """The step budget: the smallest shard's full batches, times the epochs."""
@@ -394,7 +434,7 @@ class TwoRanksTest(tf.test.TestCase):
         model_dir = os.path.join(self.work_dir, "model")
         export_dir = os.path.join(self.work_dir, "export")
         metrics_file = os.path.join(self.work_dir, "metrics.json")
-        output = self._launch(
+        output = self._installed_horovodrun(
             ["--train_data=" + data_root, "--model_dir=" + model_dir,
              "--export_dir=" + export_dir, "--metrics_file=" + metrics_file, "--lr_scaling=sqrt"]
             + list(MODEL_FLAGS))

@@ -76,9 +76,8 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
     def test_horovod_task(self):
         config = launch.LaunchConfig(strategy="horovod", num_processes=3, log_dir="/logs", controller="gloo")
         spec = launch.horovod_task(config, ["--model_dir=/m"], environ={"TF_CONFIG": "{}"})
-        horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-        self.assertEqual(spec.argv, [horovodrun, "--gloo", "-np", "3", "-H", "localhost:3",
-                                     "--output-filename", "/logs/ranks",
+        self.assertEqual(spec.argv, [sys.executable, "-m", "jobs.local.horovod_runner", "--gloo", "-np", "3",
+                                     "-H", "localhost:3", "--output-filename", "/logs/ranks",
                                      sys.executable, "-m", "deepfm.train", "--strategy", "horovod", "--model_dir=/m"])
         self.assertNotIn("TF_CONFIG", spec.env)
         self.assertFalse(spec.service)
@@ -110,12 +109,15 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         os.environ["PATH"] = bin_dir
         self.assertEqual(launch.horovod_controller_args("auto"), ["--gloo"])
         self.assertEqual(cost_model.GLOO, launch.horovod_transport("auto"))
+        self.assertEqual("gloo", launch.resolved_controller("auto"))
+        self.assertEqual("mpi", launch.resolved_controller("mpi"))
         mpirun = os.path.join(bin_dir, launch.MPIRUN)
         with open(mpirun, "w") as f:
             f.write("#!/bin/sh\n")
         os.chmod(mpirun, 0o755)
-        # With mpirun installed, horovodrun picks MPI if it was built with it.
-        self.assertEqual(launch.horovod_controller_args("auto"), [launch.MPI_YIELD_ARGS])
+        # With mpirun installed, MPI, named (the launcher does not let horovodrun check the build to choose).
+        self.assertEqual(launch.horovod_controller_args("auto"), ["--mpi", launch.MPI_YIELD_ARGS])
+        self.assertEqual("mpi", launch.resolved_controller("auto"))
         # The cost model's transport follows the controller.
         self.assertEqual(cost_model.MPI, launch.horovod_transport("auto"))
         self.assertEqual(cost_model.MPI, launch.horovod_transport("mpi"))

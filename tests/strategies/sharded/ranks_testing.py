@@ -1,7 +1,7 @@
 """What the tests of `strategies.sharded` share: Horovod in this process, and real ranks under horovodrun.
 
 `RanksTestCase` runs `tests.strategies.sharded.rank_program` under
-horovodrun (Gloo; its launcher less its build check: `horovodrun_unchecked`)
+Horovod's launcher as `deepfm.launch` starts it (Gloo; `jobs.local.horovod_runner`)
 in its own process group, stopped with every process it started on cleanup,
 and reads back what the ranks recorded.
 """
@@ -15,13 +15,13 @@ from typing import Dict, List
 import numpy as np
 import tensorflow as tf
 
-from jobs.local import processes
+from jobs.local import horovod_runner, processes
 from tests import command_line, paths
 
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-# horovodrun's launcher less its forked check of the build (`horovodrun_unchecked`): the command line that
-# starts the ranks, followed by horovodrun's arguments.
-HOROVODRUN_COMMAND = [sys.executable, "-m", "tests.strategies.sharded.horovodrun_unchecked"]
+# Horovod's launcher as `deepfm.launch` starts it (horovodrun less its forked check of the build): the command
+# line that starts the ranks, followed by horovodrun's arguments.
+HOROVODRUN_COMMAND = horovod_runner.command(sys.executable)
 RANK_PROGRAM = "tests.strategies.sharded.rank_program"
 RUN_TIMEOUT_SECS = 300
 STALL_SHUTDOWN_SECS = 120
