@@ -9,7 +9,7 @@ each given its `TF_CONFIG`::
 
 Horovod: Horovod's own launcher, `horovodrun -np N -H localhost:N` less its
 check of the build, which every rank makes instead at no cost
-(`jobs.local.horovod_runner`; about 3 s sooner at every start and restart),
+(`jobs.local.horovod_runner`; docs/reliability.md says what it saves),
 over MPI where `mpirun` is installed and Gloo otherwise
 (`--horovod_controller`)::
 

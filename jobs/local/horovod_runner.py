@@ -7,8 +7,9 @@ the `horovodrun` console script's), arguments, Gloo rendezvous server or
 `mpirun` command, and rank processes. One thing is left out. Before it
 starts the ranks, horovodrun asks whether Horovod was built with the
 controller it is about to use by importing `horovod.tensorflow`, and so
-TensorFlow, in a forked process: about 3 s of CPU, and as long a wait, at
-every start and every restart of a job, for an answer the ranks get anyway.
+TensorFlow, in a forked process: seconds of CPU and of waiting, and
+hundreds of MiB, at every start and every restart of a job
+(`benchmarks.horovod_launch`), for an answer the ranks get anyway.
 Each rank asks its own Horovod the same question before `hvd.init()`
 (`strategies.horovod.unbuilt_controller`) and fails with the fix.
 

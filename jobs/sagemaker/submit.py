@@ -47,6 +47,7 @@ from jobs import source as source_lib
 from jobs import spec as spec_lib
 from jobs.sagemaker import container as container_lib
 from jobs.sagemaker import metrics as sagemaker_metrics
+from jobs.sagemaker import sdk_config
 
 FRAMEWORK_VERSION = "2.14"
 PY_VERSION = "py310"
@@ -281,7 +282,9 @@ class SubmitConfig:
 def import_sdk():
     """The SDK's modules `(boto3, sagemaker, sagemaker.inputs, sagemaker.tensorflow)`, imported now.
 
-    `sagemaker.tuner` is imported too (`sagemaker.tuner` of the second).
+    `sagemaker.tuner` is imported too (`sagemaker.tuner` of the second), and
+    the SDK's lookups of its defaults validate each configuration once
+    (`jobs.sagemaker.sdk_config`).
 
     Raises:
       ImportError: the SDK is not installed; the message says how to install it.
@@ -298,6 +301,7 @@ def import_sdk():
             importlib.import_module("sagemaker.tuner")  # `sagemaker.tuner`, read by build_tuner
     except ImportError as e:
         raise ImportError("%s (%s)" % (INSTALL_HINT, e)) from e
+    sdk_config.install()
     return boto3, sagemaker, inputs, tensorflow
 
 
