@@ -36,6 +36,8 @@ CHART_INCHES_PER_BAR = 0.35
 CHART_MARGIN_INCHES = 1.5
 # Open MPI's rank of a process that mpirun started.
 MPI_RANK_VARIABLE = "OMPI_COMM_WORLD_RANK"
+# The start of the label of a process that has its parent's command line (`process_label`).
+FORK_OF = "fork of "
 PACKAGES = ("tensorflow", "tensorflow-estimator", "horovod", "sagemaker-tensorflow", "numpy")
 
 
@@ -346,6 +348,10 @@ class ProcessTreeSampler(PeriodicSampler):
 def process_label(process) -> str:
     """`module (task)`: what a process of a benchmarked job is, from its command line and environment.
 
+    A process with its parent's command line is a fork of it (`FORK_OF` the
+    parent's label): a child between fork and exec (a rank starting a
+    command), or a forked worker. It is not counted as one of the job's own.
+
     Args:
       process: a `psutil.Process`.
 
@@ -359,6 +365,11 @@ def process_label(process) -> str:
         argv = []
     if not argv:
         return ""
+    try:
+        parent = process.parent()
+        forked = parent is not None and parent.cmdline() == argv
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        forked = False
     # `python -m module ...` -> module; `python script ...` -> script; `program ...` -> program.
     args = argv[1:] if os.path.basename(argv[0]).startswith("python") else argv
     if len(args) > 1 and args[0] == "-m":
@@ -383,7 +394,8 @@ def process_label(process) -> str:
     elif MPI_RANK_VARIABLE in env:
         # Horovod's ranks under mpirun learn their rank from MPI, which names it here.
         task = "rank %s" % env[MPI_RANK_VARIABLE]
-    return "%s (%s)" % (label, task) if task else label
+    labelled = "%s (%s)" % (label, task) if task else label
+    return FORK_OF + labelled if forked else labelled
 
 
 def _high_water_mark(pid: int) -> int:

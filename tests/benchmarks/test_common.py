@@ -16,6 +16,8 @@ SAMPLE_SECONDS = 0.05
 BUSY_SECONDS = 0.6
 HELD_MIB = 64
 LABEL_WAIT_SECONDS = 10
+# How long the forked child of `test_a_process_with_its_parents_command_line_is_a_fork_of_it` lives.
+FORK_SECONDS = 1.0
 MIB = 1 << 20
 BUSY_CHILD = (
     "import time\n"
@@ -79,13 +81,26 @@ class ProcessTreeSamplerTest(tf.test.TestCase):
         self.addCleanup(child.wait)
         self.addCleanup(child.kill)
         process = psutil.Process(child.pid)
-        # Right after exec the kernel may not show the new command line yet: the label is "" until it does.
+        # Before its exec the child shows this process's command line (a fork of it), right after it perhaps
+        # none yet (""): the label is the child's own once the kernel shows its command line.
         deadline = time.time() + LABEL_WAIT_SECONDS
         label = common.process_label(process)
-        while not label and time.time() < deadline:
+        while (not label or label.startswith(common.FORK_OF)) and time.time() < deadline:
             time.sleep(SAMPLE_SECONDS)
             label = common.process_label(process)
         self.assertEqual(label, "timeit (worker_1)")
+
+    def test_a_process_with_its_parents_command_line_is_a_fork_of_it(self):
+        env = command_line.environment({"HOROVOD_RANK": "0"})
+        parent = subprocess.Popen([sys.executable, "-m", "timeit", "-n", "1", "-r", "1",
+                                   "import os, time\npid = os.fork()\ntime.sleep(%r)\n"
+                                   "os._exit(0) if pid == 0 else os.waitpid(pid, 0)" % FORK_SECONDS], env=env)
+        self.addCleanup(parent.kill)
+        with common.ProcessTreeSampler(parent.pid, SAMPLE_SECONDS) as sampler:
+            parent.wait(timeout=60)
+        self.assertEqual(0, parent.returncode)
+        self.assertEqual(["timeit (rank 0)", common.FORK_OF + "timeit (rank 0)"],
+                         [p.label for p in sampler.processes])
 
     def test_interpolation_needs_two_samples(self):
         sampler = common.ProcessTreeSampler(0, SAMPLE_SECONDS)
