@@ -29,13 +29,13 @@ from typing import Mapping, Tuple
 import tensorflow as tf
 from absl import logging
 
-from strategies import host_cores, registry
+from strategies import horovod_controllers, host_cores, registry
 from strategies import strategy_names as names
 from strategies.config import StrategyConfig
 
 # Towers need one core for the reduction and at least two more to beat one device.
 MIN_CORES_FOR_TOWERS = 3
-HOROVOD_SIZE_VARIABLES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+HOROVOD_SIZE_VARIABLES = ("HOROVOD_SIZE",) + horovod_controllers.MPI_SIZE_VARIABLES
 
 
 def choose(environ: Mapping[str, str], cpu_count: int, num_gpus: int) -> Tuple[str, str]:

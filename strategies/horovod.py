@@ -68,7 +68,7 @@ import math
 import os
 import shutil
 import tempfile
-from typing import Callable, ClassVar, List, Mapping, Optional, Tuple
+from typing import Callable, ClassVar, List, Optional, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -76,6 +76,7 @@ from absl import logging
 from input_pipeline import pipeline, sharding
 from strategies import context as context_lib
 from strategies import devices, large_batch, lifecycle, registry, sharded_evaluation, strategy
+from strategies import horovod_controllers as controllers
 from strategies import input_plan as input_plan_lib
 from strategies import strategy_names as names
 from strategies import tables as tables_lib
@@ -106,14 +107,6 @@ FUSION_THRESHOLD_ENV = "HOROVOD_FUSION_THRESHOLD"
 CYCLE_TIME_ENV = "HOROVOD_CYCLE_TIME"
 # The feature `_finite_input` adds: whether another batch follows this one.
 MORE_KEY = "_another_batch_follows"
-# Horovod's controllers, how a rank tells which one started it, and how to build Horovod with each
-# (`unbuilt_controller`).
-GLOO = "gloo"
-MPI = "mpi"
-CONTROLLER_ENV = "HOROVOD_CONTROLLER"
-GLOO_RENDEZVOUS_ENV = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
-MPI_LAUNCH_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-BUILD_FLAGS = {GLOO: "HOROVOD_WITH_GLOO=1 (with CMake installed)", MPI: "HOROVOD_WITH_MPI=1 (with MPI installed)"}
 INSTALL_HINT = (
     "install it with TensorFlow and Gloo support, e.g. "
     "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 pip install 'horovod[tensorflow]==0.28.1' "
@@ -132,39 +125,6 @@ def import_horovod():
     except ImportError as e:
         raise ImportError("--strategy horovod needs Horovod (%s): %s" % (e, INSTALL_HINT)) from e
     return hvd
-
-
-def launched_controller(environ: Mapping[str, str]) -> Optional[str]:
-    """The controller the launcher of this rank started it for, `GLOO` or `MPI`; None where no launcher did."""
-    named = environ.get(CONTROLLER_ENV)
-    if named in (GLOO, MPI):
-        return named
-    if environ.get(GLOO_RENDEZVOUS_ENV):
-        return GLOO
-    if any(environ.get(variable) for variable in MPI_LAUNCH_VARIABLES):
-        return MPI
-    return None
-
-
-def unbuilt_controller(environ: Mapping[str, str], built: Mapping[str, bool]) -> Optional[str]:
-    """Why this rank cannot start: its launcher's controller is one its Horovod was built without; else None.
-
-    The local launcher does not check the build before it starts the ranks
-    (`jobs.local.horovod_runner`: the check imports TensorFlow); each rank
-    checks its own Horovod here instead, before `hvd.init()`.
-
-    Args:
-      environ: the rank's environment.
-      built: per controller (`GLOO`, `MPI`), whether Horovod was built with
-        it (`hvd.gloo_built()`, `hvd.mpi_built()`).
-    """
-    controller = launched_controller(environ)
-    if controller is None or built[controller]:
-        return None
-    other = MPI if controller == GLOO else GLOO
-    return ("this rank was started for Horovod's %s controller, and the Horovod installed here was built without "
-            "it: reinstall Horovod with %s, or start the ranks over %s (deepfm.launch --horovod_controller %s)"
-            % (controller, BUILD_FLAGS[controller], other, other))
 
 
 def learning_rate_factor(policy: str, size: int, cap: float = DEFAULT_LR_SCALE_CAP) -> float:
@@ -348,14 +308,16 @@ class HorovodStrategy(strategy.Strategy):
           ImportError: Horovod is not installed.
           ValueError: fewer GPUs or Pipe channels than ranks on this host,
             ranks that do not fill every host equally, or a rank started for
-            a controller its Horovod was built without (`unbuilt_controller`).
+            a controller its Horovod was built without
+            (`strategies.horovod_controllers`).
         """
         for variable, value in ((FUSION_THRESHOLD_ENV, self._options.hvd_fusion_threshold_bytes),
                                 (CYCLE_TIME_ENV, self._options.hvd_cycle_time_ms)):
             if value >= 0:
                 os.environ[variable] = "%g" % value
         hvd = import_horovod()
-        unbuilt = unbuilt_controller(os.environ, {GLOO: hvd.gloo_built(), MPI: hvd.mpi_built()})
+        unbuilt = controllers.unbuilt_controller(
+            os.environ, {controllers.GLOO: hvd.gloo_built(), controllers.MPI: hvd.mpi_built()})
         if unbuilt:
             raise ValueError(unbuilt)
         hvd.init()

@@ -11,7 +11,7 @@ TensorFlow, in a forked process: seconds of CPU and of waiting, and
 hundreds of MiB, at every start and every restart of a job
 (`benchmarks.horovod_launch`), for an answer the ranks get anyway.
 Each rank asks its own Horovod the same question before `hvd.init()`
-(`strategies.horovod.unbuilt_controller`) and fails with the fix.
+(`strategies.horovod_controllers`) and fails with the fix.
 
 The controller must be named (`--gloo` or `--mpi`): without one, horovodrun
 chooses between them by that check. `--check-build` and `--help` are

@@ -134,46 +134,6 @@ class ValidateTest(tf.test.TestCase, parameterized.TestCase):
                 strategies.get(_config()).setup()
 
 
-class UnbuiltControllerTest(tf.test.TestCase, parameterized.TestCase):
-    """A rank checks that its Horovod has the controller it was started for (its launcher does not)."""
-
-    GLOO_RANK = {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1", "HOROVOD_CONTROLLER": "gloo"}
-    MPI_RANK = {"OMPI_COMM_WORLD_SIZE": "2"}
-
-    @parameterized.named_parameters(
-        ("gloo", GLOO_RANK, horovod.GLOO),
-        ("gloo_by_its_rendezvous", {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1"}, horovod.GLOO),
-        ("open_mpi", MPI_RANK, horovod.MPI),
-        ("mpich", {"PMI_SIZE": "2"}, horovod.MPI),
-        ("named", {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1"}, horovod.MPI),
-        ("no_launcher", {}, None),
-    )
-    def test_the_launchers_controller_is_read_from_the_environment(self, environ, controller):
-        self.assertEqual(controller, horovod.launched_controller(environ))
-
-    def test_a_controller_built_or_no_launcher_passes(self):
-        every = {horovod.GLOO: True, horovod.MPI: True}
-        self.assertIsNone(horovod.unbuilt_controller(self.GLOO_RANK, every))
-        self.assertIsNone(horovod.unbuilt_controller(self.MPI_RANK, dict(every, gloo=False)))
-        self.assertIsNone(horovod.unbuilt_controller({}, {horovod.GLOO: False, horovod.MPI: False}))
-
-    def test_a_controller_built_without_names_the_rebuild_and_the_other_controller(self):
-        built = {horovod.GLOO: False, horovod.MPI: True}
-        self.assertEqual(
-            "this rank was started for Horovod's gloo controller, and the Horovod installed here was built without "
-            "it: reinstall Horovod with HOROVOD_WITH_GLOO=1 (with CMake installed), or start the ranks over mpi "
-            "(deepfm.launch --horovod_controller mpi)", horovod.unbuilt_controller(self.GLOO_RANK, built))
-        self.assertRegex(horovod.unbuilt_controller(self.MPI_RANK, {horovod.GLOO: True, horovod.MPI: False}),
-                         "started for Horovod's mpi controller.*HOROVOD_WITH_MPI=1.*--horovod_controller gloo")
-
-    def test_the_installed_horovod_has_both(self):
-        # What tools/setup_venv.sh builds where mpirun is installed, and what the launcher's `auto` relies on.
-        _skip_without_horovod(self)
-        hvd = horovod.import_horovod()
-        self.assertTrue(hvd.gloo_built())
-        self.assertEqual(bool(shutil.which("mpirun")), hvd.mpi_built())
-
-
 class OneRankTest(tf.test.TestCase, parameterized.TestCase):
     """The adapter in this process: Horovod with a single rank."""
 
