@@ -37,6 +37,11 @@ Commands that start emulated hosts need root: without it the page's test
 skips at that block, saying so. A renamed flag, a broken command or a stale mark fails
 the page's test, naming the page and line.
 
+Once its blocks have run, a page's test may check what the page says they
+produce (`DocsPage.check_outcome`): docs/training.md's Criteo run stops
+early and its export scores the held-out rows (the flow the page walks
+through, checked on the page's own run rather than on a second one).
+
 Cost: about 440 s of CPU over the pages, every process counted (the jobs
 `deepfm.launch` starts on docs/strategies.md, docs/large_batch.md and
 docs/api.md, and the SageMaker and Kubernetes jobs on emulated hosts take
@@ -60,7 +65,7 @@ import pytest
 import tensorflow as tf
 
 from jobs.local import hosts, launcher
-from tests import command_line, paths
+from tests import command_line, flow_checks, paths
 
 PAGES = ["README.md"] + sorted(os.path.relpath(p, paths.REPO_ROOT)
                                for p in glob.glob(os.path.join(paths.REPO_ROOT, "docs", "*.md")))
@@ -117,6 +122,8 @@ class Block:
       language: `shell` or `python`.
       text: what runs: a shell script (a transcript's commands alone) or Python source.
       mark: (kind, argument) of the mark before it, or None.
+      shown: a transcript's output: its lines that are not commands ("" for
+        other blocks).
     """
 
     page: str
@@ -124,6 +131,7 @@ class Block:
     language: str
     text: str
     mark: Optional[Tuple[str, str]]
+    shown: str = ""
 
     @property
     def where(self) -> str:
@@ -132,12 +140,23 @@ class Block:
 
 def transcript_commands(body: str) -> str:
     """The commands of a transcript: each `$ ` line and the lines that continue it (a trailing `\\`)."""
-    commands, continued = [], False
+    return _transcript_parts(body)[0]
+
+
+def transcript_output(body: str) -> str:
+    """The output a transcript shows: its lines that are not commands."""
+    return _transcript_parts(body)[1]
+
+
+def _transcript_parts(body: str) -> Tuple[str, str]:
+    commands, shown, continued = [], [], False
     for line in body.splitlines():
         if continued or line.startswith(PROMPT):
             commands.append(line[len(PROMPT):] if not continued else line)
             continued = line.endswith("\\")
-    return "\n".join(commands) + "\n"
+        else:
+            shown.append(line)
+    return "\n".join(commands) + "\n", "\n".join(shown) + "\n"
 
 
 def page_blocks(page: str) -> List[Block]:
@@ -159,11 +178,12 @@ def page_blocks(page: str) -> List[Block]:
         language = fence.group(1)
         if language in SHELL_LANGUAGES:
             is_transcript = any(line.startswith(PROMPT) for line in body.splitlines())
-            blocks.append(Block(page, index + 1, "shell", transcript_commands(body) if is_transcript else body, mark))
+            blocks.append(Block(page, index + 1, "shell", transcript_commands(body) if is_transcript else body, mark,
+                                transcript_output(body) if is_transcript else ""))
         elif language == PYTHON_LANGUAGE:
             blocks.append(Block(page, index + 1, "python", body, mark))
         elif not language and any(line.startswith(PROMPT) for line in body.splitlines()):
-            blocks.append(Block(page, index + 1, "shell", transcript_commands(body), mark))
+            blocks.append(Block(page, index + 1, "shell", transcript_commands(body), mark, transcript_output(body)))
         elif mark:
             raise AssertionError("%s:%d: a docs-test mark before a block of no commands" % (page, index + 1))
         elif not language and any(UNMARKED_COMMAND.match(line) for line in body.splitlines()):
@@ -332,6 +352,13 @@ class ProgramChecks:
         return True
 
 
+def story(output: str) -> List[str]:
+    """The events of a run of `deepfm.kubernetes local`, without what differs between runs: the steps of the
+    checkpoints, the log directories, the order in which the pods of the last attempt end."""
+    lines = [re.sub(r"; logs in .*$", "", re.sub(r"step \d+", "step N", line)) for line in output.splitlines()]
+    return [line for line in lines if line.strip() and not line.endswith("exited with code 0: succeeded")]
+
+
 def remove_launcher_logs(output: str) -> List[str]:
     """Removes the log directories `deepfm.launch` made for itself (no `--log_dir`) that `output` names.
 
@@ -359,8 +386,20 @@ class DocsPage(ProgramChecks):
     # Whether the page's commands read `data/synthetic` without writing it first.
     NEEDS_SYNTHETIC = False
 
-    def run_script(self, block: Block, text: str) -> None:
-        """Runs `text` of `block` in the page's working directory; fails the test naming the block."""
+    def check_outcome(self, outputs: Dict[int, str]) -> None:
+        """Checks what the page says its commands produce, once every block has run; nothing by default.
+
+        Args:
+          outputs: the standard output of each block run, by the line of its
+            opening fence.
+        """
+
+    def run_script(self, block: Block, text: str) -> str:
+        """Runs `text` of `block` in the page's working directory; fails the test naming the block.
+
+        Returns:
+          What the block wrote to its standard output.
+        """
         if block.language == "python":
             path = os.path.join(self.cwd, "docs_block_%d.py" % block.line)
             with open(path, "w") as f:
@@ -371,6 +410,7 @@ class DocsPage(ProgramChecks):
         result = command_line.run(command, self.cwd, env=command_line.NO_AWS_CREDENTIALS, timeout=BLOCK_TIMEOUT_S)
         remove_launcher_logs(result.stdout + result.stderr)
         self.assertEqual(0, result.returncode, "%s:\n%s" % (block.where, command_line.describe(text, result)))
+        return result.stdout
 
     def copy_synthetic(self) -> None:
         """Puts `data/synthetic` into the page's directory: `SYNTHETIC`'s output, made on the first call."""
@@ -404,6 +444,7 @@ class DocsPage(ProgramChecks):
         self.assertNotEmpty(blocks, "%s holds no commands; drop its test class" % self.PAGE)
         if self.NEEDS_SYNTHETIC:
             self.copy_synthetic()
+        outputs: Dict[int, str] = {}
         for block in blocks:
             kind = block.mark[0] if block.mark else None
             if kind == NOT_RUN:
@@ -421,9 +462,10 @@ class DocsPage(ProgramChecks):
                 if reason:
                     self.skipTest("%s starts emulated hosts: %s" % (block.where, reason))
             started = time.monotonic()
-            self.run_script(block, text)
+            outputs[block.line] = self.run_script(block, text)
             # In the captured output (`pytest -rA` shows it): what each block cost.
             print("%s ran in %.1f s" % (block.where, time.monotonic() - started))
+        self.check_outcome(outputs)
 
 
 class MarksTest(tf.test.TestCase):
@@ -502,6 +544,31 @@ class InputPipelineTest(DocsPage, tf.test.TestCase):
 
 class KubernetesTest(DocsPage, tf.test.TestCase):
     PAGE = "docs/kubernetes.md"
+    # The rehearsal of failures and elastic restarts: the block that passes faults, and the global step the
+    # page says its job ends at (two workers' budget: each 2 epochs of its half of 18,000 rows at batch 256).
+    REHEARSAL_FLAG = "--fault"
+    REHEARSAL_JOB = "ctr-elastic"
+    REHEARSAL_GLOBAL_STEP = 140
+    REHEARSAL_WORKERS = 2
+
+    def check_outcome(self, outputs: Dict[int, str]) -> None:
+        """The rehearsal tells the page's story, line for line, and its job ends at the page's step.
+
+        The faults act in order, one at a time, so a replay tells the same
+        story whatever the pods' timing (tests/jobs/kubernetes/test_faults.py
+        has the race that once changed it); only the steps of the checkpoints,
+        the log directories and the order in which the last attempt's pods end
+        differ between runs (`story`).
+        """
+        block = next(b for b in page_blocks(self.PAGE) if self.REHEARSAL_FLAG in b.text)
+        self.assertEqual(story(block.shown), story(outputs[block.line]), outputs[block.line])
+        volume = os.path.join(self.cwd, "volume", self.REHEARSAL_JOB)
+        metrics = flow_checks.read_json(os.path.join(volume, "metrics.json"))
+        # Asynchronous workers each stop when they see the budget reached: up to one step each lands after it,
+        # and the chief may record one step before the last.
+        self.assertBetween(metrics["global_step"], self.REHEARSAL_GLOBAL_STEP - 1,
+                           self.REHEARSAL_GLOBAL_STEP + self.REHEARSAL_WORKERS)
+        self.assertLen(glob.glob(os.path.join(volume, "export", "*", "saved_model.pb")), 1)
 
 
 class LargeBatchTest(DocsPage, tf.test.TestCase):
@@ -528,6 +595,26 @@ class StrategiesTest(DocsPage, tf.test.TestCase):
 
 class TrainingTest(DocsPage, tf.test.TestCase):
     PAGE = "docs/training.md"
+    # The page's Criteo rows: the test rows its batch prediction scores, and the least test AUC of its run,
+    # scaled down by the mark (the page's model scores 0.727 on them; the smaller one, trained less, learns).
+    CRITEO_TEST_ROWS = 1000
+    CRITEO_MIN_TEST_AUC = 0.62
+
+    def check_outcome(self, outputs: Dict[int, str]) -> None:
+        """The Criteo run stopped early, exported its best checkpoint, which scores the validation rows with the
+        run's AUC, and the page's batch prediction scored every test row."""
+        metrics = flow_checks.read_json(os.path.join(self.cwd, "runs/criteo/metrics.json"))
+        self.assertTrue(metrics["stopped_early"], metrics)
+        self.assertLess(metrics["best_step"], metrics["global_step"])
+        export = flow_checks.only_export(self.cwd, "runs/criteo/export")
+        flow_checks.assert_predictions_match(self, self.cwd, export, "data/criteo/validation",
+                                             "runs/criteo/validation_predictions.csv",
+                                             flow_checks.validation_rows(self.cwd, "data/criteo"), metrics["auc"])
+        self.assertTrue(any("scored %d rows" % self.CRITEO_TEST_ROWS in output for output in outputs.values()),
+                        outputs)
+        probs, labels = flow_checks.read_predictions(os.path.join(self.cwd, "runs/criteo/test_predictions.csv"))
+        self.assertLen(probs, self.CRITEO_TEST_ROWS)
+        self.assertGreater(flow_checks.exact_auc(labels, probs), self.CRITEO_MIN_TEST_AUC)
 
 
 if __name__ == "__main__":

@@ -7,86 +7,38 @@ own, with the relative paths the docs show:
 
 * train -> predict (`python -m deepfm.predict`, `deepfm-predict`): one
   probability per validation row, whose AUC is the run's evaluation;
-* the same on the real Criteo rows (docs/training.md), with early
-  stopping;
 * the Python API (`deepfm.train_and_evaluate`) with a relative model
   directory: a second call resumes, its export predicts;
-* train -> SIGTERM -> the same command resumes (docs/reliability.md);
-* `deepfm.launch --max_restarts 1` after a killed task resumes from the
-  relative model directory and ends at the budget.
+* train -> SIGTERM -> the same command resumes (docs/reliability.md).
+
+docs/training.md's flow on the real Criteo rows (convert, train with early
+stopping, predict) is checked by the docs' own test (`TrainingTest` in
+tests/test_docs_commands.py), which runs the page's commands.
+`deepfm.launch --max_restarts 1` after a killed worker, from a work
+directory with a relative model directory (docs/reliability.md), is
+`RestartTest.test_killed_worker` (tests/jobs/local/test_launcher.py).
 """
 
-import csv
 import glob
-import json
 import os
 import shutil
 import signal
 import tempfile
 import time
-import unittest
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
 from deepfm.runtime import interrupt
-from tests import command_line, paths
-from tests.jobs.local import launch_testing
+from tests import command_line, flow_checks
+from tests.flow_checks import only_export, read_json, validation_rows
 
-# The run's AUC is TensorFlow's streaming AUC (2,000 thresholds); the CSV's is exact.
-AUC_TOLERANCE = 1e-3
 SYNTHETIC = ["--rows", "3000", "--feature_size", "300", "--shards", "2"]
 # A small model that learns the synthetic data in a few dozen steps.
 SMALL_MODEL = ["--batch_size", "64", "--embedding_size", "4", "--deep_layers", "16", "--dropout", "0",
                "--learning_rate", "0.01"]
-CRITEO_FILE = "criteo_kaggle_train_head8000.txt"
 POLL_S = 0.2
 WAIT_S = 300
-
-
-def exact_auc(labels, probs) -> float:
-    """The area under the ROC curve of `probs` against 0/1 `labels` (ties share their rank)."""
-    labels = np.asarray(labels, np.float64)
-    probs = np.asarray(probs, np.float64)
-    order = np.argsort(probs, kind="mergesort")
-    ranks = np.empty(len(probs), np.float64)
-    sorted_probs = probs[order]
-    start = 0
-    while start < len(probs):
-        end = start
-        while end + 1 < len(probs) and sorted_probs[end + 1] == sorted_probs[start]:
-            end += 1
-        ranks[order[start:end + 1]] = (start + end) / 2.0 + 1
-        start = end + 1
-    positives = labels.sum()
-    negatives = len(labels) - positives
-    return float((ranks[labels == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
-
-
-def read_predictions(path):
-    """(probabilities, labels) of a `deepfm.predict` CSV."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    assert rows[0] == ["prob", "label"], rows[0]
-    return [float(r[0]) for r in rows[1:]], [float(r[1]) for r in rows[1:]]
-
-
-def read_json(path):
-    with open(path) as f:
-        return json.load(f)
-
-
-def validation_rows(cwd, data):
-    """The validation rows of the dataset root `data` (relative to `cwd`), from its metadata.json."""
-    return read_json(os.path.join(cwd, data, "metadata.json"))["splits"]["validation"]["rows"]
-
-
-def only_export(cwd, export_dir):
-    """The one timestamped SavedModel directory under `export_dir`, relative to `cwd`."""
-    found = glob.glob(os.path.join(cwd, export_dir, "*", "saved_model.pb"))
-    assert len(found) == 1, found
-    return os.path.relpath(os.path.dirname(found[0]), cwd)
 
 
 class FlowTestCase(tf.test.TestCase):
@@ -115,15 +67,9 @@ class FlowTestCase(tf.test.TestCase):
         return output_dir
 
     def assert_predictions_match(self, saved_model, data, output, expected_rows, expected_auc, script=None):
-        """Predicts `data` with `saved_model` into `output`; checks the rows and the AUC against the run's."""
-        args = ["--saved_model", saved_model, "--data", data, "--output", output]
-        command = [script] + args if script else command_line.python_module("deepfm.predict", *args)
-        result = self.run_ok(command)
-        self.assertIn("scored %d rows" % expected_rows, result.stdout)
-        self.assertNotIn("Traceback", result.stderr)
-        probs, labels = read_predictions(os.path.join(self.cwd, output))
-        self.assertLen(probs, expected_rows)
-        self.assertNear(exact_auc(labels, probs), expected_auc, AUC_TOLERANCE)
+        """`flow_checks.assert_predictions_match` in the working directory."""
+        flow_checks.assert_predictions_match(self, self.cwd, saved_model, data, output, expected_rows, expected_auc,
+                                             script)
 
 
 class PredictFlowTest(FlowTestCase):
@@ -187,58 +133,6 @@ class ApiFlowTest(FlowTestCase):
                                       metrics["auc"])
 
 
-@pytest.mark.slow
-class CriteoFlowTest(FlowTestCase):
-    """docs/training.md's flow on the real Criteo rows: convert, train with early stopping, predict.
-
-    Scaled down from the page (a smaller model, a higher learning rate,
-    evaluations every 10 steps, patience 1) so early stopping comes within
-    a minute; the commands and flags are the page's.
-    """
-
-    @classmethod
-    def setUpClass(cls):
-        source = os.path.join(paths.CRITEO_DIR, CRITEO_FILE)
-        if not os.path.exists(source):
-            raise unittest.SkipTest("the real Criteo rows are absent (%s; set %s)"
-                                    % (source, paths.CRITEO_DIR_VARIABLE))
-        super().setUpClass()
-        os.makedirs(os.path.join(cls.cwd, "data"))
-        cls.run_ok("head -7000 %s > data/criteo_trainval.txt\ntail -1000 %s > data/criteo_test.txt"
-                   % (source, source))
-        cls.run_ok(command_line.python_module(
-            "dataprep.criteo", "--input", "data/criteo_trainval.txt", "--output_dir", "data/criteo",
-            "--val_fraction", "0.142857", "--shards", "1"))
-        cls.run_ok(command_line.python_module(
-            "dataprep.criteo", "--input", "data/criteo_test.txt", "--output_dir", "data/criteo_test",
-            "--val_fraction", "0", "--shards", "1", "--vocab", "data/criteo"))
-        cls.train = cls.run_ok(command_line.python_module(
-            "deepfm.train", "--train_data", "data/criteo", "--model_dir", "runs/criteo/model",
-            "--export_dir", "runs/criteo/export", "--metrics_file", "runs/criteo/metrics.json",
-            "--num_epochs", "40", "--eval_every_n_steps", "10", "--early_stopping_patience", "1", "--seed", "1",
-            "--batch_size", "512", "--embedding_size", "8", "--deep_layers", "32,16", "--dropout", "0.5,0.5",
-            "--learning_rate", "0.005"))
-        cls.metrics = read_json(os.path.join(cls.cwd, "runs/criteo/metrics.json"))
-
-    def test_early_stopping_exports_the_best_model_which_predicts_its_auc(self):
-        self.assertTrue(self.metrics["stopped_early"], self.train.stdout[-3000:])
-        self.assertLess(self.metrics["best_step"], self.metrics["global_step"])
-        self.assert_predictions_match(
-            only_export(self.cwd, "runs/criteo/export"), "data/criteo/validation",
-            "runs/criteo/validation_predictions.csv", validation_rows(self.cwd, "data/criteo"), self.metrics["auc"])
-
-    def test_the_test_rows_are_scored(self):
-        output = "runs/criteo/test_predictions.csv"
-        result = self.run_ok(command_line.python_module(
-            "deepfm.predict", "--saved_model", only_export(self.cwd, "runs/criteo/export"),
-            "--data", "data/criteo_test/train", "--output", output))
-        self.assertIn("scored 1000 rows", result.stdout)
-        probs, labels = read_predictions(os.path.join(self.cwd, output))
-        self.assertLen(probs, 1000)
-        # The page's model scores 0.727 on these rows; this smaller one, trained less, still learns.
-        self.assertGreater(exact_auc(labels, probs), 0.62)
-
-
 def wait_for(predicate, process, what, timeout=WAIT_S):
     """Polls `predicate` until it holds; fails if `process` ended first or `timeout` passed."""
     deadline = time.monotonic() + timeout
@@ -285,26 +179,3 @@ class ResumeFlowTest(FlowTestCase):
         finished = read_json(os.path.join(self.cwd, "runs/r/metrics.json"))
         self.assertEqual(budget, finished["global_step"], resumed.stdout[-2000:])
         self.assertNotIn(interrupt.INTERRUPTED_KEY, finished)
-
-
-@pytest.mark.slow
-class LaunchRestartFlowTest(FlowTestCase):
-    """docs/reliability.md: `deepfm.launch --max_restarts 1` restarts a job whose task was killed."""
-
-    def test_a_killed_worker_restarts_from_the_relative_model_dir(self):
-        data = self.synthetic()
-        budget = 150  # steps per worker: the global step ends at 2 x 150 (+1 for an asynchronous overshoot)
-        job = launch_testing.LaunchedJob(
-            self, ["--strategy", "ps", "--num_ps", "1", "--num_workers", "2", "--max_restarts", "1"], "runs/ps/logs",
-            ["--train_data", data, "--model_dir", "runs/ps/model", "--metrics_file", "runs/ps/metrics.json",
-             "--max_steps", str(budget), "--save_checkpoints_steps", "20", *SMALL_MODEL], cwd=self.cwd)
-        self.assertTrue(job.wait_for_checkpoints(os.path.join(self.cwd, "runs/ps/model")), job.output())
-        os.kill(job.task_pids()["worker_0"], signal.SIGKILL)
-        returncode, output = job.wait()
-        self.assertEqual(0, returncode, output)
-        self.assertRegex(output, r"restart 1 of 1: task worker_0 failed with exit code -9")
-        # The chief's result, as `deepfm.train` prints it.
-        self.assertRegex(output, r"job completed after 1 restart\(s\)\n.*\nvalidation AUC: +0\.\d{4}\n")
-        global_step = read_json(os.path.join(self.cwd, "runs/ps/metrics.json"))["global_step"]
-        self.assertBetween(global_step, 2 * budget, 2 * budget + 2)
-        job.assert_no_process_left()

@@ -322,6 +322,9 @@ class ShortSoak:
                 self.assertStartsWith(record["placement"], "inside the write of")
             if record["fault"]["kind"] == faults.RESIZE:
                 self.assertIn("failed with exit code 75", record["restart"])
+            if record["fault"]["kind"] == faults.LOSE_PS:
+                # (tests/jobs/local/test_launcher.py's RestartTest leaves the killed parameter server to this.)
+                self.assertRegex(record["restart"], r"task ps_\d+ failed with exit code -9 \(killed by SIGKILL\)")
         if strategy == "hybrid":
             with open(result["faulted"]["dirs"]["output"]) as f:
                 sizes = [int(n) for n in re.findall(r"elastic: starting with (\d+) training worker", f.read())]

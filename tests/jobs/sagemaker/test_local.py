@@ -19,7 +19,6 @@ import time
 
 import pytest
 import tensorflow as tf
-from absl.testing import parameterized
 
 from dataprep import synthetic
 from input_pipeline import check_record, schema
@@ -45,7 +44,14 @@ LOG_EVERY = 20
 WITHOUT_SIZES = HYPERPARAMETERS[:-2] + ("--log_every_n_steps", str(LOG_EVERY))
 # A raw absl record (`I1128 09:06:11.827495 140448693765824 pipe_feeder.py:269] ...`): a job's console
 # carries the library's own lines only; the hosts' detail is in their logs.
+# The name of the Pipe-mode MPI job among the jobs run side by side.
+PIPE_JOB = "pipe"
 ABSL_RECORD = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]", re.MULTILINE)
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
 
 
 def missing_requirements():
@@ -61,7 +67,7 @@ def missing_requirements():
 
 
 @pytest.mark.slow
-class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
+class LocalJobTest(tf.test.TestCase):
 
     @classmethod
     def setUpClass(cls):
@@ -85,11 +91,11 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         if reason:
             self.skipTest(reason)
 
-    def start(self, output_dir, *args, hyperparameters=HYPERPARAMETERS):
+    def start(self, output_dir, *args, hyperparameters=HYPERPARAMETERS, stdout=subprocess.PIPE,
+              stderr=subprocess.PIPE):
         argv = command_line.python_module("deepfm.sagemaker", "local", "--output_dir", output_dir,
                                           "--timeout_s", str(JOB_TIMEOUT_S), *args, "--", *hyperparameters)
-        process = command_line.start(argv, self.get_temp_dir(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+        process = command_line.start(argv, self.get_temp_dir(), stdout=stdout, stderr=stderr, text=True)
         self.addCleanup(self._stop, process)
         return process
 
@@ -107,10 +113,45 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         output_dir = self.create_tempdir().full_path
         process = self.start(output_dir, *args, hyperparameters=hyperparameters)
         out, err = process.communicate(timeout=JOB_TIMEOUT_S + 60)
+        self.assert_succeeded(process, out, err)
+        return output_dir, out
+
+    def run_jobs(self, jobs):
+        """Runs `jobs` side by side and checks each as `run_job` does.
+
+        An MPI job ends with the SageMaker toolkit's waits, 30 seconds on
+        every host after `mpirun` returns; jobs side by side wait together.
+
+        Args:
+          jobs: name -> (the emulator's arguments, the hyperparameters).
+
+        Returns:
+          name -> (the job's output directory, its standard output).
+        """
+        started = {}
+        for name, (args, hyperparameters) in jobs.items():
+            output_dir = self.create_tempdir().full_path
+            console = self.create_tempdir().full_path
+            paths_of = tuple(os.path.join(console, stream) for stream in ("stdout", "stderr"))
+            # Files, not pipes: a job blocked on a full pipe would wait for the test to read the one before it.
+            with open(paths_of[0], "w") as stdout, open(paths_of[1], "w") as stderr:
+                process = self.start(output_dir, *args, hyperparameters=hyperparameters, stdout=stdout,
+                                     stderr=stderr)
+            started[name] = (output_dir, process, paths_of)
+        results = {}
+        for name, (output_dir, process, paths_of) in started.items():
+            process.wait(timeout=JOB_TIMEOUT_S + 60)
+            out, err = (read_text(path) for path in paths_of)
+            with self.subTest(job=name):
+                self.assert_succeeded(process, out, err)
+            results[name] = (output_dir, out)
+        return results
+
+    def assert_succeeded(self, process, out, err):
+        """The emulator exited 0 with the library's own lines on its console and left no namespace."""
         self.assertEqual(0, process.returncode, "stdout:\n%s\nstderr:\n%s" % (out[-3000:], err[-5000:]))
         self.assertEqual([], ABSL_RECORD.findall(out + err), "raw log records on the console:\n%s" % err[-3000:])
         self.assert_no_leftovers(process.pid)
-        return output_dir, out
 
     def assert_no_leftovers(self, pid):
         self.assertEqual([], [name for name in hosts.list_namespaces()
@@ -148,13 +189,27 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(metrics["global_step"], int(latest.rsplit("-", 1)[1]))
         self.assertIn("algo-1: success", out)
 
-    @parameterized.parameters(*strategy_names.HOROVOD_RANKS)
-    def test_two_host_mpi_with_sharded_channels(self, strategy):
-        output_dir, _ = self.run_job("--instance_count", "2", "--distribution", "mpi",
-                                     "--channel", "train=%s" % self.channels["b"],
-                                     "--channel", "validation=%s" % self.channels["val"],
-                                     "--distribution_type", "ShardedByS3Key",
-                                     hyperparameters=HYPERPARAMETERS + ("--strategy", strategy))
+    def test_mpi_over_two_hosts_with_sharded_channels_and_over_two_processes_of_one_in_pipe_mode(self):
+        # Three MPI jobs side by side (`run_jobs`: their toolkits' final waits overlap), one test for what three
+        # checked: each Horovod strategy over two hosts with a channel sharded by key, and two processes of one
+        # host reading unequal channels in Pipe mode.
+        sharded = ("--instance_count", "2", "--distribution", "mpi", "--channel", "train=%s" % self.channels["b"],
+                   "--channel", "validation=%s" % self.channels["val"], "--distribution_type", "ShardedByS3Key")
+        jobs = {strategy: (sharded, HYPERPARAMETERS + ("--strategy", strategy))
+                for strategy in strategy_names.HOROVOD_RANKS}
+        jobs[PIPE_JOB] = (("--distribution", "mpi", "--processes_per_host", "2", "--input_mode", "Pipe",
+                           "--channel", "train_0=%s" % self.channels["a"],
+                           "--channel", "train_1=%s" % self.channels["b"],
+                           "--channel", "validation=%s" % self.channels["val"]), HYPERPARAMETERS)
+        results = self.run_jobs(jobs)
+        for strategy in strategy_names.HOROVOD_RANKS:
+            with self.subTest(strategy=strategy):
+                self.assert_sharded_channels_trained(strategy, results[strategy][0])
+        with self.subTest(job=PIPE_JOB):
+            self.assert_pipe_mode_trained(results[PIPE_JOB][0])
+
+    def assert_sharded_channels_trained(self, strategy, output_dir):
+        """Two hosts, one rank each, each host given its share of the channel's files (ShardedByS3Key)."""
         # What each host received of the channel (a record of the data check is copied with it where one is
         # beside the source folder; the job keeps its own in the model directory, never in a channel).
         shares = [sorted(set(os.listdir(os.path.join(output_dir, host, "input", "data", "train")))
@@ -172,11 +227,8 @@ class LocalJobTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIn("mpirun --host algo-1,algo-2 -np 2", log)
         self.assertRegex(log, r"Data for node: algo-2\s+Num slots: 1")
 
-    def test_one_host_two_process_mpi_pipe_mode_with_unequal_channels(self):
-        output_dir, _ = self.run_job("--distribution", "mpi", "--processes_per_host", "2", "--input_mode", "Pipe",
-                                     "--channel", "train_0=%s" % self.channels["a"],
-                                     "--channel", "train_1=%s" % self.channels["b"],
-                                     "--channel", "validation=%s" % self.channels["val"])
+    def assert_pipe_mode_trained(self, output_dir):
+        """Two ranks of one host, each reading its own Pipe-mode channel of unequal length."""
         metrics = self.metrics(output_dir)
         self.assertIn("rank 0 of 2 (local rank 0 of 2)", metrics["strategy"])
         # train_0 holds one shard, train_1 two: the ranks stop together when train_0's
