@@ -586,6 +586,46 @@ class PredictingTest(DocsPage, tf.test.TestCase):
 
 class SageMakerTest(DocsPage, tf.test.TestCase):
     PAGE = "docs/sagemaker.md"
+    # The page's job run locally: two hosts, parameter servers, its output directory and the global step it says
+    # the job ends at (two asynchronous workers, each 2 epochs of its 2,700 rows at batch 128).
+    LOCAL_RUN = "runs/sm-ps"
+    LOCAL_RUN_GLOBAL_STEP = 84
+    LOCAL_RUN_WORKERS = 2
+    LOCAL_RUN_MIN_AUC = 0.6
+
+    def check_outcome(self, outputs: Dict[int, str]) -> None:
+        """The job run locally left what the page says, host by host.
+
+        Each host's `/opt/ml` under the output directory (its configuration,
+        its channels with their metadata, `output/success`), the SavedModel on
+        algo-1 alone, the checkpoints with both parameter servers' shards at
+        the job's last step (algo-2's parameter server stayed up for the
+        chief's last save), the metric series, and the console's line per host.
+        """
+        run = os.path.join(self.cwd, self.LOCAL_RUN)
+        out = "\n".join(outputs.values())
+        self.assertIn("algo-1: success", out)
+        self.assertIn("algo-2: success, 0 model file(s)", out)
+        metrics = flow_checks.read_json(os.path.join(run, "algo-1", "output", "data", "metrics.json"))
+        self.assertIn("this is master_0", metrics["strategy"])
+        self.assertIn("2 parameter server(s), 2 worker(s)", metrics["strategy"])
+        # A worker may take a step more while the other's last one lands.
+        self.assertBetween(metrics["global_step"], self.LOCAL_RUN_GLOBAL_STEP,
+                           self.LOCAL_RUN_GLOBAL_STEP + self.LOCAL_RUN_WORKERS)
+        self.assertGreater(metrics["auc"], self.LOCAL_RUN_MIN_AUC)
+        for host, exports in (("algo-1", 1), ("algo-2", 0)):
+            self.assertLen(glob.glob(os.path.join(run, host, "model", "*", "saved_model.pb")), exports, host)
+            self.assertTrue(os.path.exists(os.path.join(run, host, "output", "success")), host)
+            for channel in ("train", "validation"):
+                self.assertTrue(os.path.exists(os.path.join(run, host, "input", "data", channel, "metadata.json")))
+            config = flow_checks.read_json(os.path.join(run, host, "input", "config", "resourceconfig.json"))
+            self.assertEqual(host, config["current_host"])
+        latest = tf.train.latest_checkpoint(os.path.join(run, "checkpoints"))
+        self.assertEqual(metrics["global_step"], int(latest.rsplit("-", 1)[1]))
+        self.assertEqual(["00000-of-00002", "00001-of-00002"],
+                         sorted(path[-len("00000-of-00002"):] for path in glob.glob(latest + ".data-*")))
+        series = flow_checks.read_json(os.path.join(run, "metric_series.json"))["algo-1"]
+        self.assertEqual([round(metrics["auc"], 4)], series["validation:auc"])
 
 
 class StrategiesTest(DocsPage, tf.test.TestCase):
