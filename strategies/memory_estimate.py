@@ -242,6 +242,10 @@ def model_state(model_fn: context_lib.ModelFn, params: Mapping, field_size: int)
     (`feat_ids` int64 and `feat_vals` float32, [None, field_size]), labels
     float32 [None], and `params` with the single-process `ModelContext`
     (each table one variable), in a graph of its own that no session runs.
+    Its `ModelContext.minimize` applies zeros for gradients
+    (`_ZeroGradients`): the optimizer makes its slots and accumulators
+    as in training, without the gradients' graph, most of what building a
+    model's train op costs.
 
     Args:
       model_fn: an Estimator model_fn written against `ModelContext`.
@@ -255,7 +259,8 @@ def model_state(model_fn: context_lib.ModelFn, params: Mapping, field_size: int)
         features = {schema.FEAT_IDS: tf.compat.v1.placeholder(tf.int64, [None, field_size], name=schema.FEAT_IDS),
                     schema.FEAT_VALS: tf.compat.v1.placeholder(tf.float32, [None, field_size], name=schema.FEAT_VALS)}
         labels = tf.compat.v1.placeholder(tf.float32, [None], name="labels")
-        context = context_lib.ModelContext()
+        context = context_lib.ModelContext(
+            optimizer_wrappers=(lambda optimizer: _ZeroGradients(optimizer, context.embedding_variables()),))
         model_fn(features, labels, tf.estimator.ModeKeys.TRAIN, context.with_params(params))
         table_variables = {variable.op.name.encode(): variable for variable in context.embedding_variables()}
         trainable = {variable.ref() for variable in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)}
@@ -280,3 +285,43 @@ def model_state(model_fn: context_lib.ModelFn, params: Mapping, field_size: int)
                        for name, variable in table_variables.items())
     return ModelState(tables=tables, dense_bytes=sum(dense), dense_slot_bytes=dense_slots,
                       largest_dense_bytes=max(dense, default=0))
+
+
+class _ZeroGradients(tf.compat.v1.train.Optimizer):
+    """Wraps an optimizer for a graph that is measured and never run: its gradients are zeros, never computed.
+
+    `minimize` applies, through the wrapped optimizer, a zero gradient per
+    trainable variable, shaped as training's: no rows for a table (a lookup's
+    sparse gradient), a dense zero for the rest. The wrapped optimizer makes
+    every slot and accumulator as in training, without the gradients' graph.
+    Unlike TF's `compute_gradients`, it also gives a gradient to a trainable
+    variable the loss does not reach, whose slots are then counted too (a
+    model rarely has one: the estimate errs up).
+
+    Args:
+      optimizer: the optimizer the model_fn built.
+      tables: the model's embedding tables (`ModelContext.embedding_variables`).
+    """
+
+    def __init__(self, optimizer: tf.compat.v1.train.Optimizer, tables: List[tf.Variable]):
+        super().__init__(use_locking=False, name=optimizer.get_name())
+        self._optimizer = optimizer
+        self._tables = {table.ref() for table in tables}
+
+    def compute_gradients(self, loss, var_list=None, **unused_options):
+        del loss, unused_options
+        if var_list is None:
+            var_list = (tf.compat.v1.trainable_variables()
+                        + tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES))
+        return [(self._zero_gradient(variable), variable)
+                for variable in dict((variable.ref(), variable) for variable in var_list).values()]
+
+    def _zero_gradient(self, variable: tf.Variable):
+        dtype = variable.dtype.base_dtype
+        if variable.ref() in self._tables:
+            return tf.IndexedSlices(tf.zeros([0] + variable.shape[1:].as_list(), dtype), tf.zeros([0], tf.int64),
+                                    dense_shape=tf.shape(variable, out_type=tf.int64))
+        return tf.zeros_like(variable)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)

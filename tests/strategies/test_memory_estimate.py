@@ -30,6 +30,8 @@ DENSE_PARAMS = 1 + (FIELD_SIZE * EMBEDDING * 8 + 8) + (8 * 4 + 4) + (4 * 1 + 1)
 SLOTS_PER_VARIABLE = {"adam": 2, "lazy_adam": 2, "adagrad": 1, "momentum": 1, "ftrl": 2, "sgd": 0}
 # The optimizer's own scalars (Adam's beta powers) besides the slots.
 OPTIMIZER_SCALARS = {"adam": 2, "lazy_adam": 2}
+# The trainable variable of a model_fn that its loss never reaches.
+UNREACHED = 7
 # The global step, an int64.
 GLOBAL_STEP_BYTES = INT64
 # The measure of a 20M-row model may grow this process by at most this (its tables alone are 2.64 GB).
@@ -96,6 +98,32 @@ class ModelStateTest(parameterized.TestCase, tf.test.TestCase):
         # 20M ids x (32 factors + 1 weight) x 4 bytes: 2.64 GB of tables; lazy_adam's two slots triple it.
         self.assertEqual(2_640_000_000, state.table_bytes)
         self.assertEqual(7_920_000_000, state.table_bytes + state.table_slot_bytes)
+
+    def test_the_optimizer_makes_its_slots_without_the_gradients_graph(self):
+        # A model_fn of its own: a table of weights, a dense scale, and a trainable variable the loss never reaches.
+        graphs = []
+
+        def model_fn(features, labels, mode, params):
+            context = strategies.ModelContext.of(params)
+            graphs.append(tf.compat.v1.get_default_graph())
+            weights = context.embedding("weights", FEATURE_SIZE).lookup(features["feat_ids"])
+            scale = tf.compat.v1.get_variable("scale", [], initializer=tf.compat.v1.ones_initializer())
+            tf.compat.v1.get_variable("unreached", [UNREACHED], initializer=tf.compat.v1.zeros_initializer())
+            logits = scale * tf.reduce_sum(weights * features["feat_vals"], axis=1)
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+            train_op = context.minimize(loss, tf.compat.v1.train.AdamOptimizer, 0.01)
+            return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+        state = memory_estimate.model_state(model_fn, {}, FIELD_SIZE)
+        (graph,) = graphs
+        self.assertEqual([], [op.name for op in graph.get_operations() if op.name.startswith("gradients")])
+        self.assertEqual(FEATURE_SIZE * FLOAT, state.table_bytes)
+        self.assertEqual(2 * state.table_bytes, state.table_slot_bytes)
+        # Adam's two slots of every dense variable, the unreached one's too (the estimate errs up), its two beta
+        # powers and the global step.
+        self.assertEqual((1 + UNREACHED) * FLOAT, state.dense_bytes)
+        self.assertEqual(2 * state.dense_bytes + OPTIMIZER_SCALARS["adam"] * FLOAT + GLOBAL_STEP_BYTES,
+                         state.dense_slot_bytes)
 
     def test_dcn_tables_are_found_through_the_model_context(self):
         state = state_of(small_model(model="dcn", cross_layers=2))
