@@ -42,7 +42,7 @@ produce (`DocsPage.check_outcome`): docs/training.md's Criteo run stops
 early and its export scores the held-out rows (the flow the page walks
 through, checked on the page's own run rather than on a second one).
 
-Cost: about 440 s of CPU over the pages, every process counted (the jobs
+Cost: about 330 s of CPU over the pages, every process counted (the jobs
 `deepfm.launch` starts on docs/strategies.md, docs/large_batch.md and
 docs/api.md, and the SageMaker and Kubernetes jobs on emulated hosts take
 most of it): about 4 minutes of the suite's two cores. Each page is a test
