@@ -107,26 +107,6 @@ FUSION_THRESHOLD_ENV = "HOROVOD_FUSION_THRESHOLD"
 CYCLE_TIME_ENV = "HOROVOD_CYCLE_TIME"
 # The feature `_finite_input` adds: whether another batch follows this one.
 MORE_KEY = "_another_batch_follows"
-INSTALL_HINT = (
-    "install it with TensorFlow and Gloo support, e.g. "
-    "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 pip install 'horovod[tensorflow]==0.28.1' "
-    "(the 'horovod' extra of this package), and start the ranks with horovodrun")
-
-
-def import_horovod():
-    """Imports and returns `horovod.tensorflow`.
-
-    Raises:
-      ImportError: Horovod or its TensorFlow extension is missing; the
-        message says how to install it.
-    """
-    try:
-        import horovod.tensorflow as hvd
-    except ImportError as e:
-        raise ImportError("--strategy horovod needs Horovod (%s): %s" % (e, INSTALL_HINT)) from e
-    return hvd
-
-
 def learning_rate_factor(policy: str, size: int, cap: float = DEFAULT_LR_SCALE_CAP) -> float:
     """The factor on the learning rate for `size` ranks under `policy`.
 
@@ -315,11 +295,7 @@ class HorovodStrategy(strategy.Strategy):
                                 (CYCLE_TIME_ENV, self._options.hvd_cycle_time_ms)):
             if value >= 0:
                 os.environ[variable] = "%g" % value
-        hvd = import_horovod()
-        unbuilt = controllers.unbuilt_controller(
-            os.environ, {controllers.GLOO: hvd.gloo_built(), controllers.MPI: hvd.mpi_built()})
-        if unbuilt:
-            raise ValueError(unbuilt)
+        hvd = controllers.checked_horovod(os.environ)
         hvd.init()
         self._hvd = hvd
         gpus = tf.config.list_physical_devices(devices.GPU.upper())

@@ -25,7 +25,7 @@ import strategies
 from dataprep import synthetic
 from input_pipeline import formats, pipeline, schema
 from jobs.local import processes
-from strategies import horovod
+from strategies import horovod, horovod_controllers
 from tests import command_line, paths
 from tests.strategies.sharded import ranks_testing
 
@@ -64,7 +64,7 @@ def _config(**overrides) -> strategies.StrategyConfig:
 
 def _skip_without_horovod(test: tf.test.TestCase) -> None:
     try:
-        horovod.import_horovod()
+        horovod_controllers.import_horovod()
     except ImportError as e:
         test.skipTest("Horovod is not installed: %s" % e)
 

@@ -19,7 +19,7 @@ from deepfm.models import ctr
 from deepfm.models import deepfm as model_lib
 from input_pipeline import schema
 from strategies import context as context_lib
-from strategies import horovod, hybrid
+from strategies import horovod_controllers, hybrid
 from strategies import strategy_names as names
 from strategies.sharded import pipeline as pipeline_lib
 from strategies.sharded import row_stream
@@ -45,7 +45,7 @@ RESUMED_WEIGHT_TOLERANCE = 1e-6
 
 def _skip_without_horovod(test):
     try:
-        horovod.import_horovod()
+        horovod_controllers.import_horovod()
     except ImportError as e:
         test.skipTest("Horovod is not installed: %s" % e)
 

@@ -17,7 +17,7 @@ from absl.testing import parameterized
 
 import strategies
 from strategies import cluster as cluster_lib
-from strategies import horovod, lifecycle, single
+from strategies import horovod_controllers, lifecycle, single
 from strategies import strategy_names as names
 from tests import paths
 
@@ -52,7 +52,7 @@ def _with_tf_config(test_case, task_type):
 def _build(test_case, name, options, task_type):
     if name in (names.HOROVOD, names.HYBRID):
         try:
-            horovod.import_horovod()
+            horovod_controllers.import_horovod()
         except ImportError as e:
             test_case.skipTest("Horovod is not installed: %s" % e)
     if task_type:

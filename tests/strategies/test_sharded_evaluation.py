@@ -26,7 +26,7 @@ from deepfm.models import ctr
 from deepfm.models import deepfm as model_lib
 from deepfm.runtime import evaluation, trainer
 from input_pipeline import pipeline, schema
-from strategies import horovod, sharded_evaluation
+from strategies import horovod_controllers, sharded_evaluation
 from strategies import strategy_names as names
 from strategies.sharded import checkpoint as sharded_checkpoint
 from strategies.sharded import row_stream
@@ -42,7 +42,7 @@ ONE_PROCESS_TOLERANCE = 1e-4
 
 def _skip_without_horovod(test):
     try:
-        horovod.import_horovod()
+        horovod_controllers.import_horovod()
     except ImportError as e:
         test.skipTest("Horovod is not installed: %s" % e)
 
