@@ -24,7 +24,8 @@ train: setup $(DATA_DIR)/metadata.json
 	    --model_dir $(RUN_DIR)/model --export_dir $(RUN_DIR)/export \
 	    --metrics_file $(RUN_DIR)/metrics.json --num_epochs 3
 
-# Two test processes (pytest-xdist), each test class in one of them: most multi-process
+# Two test processes (pytest-xdist), each test class in one of them, the slow (multi-process) classes first
+# (tests/scheduling.py), so that the run ends on short tests shared out evenly: most multi-process
 # tests spend much of their time starting processes and waiting, so two at once halve the run.
 # Every run ends with its 25 slowest tests (setup, call and teardown apart) and its 25 tests of most CPU
 # (tests/cpu_report.py: on two cores the suite is bound by CPU, not by waits), so that the suite's cost

@@ -4,8 +4,9 @@ import os
 import shutil
 import tempfile
 
-# Every run ends with the tests of most CPU (tests/cpu_report.py).
-pytest_plugins = ["tests.cpu_report"]
+# Every run ends with the tests of most CPU (tests/cpu_report.py); the slow test classes run first
+# (tests/scheduling.py).
+pytest_plugins = ["tests.cpu_report", "tests.scheduling"]
 
 # absl's default test directory is named after the main module, which is
 # `<string>` in a pytest-xdist worker: a path no shell command survives.

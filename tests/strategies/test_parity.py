@@ -15,8 +15,10 @@ from absl import logging
 from absl.testing import parameterized
 
 from dataprep import synthetic
+from input_pipeline import schema
 from jobs.local import launcher as launch
 from tests import command_line
+from tests.strategies import test_ps
 
 ROWS = 16_000
 FEATURE_SIZE = 1_000
@@ -61,12 +63,12 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
         assert proc.returncode == 0, command_line.describe(command, proc)
         return _read_metrics(run_dir)
 
-    def _launch(self, name, config_kwargs):
+    def _launch(self, name, config_kwargs, extra=()):
         run_dir = os.path.join(self.root, name)
         config = launch.LaunchConfig(strategy=name, log_dir=os.path.join(run_dir, "logs"),
                                      timeout_s=TIMEOUT_S, **config_kwargs)
         # The tasks get the environment of a user's shell, as the launcher started from one passes on.
-        launch.launch(config, _train_flags(self.data_dir, run_dir, GLOBAL_BATCH // REPLICAS),
+        launch.launch(config, _train_flags(self.data_dir, run_dir, GLOBAL_BATCH // REPLICAS) + list(extra),
                       environ=command_line.environment())
         return _read_metrics(run_dir)
 
@@ -86,9 +88,19 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
         self._assert_matches_single(metrics, GLOBAL_BATCH)
 
     def test_parameter_servers(self):
-        metrics = self._launch("ps", dict(num_ps=2, num_workers=REPLICAS))
+        run_dir = os.path.join(self.root, "ps")
+        export_dir = os.path.join(run_dir, "export")
+        metrics = self._launch("ps", dict(num_ps=2, num_workers=REPLICAS), ["--export_dir", export_dir])
         # Asynchronous: every worker step is one update of GLOBAL_BATCH / REPLICAS examples.
         self._assert_matches_single(metrics, GLOBAL_BATCH // REPLICAS)
+        # What test_ps.EndToEndTest checks on its job of two towers per worker, here without towers: each
+        # worker reads its file of the training split in full batches. The shards' balance is checked there
+        # (this model's first dense kernel, on one parameter server, outweighs its tables; placement with
+        # and without towers: test_ps.PlacementTest).
+        train_rows = schema.DatasetMetadata.read(self.data_dir).splits[schema.TRAIN_SPLIT].rows
+        test_ps.check_finished_job(self, self.data_dir, os.path.join(run_dir, "model"), os.path.join(run_dir, "logs"),
+                                   os.path.join(run_dir, "metrics.json"), export_dir,
+                                   train_rows // REPLICAS // (GLOBAL_BATCH // REPLICAS), balanced=False)
 
     def test_horovod(self):
         metrics = self._launch("horovod", dict(num_processes=REPLICAS))

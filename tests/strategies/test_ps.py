@@ -1,7 +1,9 @@
 """Tests of the `ps` strategy: TF_CONFIG roles, placement, the end of the job, training.
 
 The end-to-end test starts a real gRPC cluster on localhost through
-`deepfm.launch` (2 parameter servers, a chief and a worker) on synthetic data.
+`deepfm.launch` (2 parameter servers, a chief and a worker of two towers
+each) on synthetic data; `check_finished_job` checks what such a job leaves
+(also on tests/strategies/test_parity.py's job without towers).
 """
 
 import collections
@@ -405,29 +407,79 @@ class ServeUntilTrainingExitsTest(tf.test.TestCase):
         self.report_both_done()  # lets the ps of setUp return
 
 
-class EndToEndTest(tf.test.TestCase, parameterized.TestCase):
-    """2 ps + a chief + a worker, started by deepfm.launch, train on synthetic data."""
+def check_finished_job(test, data_root, model_dir, log_dir, metrics_file, export_dir, steps_per_worker,
+                       balanced=True):
+    """What a finished job of 2 parameter servers, a chief and a worker leaves, checked on `test`.
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        # One dataset for both jobs: they only read it (the first job's data check records the files it read
-        # beside them, and the second skips reading them again), and each job writes under its own `run`.
-        cls.data_root = tempfile.mkdtemp(dir=tf.compat.v1.test.get_temp_dir())
-        write_dataset(cls.data_root)
+    Its tasks' logs, the chief's losses and metrics, the global step of two
+    asynchronous workers, the export, the checkpoint's shard per parameter
+    server, and every task's end.
 
-    # Each worker step reads BATCH_SIZE examples: one batch, or two towers' halves.
-    @parameterized.named_parameters(("plain", 0, BATCH_SIZE), ("two_towers", 2, BATCH_SIZE // 2))
-    def test_train_through_the_launcher(self, towers, per_replica_batch):
-        root = self.data_root
+    Args:
+      balanced: the shards' sizes within MAX_PS_IMBALANCE (a model whose
+        tables outweigh its dense layers, as MODEL's: the dense variables
+        are not split).
+
+    Returns:
+      The chief's metrics.
+    """
+    logs = sorted(os.path.basename(path)[:-len(".log")] for path in glob.glob(os.path.join(log_dir, "*.log")))
+    test.assertEqual(["chief_0", "ps_0", "ps_1", "worker_0"], logs)
+
+    def log(task):
+        with open(os.path.join(log_dir, task + ".log"), errors="replace") as f:
+            return f.read()
+
+    with open(metrics_file) as f:
+        metrics = json.load(f)
+    losses = event_scalars(model_dir, "loss")
+    test.assertGreaterEqual(len(losses), 2, losses)
+    test.assertLess(losses[-1][1], losses[0][1], losses)
+    test.assertGreater(metrics["auc"], MIN_AUC, metrics)
+    test.assertLess(metrics["logloss"], base_rate_logloss(data_root), metrics)
+    # Both workers advance the global step; each may run one step past the budget (the step
+    # read with its last step may be one behind the other worker's update).
+    test.assertBetween(metrics["global_step"], 2 * steps_per_worker, 2 * steps_per_worker + 2)
+    for task in ("chief_0", "worker_0"):
+        test.assertIn("%s finished training" % task, log(task))
+    # The worker trained alongside the chief: it did not wait for TensorFlow's 30-second poll.
+    test.assertIn("the chief initialized the variables", log("worker_0"))
+    test.assertNotIn("Waiting for model to be ready", log("worker_0"))
+    test.assertNotEmpty(glob.glob(os.path.join(export_dir, "*", "saved_model.pb")))
+
+    checkpoint = tf.train.latest_checkpoint(model_dir)
+    shards = sorted(glob.glob(checkpoint + ".data-*"))
+    test.assertEqual([os.path.basename(s)[-len("00000-of-00002"):] for s in shards],
+                     ["00000-of-00002", "00001-of-00002"])
+    sizes = [os.path.getsize(s) for s in shards]
+    if balanced:
+        test.assertLessEqual(max(sizes), MAX_PS_IMBALANCE * min(sizes), sizes)
+    for ps_index in range(2):
+        # It stayed until the training tasks' processes had exited.
+        test.assertIn("every worker finished and exited", log("ps_%d" % ps_index))
+    return metrics
+
+
+@pytest.mark.slow
+class EndToEndTest(tf.test.TestCase):
+    """2 ps + a chief and a worker of 2 towers each, started by `deepfm.launch`, train on synthetic data.
+
+    The same job without towers is `tests/strategies/test_parity.py`'s `ps` job, with the same checks.
+    """
+
+    def test_train_through_the_launcher_with_two_towers_per_worker(self):
+        root = tempfile.mkdtemp(dir=tf.compat.v1.test.get_temp_dir())
+        write_dataset(root)
         work = self.create_tempdir("run").full_path
         model_dir = os.path.join(work, "model")
         metrics_file = os.path.join(work, "metrics.json")
         export_dir = os.path.join(work, "export")
+        towers = 2
+        # Each worker step reads BATCH_SIZE examples: two towers' halves.
         job = launch_testing.LaunchedJob(
             self, ["--strategy", "ps", "--num_ps", "2", "--num_workers", "2"], os.path.join(work, "logs"),
             ["--train_data", root, "--model_dir", model_dir, "--metrics_file", metrics_file,
-             "--export_dir", export_dir, "--batch_size", str(per_replica_batch), "--ps_towers", str(towers),
+             "--export_dir", export_dir, "--batch_size", str(BATCH_SIZE // towers), "--ps_towers", str(towers),
              "--embedding_size", "8",
              "--deep_layers", "16,8", "--dropout", "0,0", "--learning_rate", "0.005", "--num_epochs", "1",
              "--ps_lr_factor", "0.8", "--seed", "1", "--save_checkpoints_steps", "50",
@@ -436,36 +488,8 @@ class EndToEndTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(returncode, 0, output)
         self.assertEqual(sorted(job.task_pids()), ["chief_0", "ps_0", "ps_1", "worker_0"])
         job.assert_no_process_left()
-
-        with open(metrics_file) as f:
-            metrics = json.load(f)
-        losses = event_scalars(model_dir, "loss")
-        self.assertGreaterEqual(len(losses), 2, losses)
-        self.assertLess(losses[-1][1], losses[0][1], losses)
-        self.assertGreater(metrics["auc"], MIN_AUC, metrics)
-        self.assertLess(metrics["logloss"], base_rate_logloss(root), metrics)
-        # Both workers advance the global step; each may run one step past the budget (the step
-        # read with its last step may be one behind the other worker's update).
-        self.assertBetween(metrics["global_step"], 2 * STEPS_PER_WORKER, 2 * STEPS_PER_WORKER + 2)
-        for task in ("chief_0", "worker_0"):
-            self.assertIn("%s finished training" % task, job.log(task))
-        # The worker trained alongside the chief: it did not wait for TensorFlow's 30-second poll.
-        self.assertIn("the chief initialized the variables", job.log("worker_0"))
-        if towers:
-            self.assertIn("%d tower(s) per worker" % towers, metrics["strategy"])
-        self.assertNotIn("Waiting for model to be ready", job.log("worker_0"))
-        self.assertNotEmpty(glob.glob(os.path.join(export_dir, "*", "saved_model.pb")))
-
-        checkpoint = tf.train.latest_checkpoint(model_dir)
-        shards = sorted(glob.glob(checkpoint + ".data-*"))
-        self.assertEqual([os.path.basename(s)[-len("00000-of-00002"):] for s in shards],
-                         ["00000-of-00002", "00001-of-00002"])
-        sizes = [os.path.getsize(s) for s in shards]
-        self.assertLessEqual(max(sizes), MAX_PS_IMBALANCE * min(sizes), sizes)
-        for ps_index in range(2):
-            log = job.log("ps_%d" % ps_index)
-            # It stayed until the training tasks' processes had exited.
-            self.assertIn("every worker finished and exited", log)
+        metrics = check_finished_job(self, root, model_dir, job.log_dir, metrics_file, export_dir, STEPS_PER_WORKER)
+        self.assertIn("%d tower(s) per worker" % towers, metrics["strategy"])
 
 
 if __name__ == "__main__":
