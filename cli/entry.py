@@ -13,7 +13,9 @@ warnings and errors:
   imported; every other line of the import is written back;
 * Python-side, absl and TensorFlow log WARNING and above, without the
   deprecation notices ("Instructions for updating: ...") TensorFlow's own
-  tf.estimator and tf.compat.v1 code emits.
+  tf.estimator and tf.compat.v1 code emits, each as a line of the command
+  (`deepfm.train: warning: ...`, as a user error's `deepfm.train: error:
+  ...`).
 
 Every command line starts with `run`, whether it is started as `python -m
 ...` or as a console script: a user error (a bad, unknown or missing flag,
@@ -166,9 +168,35 @@ class NoticeFilter(std_logging.Filter):
         return not any(marker in message for marker in QUIET_MARKERS)
 
 
+class ConsoleFormatter(std_logging.Formatter):
+    """A log record on a user's console, in the form of a user error's line: `<program>: warning: <message>`.
+
+    Not absl's record (`W1130 02:56:04.759017 139756598270848
+    run_config.py:146] ...`): its time, thread and source line say nothing
+    to a user; `--verbosity 0` and a multi-process task's log keep them.
+    """
+
+    def __init__(self, program: str):
+        super().__init__()
+        self._program = program
+
+    def format(self, record: std_logging.LogRecord) -> str:
+        line = "%s: %s: %s" % (self._program, record.levelname.lower(), record.getMessage())
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
 # Whether `configure_logging` ran: then the process's logging is as it asked, and
 # `drop_deprecation_notices` leaves it alone.
 _configured = False
+# The name of the command `run` started (the console's records name it); a script's own name otherwise.
+_program: Optional[str] = None
+
+
+def program_name() -> str:
+    """The name a console line of this process starts with: the command's (`deepfm.train`), or the script's."""
+    return _program or os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python")
 
 
 def drop_deprecation_notices() -> None:
@@ -191,8 +219,9 @@ def configure_logging(detail: bool, task_logs: bool = False) -> None:
     """Sets absl's and TensorFlow's Python log levels (call after flags are parsed).
 
     Quiet: WARNING and above, without deprecation notices and the step
-    counter's false alarm (`NoticeFilter`). Detail: absl's
-    `--verbosity` as given, everything TensorFlow logs.
+    counter's false alarm (`NoticeFilter`), each a line of the command's
+    own (`ConsoleFormatter`). Detail: absl's `--verbosity` as given,
+    everything TensorFlow logs, in absl's records.
 
     Args:
       detail: the user asked for detail (`--verbosity` 0 or more).
@@ -200,7 +229,7 @@ def configure_logging(detail: bool, task_logs: bool = False) -> None:
         servers, Horovod), whose output goes to its own log file (the local
         launcher's, SageMaker's per-host streams): this package's own INFO
         lines (cluster start-up, the end of training, ...) are kept there;
-        TensorFlow's stay at WARNING.
+        TensorFlow's stay at WARNING; absl's records, as in any log file.
     """
     from absl import logging
     global _configured
@@ -209,6 +238,8 @@ def configure_logging(detail: bool, task_logs: bool = False) -> None:
     tf_logger.handlers = []  # absl's handler on the root logger prints TensorFlow's records.
     for old in [f for f in tf_logger.filters if isinstance(f, NoticeFilter)]:
         tf_logger.removeFilter(old)
+    console = not (detail or task_logs)
+    logging.get_absl_handler().setFormatter(ConsoleFormatter(program_name()) if console else logging.PythonFormatter())
     if detail:
         tf_logger.setLevel(std_logging.DEBUG)
         return
@@ -387,8 +418,10 @@ def run(main: Callable[[List[str]], object], program: str, define_flags: Optiona
       doc: what `--help` says first (default: the docstring of `main`'s module).
     """
     from absl import app
+    global _program
     if tensorflow not in TENSORFLOW_TIMINGS:
         raise ValueError("tensorflow must be one of %s, got %r" % (TENSORFLOW_TIMINGS, tensorflow))
+    _program = program
     argv = list(sys.argv if argv is None else argv)
     if tensorflow == TENSORFLOW_BEFORE_FLAGS:
         import_tensorflow(wants_detail(explicit_verbosity(argv)))

@@ -57,6 +57,22 @@ class FilterTest(tf.test.TestCase):
         logger.warning("the disk is full")
         self.assertEqual("the disk is full\n", handler_output.getvalue())
 
+    def test_a_record_on_the_console_is_a_line_of_the_command(self):
+        # (A resumed run's warning: tests/deepfm/test_config_file.py checks it on the command's console.)
+        formatter = entry.ConsoleFormatter("deepfm.train")
+        record = std_logging.LogRecord("absl", std_logging.WARNING, "run_config.py", 146,
+                                       "resuming %s with %s changed: %r -> %r",
+                                       ("runs/m1", "train.max_steps", 6, 12), None)
+        self.assertEqual("deepfm.train: warning: resuming runs/m1 with train.max_steps changed: 6 -> 12",
+                         formatter.format(record))
+        try:
+            raise OSError("no space left")
+        except OSError:
+            failed = std_logging.LogRecord("absl", std_logging.ERROR, "x.py", 1, "the save failed", (), sys.exc_info())
+        lines = formatter.format(failed).splitlines()
+        self.assertEqual("deepfm.train: error: the save failed", lines[0])
+        self.assertEqual("OSError: no space left", lines[-1])
+
 class RunMainTest(tf.test.TestCase):
 
     def _run(self, error, detail):

@@ -59,6 +59,9 @@ class ConfigFileTest(tf.test.TestCase):
         self.assertEqual(4, written["model"]["embedding_size"])
         result = command_line.run(again, self.cwd, timeout=TIMEOUT_S)
         self.assertEqual(0, result.returncode, command_line.describe(again, result))
+        # The change is said on the console as a line of the command, not as a log record.
+        self.assertEqual("deepfm.train: warning: resuming runs/m1 with train.max_steps changed: 6 -> 12",
+                         result.stderr.strip())
         # Resumed at step 6 (a model of the default embedding size would be refused by the checkpoint's shape
         # check) and trained to the new budget.
         self.assertEqual("model.ckpt-12", os.path.basename(tf.train.latest_checkpoint(model_dir)))
