@@ -21,7 +21,7 @@ from absl.testing import parameterized
 
 from dataprep import synthetic
 from deepfm.runtime import trainer
-from input_pipeline import schema
+from input_pipeline import pipeline, schema
 from jobs import elastic
 from jobs.local import launcher as launch
 from planner import cost_model
@@ -41,13 +41,14 @@ ENDLESS_STEPS = "1000000"
 # a higher learning rate or more epochs overfit and spread them further.
 FAULT_ROWS = 12000
 FAULT_TRAIN_FLAGS = ["--num_epochs", "3", "--learning_rate", "0.005", "--save_checkpoints_steps", "40", "--seed", "1"]
-# A restarted job loses at most this much AUC against an uninterrupted one.
-# Measured: five restarted parameter-server runs (two data settings) ended
-# 0.013 to 0.026 AUC *above* the uninterrupted run of the same test; on a
-# machine loaded by other test processes (load average 8 on 2 cores) three
-# more ended 0.021 below, 0.010 below and 0.009 below: asynchronous updates
-# depend on the processes' timing. Only a loss is checked.
-AUC_LOSS_TOLERANCE = 0.03
+# The AUC a restarted fault job reaches at least: an uninterrupted one's, less what a restart may cost.
+# Measured: two uninterrupted ps runs ended at 0.720 and 0.715; five restarted parameter-server runs (two
+# data settings) ended 0.013 to 0.026 AUC *above* the uninterrupted run of the same test; on a machine
+# loaded by other test processes (load average 8 on 2 cores) three more ended 0.021 below, 0.010 below
+# and 0.009 below: asynchronous updates depend on the processes' timing. RestartTest's jobs: 0.723 (ps)
+# and 0.738 (hybrid). A restart's AUC against a fault-free run of the same job is the soak's check
+# (tests/benchmarks/test_soak.py); here a floor, 0.035 under the lower uninterrupted ps run.
+MIN_RESTARTED_AUC = 0.68
 # A job whose parameter server died fails within this many seconds.
 PS_DEATH_BOUND_S = 60
 
@@ -224,6 +225,11 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIn("--num_ps must be >= 1, got 0", result.stderr)
 
 
+def flag_value(argv, flag):
+    """The value of the last `flag VALUE` in `argv` (the last one wins)."""
+    return argv[len(argv) - 1 - argv[::-1].index(flag) + 1]
+
+
 def shared_dataset(rows):
     """A synthetic dataset of `rows` rows, written once per test process and shared by its tests.
 
@@ -334,11 +340,19 @@ class FaultTestCase(tf.test.TestCase, parameterized.TestCase):
         train_args = argv[split + 1:]
         return launch_testing.LaunchedJob(self, launch_args, job.log_dir + "_again", train_args)
 
-    def uninterrupted(self, launch_args):
-        job, _, metrics_file = self.start(launch_args, "uninterrupted")
-        returncode, output = job.wait()
-        self.assertEqual(returncode, 0, output)
-        return read_json(metrics_file)
+    def steps_per_worker(self, workers):
+        """Each training process's step budget in a job of `workers` of them (the job's flags, its data).
+
+        The library's budget ("Step budget" in input_pipeline/pipeline.py): the smallest shard's full
+        batches, times the epochs. Ranks in lockstep end at that global step; asynchronous
+        parameter-server workers add theirs up.
+        """
+        builder = pipeline.DatasetBuilder(
+            sorted(glob.glob(os.path.join(self.data_dir, schema.TRAIN_SPLIT, "*.tfrecord"))),
+            pipeline.PipelineConfig(), batch_size=int(flag_value(TRAIN_FLAGS, "--batch_size")), num_epochs=None)
+        steps = {builder.steps_per_epoch(tf.distribute.InputContext(workers, index)) for index in range(workers)}
+        self.assertLen(steps, 1)
+        return steps.pop() * int(flag_value(FAULT_TRAIN_FLAGS + list(self.BUDGET_FLAGS), "--num_epochs"))
 
 
 @pytest.mark.slow
@@ -366,7 +380,6 @@ class RestartTest(FaultTestCase):
     KILL_STEP = 40
 
     def test_killed_worker(self):
-        baseline = self.uninterrupted(self.PS_ARGS)
         # docs/reliability.md's flow: started from a work directory, with the model directory relative to it.
         job, model_dir, metrics_file = self.start(self.PS_ARGS + ["--max_restarts", "1"], relative=True)
         self.assertIsNotNone(job.wait_for_step(model_dir, self.KILL_STEP), job.output())
@@ -381,18 +394,16 @@ class RestartTest(FaultTestCase):
         self.assertTrue(os.path.exists(os.path.join(job.log_dir, "worker_0.log")))
         self.assertTrue(os.path.exists(os.path.join(job.log_dir, "restart_1", "chief_0.log")))
         metrics = read_json(metrics_file)
-        # The same budget; asynchronous workers may each add a step past it, in either run.
-        self.assertBetween(metrics["global_step"], baseline["global_step"] - self.PS_WORKERS,
-                           baseline["global_step"] + self.PS_WORKERS)
-        print("worker_0 killed: global step %d, AUC %.4f; uninterrupted: global step %d, AUC %.4f"
-              % (metrics["global_step"], metrics["auc"], baseline["global_step"], baseline["auc"]))
-        self.assertGreaterEqual(metrics["auc"], baseline["auc"] - AUC_LOSS_TOLERANCE)
+        # The job's budget; asynchronous workers may each add a step past it.
+        budget = self.PS_WORKERS * self.steps_per_worker(self.PS_WORKERS)
+        print("worker_0 killed: global step %d of %d, AUC %.4f" % (metrics["global_step"], budget, metrics["auc"]))
+        self.assertBetween(metrics["global_step"], budget, budget + self.PS_WORKERS)
+        self.assertGreaterEqual(metrics["auc"], MIN_RESTARTED_AUC)
 
     # `hybrid`'s rank: `horovod`'s is killed in its short soak (tests/benchmarks/test_soak.py), with the same
     # checks (one restart, the budget's step, a resume at or after the last checkpoint, the AUC, nothing left).
     def test_killed_hybrid_rank(self):
         args = ["--strategy", strategy_names.HYBRID, "--np", "2"]
-        baseline = self.uninterrupted(args)
         job, model_dir, metrics_file = self.start(args + ["--max_restarts", "1"])
         # Both ranks run by the step-0 checkpoint (it is collective).
         self.assertIsNotNone(job.wait_for_step(model_dir, 0), job.output())
@@ -407,14 +418,15 @@ class RestartTest(FaultTestCase):
         self.assertIn("job completed after 1 restart(s)", output)
         job.assert_no_process_left()
         metrics = read_json(metrics_file)
-        # Synchronous ranks: the restarted job ends exactly at the uninterrupted job's step,
-        # resumed from a checkpoint at or after the one seen before the kill.
-        self.assertEqual(baseline["global_step"], metrics["global_step"])
+        # Synchronous ranks: the restarted job ends exactly at its budget, resumed from a checkpoint at or
+        # after the one seen before the kill.
+        print("rank 1 killed: global step %d, AUC %.4f" % (metrics["global_step"], metrics["auc"]))
+        self.assertEqual(self.steps_per_worker(2), metrics["global_step"])
         resumed = re.findall(r"resuming from the checkpoint in .* at global step (\d+)",
                              job.rank_logs(os.path.join("restart_1", launch.HOROVOD_RANK_LOGS)))
         self.assertTrue(resumed, "no rank of the restart resumed")
         self.assertGreaterEqual(min(int(step) for step in resumed), killed_at)
-        self.assertGreaterEqual(metrics["auc"], baseline["auc"] - AUC_LOSS_TOLERANCE)
+        self.assertGreaterEqual(metrics["auc"], MIN_RESTARTED_AUC)
 
     def test_killed_parameter_server_without_restarts_fails_in_bounded_time(self):
         job, model_dir, _ = self.start(self.PS_ARGS)
@@ -480,12 +492,12 @@ class SigtermTest(FaultTestCase):
         self.assertNotIn("interrupted", final)
         self.assertGreater(final["global_step"], metrics["global_step"])
 
-    # The rerun, a two-rank job of each Horovod strategy run to its end, also checks what a job of its own
-    # checked before (HorovodLaunchTest): it exports one SavedModel (the interrupted run none), its AUC,
-    # one log per rank, nothing left behind.
-    @parameterized.parameters(*strategy_names.HOROVOD_RANKS)
-    def test_horovod_one_rank_signalled(self, strategy):
-        args = ["--strategy", strategy, "--np", "2"]
+    # `hybrid`'s ranks: their agreement to stop (deepfm/runtime/interrupt.py) is every strategy's in lockstep,
+    # and `hybrid`'s stop saves its sharded tables too; `horovod`'s rank gets a SIGTERM in its short soak
+    # (tests/benchmarks/test_soak.py, `term_task`). The rerun, a two-rank job run to its end, also checks
+    # that it exports one SavedModel (the interrupted run none), its AUC, one log per rank, nothing left behind.
+    def test_hybrid_one_rank_signalled(self):
+        args = ["--strategy", strategy_names.HYBRID, "--np", "2"]
         export_dir = os.path.join(self.create_tempdir("export").full_path, "export")
         job, model_dir, metrics_file = self.start(args, extra_train_args=["--export_dir", export_dir])
         self.wait_to_signal(job, model_dir)
