@@ -550,9 +550,15 @@ class KubernetesTest(DocsPage, tf.test.TestCase):
     REHEARSAL_JOB = "ctr-elastic"
     REHEARSAL_GLOBAL_STEP = 140
     REHEARSAL_WORKERS = 2
+    # The least AUC of the rehearsal's model (the page's run without faults: 0.7534).
+    REHEARSAL_MIN_AUC = 0.7
 
     def check_outcome(self, outputs: Dict[int, str]) -> None:
-        """The rehearsal tells the page's story, line for line, and its job ends at the page's step.
+        """The rehearsal tells the page's story, line for line, and its job ends at the page's step, learned.
+
+        Its killed chief pod, recreated in a job of two workers and a parameter
+        server that ends at its budget with a model that learned and one
+        export, is tests/jobs/kubernetes/test_local.py's case of a killed pod.
 
         The faults act in order, one at a time, so a replay tells the same
         story whatever the pods' timing (tests/jobs/kubernetes/test_faults.py
@@ -569,6 +575,9 @@ class KubernetesTest(DocsPage, tf.test.TestCase):
         self.assertBetween(metrics["global_step"], self.REHEARSAL_GLOBAL_STEP - 1,
                            self.REHEARSAL_GLOBAL_STEP + self.REHEARSAL_WORKERS)
         self.assertLen(glob.glob(os.path.join(volume, "export", "*", "saved_model.pb")), 1)
+        self.assertIn("1 parameter server(s), 2 worker(s)", metrics["strategy"])
+        self.assertIn("chief_0", metrics["strategy"])
+        self.assertGreater(metrics["auc"], self.REHEARSAL_MIN_AUC, metrics)
 
 
 class LargeBatchTest(DocsPage, tf.test.TestCase):

@@ -126,7 +126,10 @@ class GrowthTest(tf.test.TestCase):
 
 @pytest.mark.slow
 class RealRunTest(tf.test.TestCase):
-    """`single` and `hybrid` at 2 and 4 ranks on real emulated hosts sharing two cores, a few steps (needs root)."""
+    """`single` and `hybrid` at 4 ranks on real emulated hosts sharing two cores, a few steps (needs root).
+
+    One rank count: every count runs the same code; `GrowthTest` computes the growth over several.
+    """
 
     def test_bytes_and_cpu_of_each_rank_are_measured(self):
         reason = hosts_lib.check_privileges()
@@ -134,16 +137,15 @@ class RealRunTest(tf.test.TestCase):
             self.skipTest(reason)
         data = self.create_tempdir().full_path
         synthetic.generate(ROWS, data, feature_size=FEATURE_SIZE, seed=0)
-        config = _config("single,hybrid@2,hybrid@4", data_dir=data, batch_size=64)
+        config = _config("single,hybrid@4", data_dir=data, batch_size=64)
         results, failures, _ = scale_out.measure(config)
-        self.assertEqual({"single": [], "hybrid@2": [], "hybrid@4": []}, failures)
-        for name, ranks in (("hybrid@2", 2), ("hybrid@4", 4)):
-            (run,) = results[name]
-            # Every rank's host sent its share of the exchange, and every rank trained in the window.
-            self.assertLen(run.tx_bytes, ranks)
-            self.assertGreater(min(run.tx_bytes), 0)
-            self.assertLen(run.steps, ranks)
-            self.assertGreater(run.cpu_seconds_per_1k, 0)
+        self.assertEqual({"single": [], "hybrid@4": []}, failures)
+        (run,) = results["hybrid@4"]
+        # Every rank's host sent its share of the exchange, and every rank trained in the window.
+        self.assertLen(run.tx_bytes, 4)
+        self.assertGreater(min(run.tx_bytes), 0)
+        self.assertLen(run.steps, 4)
+        self.assertGreater(run.cpu_seconds_per_1k, 0)
         rows = scale_out.summary_rows(config, results)
         # Efficiency against two cores of single's rate in the same round.
         self.assertGreater(rows["hybrid@4"]["efficiency"], 0)

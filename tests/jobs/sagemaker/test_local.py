@@ -49,6 +49,8 @@ WITHOUT_SIZES = HYPERPARAMETERS[:-2] + ("--log_every_n_steps", str(LOG_EVERY))
 # carries the library's own lines only; the hosts' detail is in their logs.
 # The name of the Pipe-mode MPI job among the jobs run side by side.
 PIPE_JOB = "pipe"
+# The strategy of the MPI job over two hosts.
+TWO_HOST_STRATEGY = strategy_names.HYBRID
 ABSL_RECORD = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]", re.MULTILINE)
 
 
@@ -171,21 +173,21 @@ class LocalJobTest(tf.test.TestCase):
         return tf.io.gfile.glob(os.path.join(output_dir, host, "model", "*", "saved_model.pb"))
 
     def test_mpi_over_two_hosts_with_sharded_channels_and_over_two_processes_of_one_in_pipe_mode(self):
-        # Three MPI jobs side by side (`run_jobs`: their toolkits' final waits overlap), one test for what three
-        # checked: each Horovod strategy over two hosts with a channel sharded by key, and two processes of one
-        # host reading unequal channels in Pipe mode.
+        # Two MPI jobs side by side (`run_jobs`: their toolkits' final waits overlap): `hybrid` over two hosts
+        # with a channel sharded by key, and two processes of one host reading unequal channels in Pipe mode
+        # with MPI's default strategy, `horovod`. (`horovod` over two hosts is `hybrid`'s launch: the same
+        # toolkit, mpirun and ssh; its ranks' exchange over two hosts' links is measured by
+        # tests/benchmarks/test_scale_out.py.)
         sharded = ("--instance_count", "2", "--distribution", "mpi", "--channel", "train=%s" % self.channels["b"],
                    "--channel", "validation=%s" % self.channels["val"], "--distribution_type", "ShardedByS3Key")
-        jobs = {strategy: (sharded, HYPERPARAMETERS + ("--strategy", strategy))
-                for strategy in strategy_names.HOROVOD_RANKS}
+        jobs = {TWO_HOST_STRATEGY: (sharded, HYPERPARAMETERS + ("--strategy", TWO_HOST_STRATEGY))}
         jobs[PIPE_JOB] = (("--distribution", "mpi", "--processes_per_host", "2", "--input_mode", "Pipe",
                            "--channel", "train_0=%s" % self.channels["a"],
                            "--channel", "train_1=%s" % self.channels["b"],
                            "--channel", "validation=%s" % self.channels["val"]), HYPERPARAMETERS)
         results = self.run_jobs(jobs)
-        for strategy in strategy_names.HOROVOD_RANKS:
-            with self.subTest(strategy=strategy):
-                self.assert_sharded_channels_trained(strategy, results[strategy][0])
+        with self.subTest(strategy=TWO_HOST_STRATEGY):
+            self.assert_sharded_channels_trained(TWO_HOST_STRATEGY, results[TWO_HOST_STRATEGY][0])
         with self.subTest(job=PIPE_JOB):
             self.assert_pipe_mode_trained(results[PIPE_JOB][0])
 
