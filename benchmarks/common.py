@@ -357,7 +357,9 @@ def process_label(process) -> str:
 
     Returns:
       The label; "" while its command line cannot be read (a process that
-      has just started a program, or has exited).
+      has just started a program, or has exited), and for a process that
+      exits or starts a program while it is read (its environment or parent
+      read after its command line changed: such a label would lose its task).
     """
     try:
         argv = process.cmdline()
@@ -368,7 +370,9 @@ def process_label(process) -> str:
     try:
         parent = process.parent()
         forked = parent is not None and parent.cmdline() == argv
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return ""
+    except psutil.AccessDenied:
         forked = False
     # `python -m module ...` -> module; `python script ...` -> script; `program ...` -> program.
     args = argv[1:] if os.path.basename(argv[0]).startswith("python") else argv
@@ -380,7 +384,9 @@ def process_label(process) -> str:
         label = process.name()
     try:
         env = process.environ()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return ""
+    except psutil.AccessDenied:
         env = {}
     task = ""
     if env.get("TF_CONFIG"):
@@ -394,6 +400,14 @@ def process_label(process) -> str:
     elif MPI_RANK_VARIABLE in env:
         # Horovod's ranks under mpirun learn their rank from MPI, which names it here.
         task = "rank %s" % env[MPI_RANK_VARIABLE]
+    try:
+        # The same command line after the reads: the process did not exit or start a program meanwhile
+        # (an exiting process's environment reads empty).
+        unchanged = process.cmdline() == argv
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        unchanged = False
+    if not unchanged:
+        return ""
     labelled = "%s (%s)" % (label, task) if task else label
     return FORK_OF + labelled if forked else labelled
 
