@@ -167,23 +167,14 @@ class TestTFJob:
     """TFJobs of parameter servers under faults.
 
     A killed pod recreated, in a job of two workers and a parameter server that
-    ends at its budget with a model that learned, is docs/kubernetes.md's
-    rehearsal (`KubernetesTest` in tests/test_docs_commands.py): it kills the
-    chief's pod after a lost worker's node came back.
+    ends at its budget with a model that learned, and a lost worker's job
+    going on with one pod (elastic), are docs/kubernetes.md's rehearsal
+    (`KubernetesTest` in tests/test_docs_commands.py): it loses a worker's
+    node, goes on with one training pod, grows back to two when the node
+    returns and recreates the chief's pod after a kill. A job that ends on the
+    workers left, at their budget, is `ElasticLaunchTest` of
+    tests/jobs/local/test_launcher.py (the same `jobs.elastic` decides both).
     """
-
-    def test_a_worker_that_never_returns_leaves_the_job_on_one(self, tmp_path, volume):
-        manifests = render(tmp_path, "ps-elastic", "--instance_count", "2", "--distribution", "parameter_server",
-                           "--min_replicas", "1", "--max_replicas", "2")
-        out, _ = run_local(tmp_path, os.path.join(manifests, "tfjob.yaml"), volume,
-                           "lose:ps-elastic-worker-0@%d" % CHECKPOINT_STEPS)
-        assert "with 1 training pod(s) instead of 2 (nodes gone: ps-elastic-worker-0)" in out
-        assert "started ps-elastic-chief-0, ps-elastic-ps-0 (1 training pod(s))" in out
-        metrics, exports = job_outputs(volume, "ps-elastic")
-        # The one worker left reads the whole training split: the budget of one worker.
-        assert "1 parameter server(s), 1 worker(s)" in metrics["strategy"]
-        assert_at_ps_budget(metrics["global_step"], 1)
-        assert len(exports) == 1
 
     def test_without_elasticity_a_lost_worker_fails_the_job(self, tmp_path, volume):
         manifests = render(tmp_path, "ps-rigid", "--instance_count", "2", "--distribution", "parameter_server")
