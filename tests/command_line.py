@@ -171,3 +171,8 @@ def checkout(directory: str) -> str:
                             ignore=shutil.ignore_patterns(*CHECKOUT_IGNORED))
     os.makedirs(os.path.join(directory, BENCHMARK_RESULTS), exist_ok=True)
     return directory
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str:
+    """The value of the last `flag VALUE` in `argv` (absl's flags: the last one wins)."""
+    return argv[len(argv) - 1 - list(argv)[::-1].index(flag) + 1]

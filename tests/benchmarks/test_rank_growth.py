@@ -9,6 +9,7 @@ from benchmarks.scale_out import layout
 from dataprep import synthetic
 from jobs.local import hosts as hosts_lib
 from strategies import strategy_names as names
+from tests import command_line
 
 ROWS = 3000
 FEATURE_SIZE = 2000
@@ -20,11 +21,6 @@ def _config(variants, **overrides):
     args = ["--variants", variants, "--runs", "1", "--steps", str(STEPS), "--warmup_steps", str(WARMUP)]
     args += ["--%s=%s" % (key, value) for key, value in overrides.items()]
     return bench.make_config(bench.parse_args(args))
-
-
-def _last(argv, flag):
-    """The value of the last `flag` in `argv` (deepfm.train's flags: the last one wins)."""
-    return argv[len(argv) - 1 - argv[::-1].index(flag) + 1]
 
 
 def _run(rate, tx_per_step, cpu_s, steps=(10.0, 10.0)):
@@ -48,7 +44,8 @@ class ConfigTest(tf.test.TestCase):
             self.assertEqual(STEPS + WARMUP, config.max_steps(variant))
             plan = layout.plan(variant, [0, 1], config.shared_cores)
             argv = scale_out.host_processes(variant, config, self.get_temp_dir(), 0, plan=plan)[0]["argv"]
-            self.assertEqual("2" if variant is threads else "1", _last(argv, "--intra_op_threads"), variant.name)
+            self.assertEqual("2" if variant is threads else "1", command_line.flag_value(argv, "--intra_op_threads"),
+                             variant.name)
             self.assertIn("--val_data=", argv)
             # Shared cores: the hosts are pinned, not the processes within them.
             self.assertNotIn(layout.TASKSET, argv)
@@ -71,8 +68,8 @@ class ConfigTest(tf.test.TestCase):
         self.assertEqual([["taskset", "--cpu-list", "12-13"], ["taskset", "--cpu-list", "14-15"]],
                          [p["argv"][:3] for p in processes])
         for process in processes:
-            self.assertEqual("2", _last(process["argv"], "--intra_op_threads"))
-            self.assertEqual("2", _last(process["argv"], "--inter_op_threads"))
+            self.assertEqual("2", command_line.flag_value(process["argv"], "--intra_op_threads"))
+            self.assertEqual("2", command_line.flag_value(process["argv"], "--inter_op_threads"))
         self.assertEqual(["6", "7"], [p["env"]["HOROVOD_RANK"] for p in processes])
         self.assertEqual(["3", "3"], [p["env"]["HOROVOD_CROSS_RANK"] for p in processes])
         (process,) = scale_out.host_processes(single, config, self.get_temp_dir(), 0, plan=layout.plan(single, order))

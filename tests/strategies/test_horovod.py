@@ -23,10 +23,10 @@ from absl.testing import parameterized
 
 import strategies
 from dataprep import synthetic
-from input_pipeline import formats, pipeline, schema
+from input_pipeline import formats, schema
 from jobs.local import processes
 from strategies import horovod, horovod_controllers
-from tests import command_line, paths
+from tests import command_line, paths, step_budget
 from tests.strategies.sharded import ranks_testing
 
 REPO_ROOT = paths.REPO_ROOT
@@ -382,12 +382,7 @@ class TwoRanksTest(tf.test.TestCase):
 
     def _expected_steps(self, data_root):
         """The step budget: the smallest shard's full batches, times the epochs."""
-        builder = pipeline.DatasetBuilder(
-            sorted(glob.glob(os.path.join(data_root, schema.TRAIN_SPLIT, "*.tfrecord"))),
-            pipeline.PipelineConfig(), batch_size=BATCH_SIZE, num_epochs=None)
-        steps = {builder.steps_per_epoch(tf.distribute.InputContext(NUM_RANKS, rank)) for rank in range(NUM_RANKS)}
-        self.assertLen(steps, 1)
-        return steps.pop() * NUM_EPOCHS
+        return step_budget.steps_per_worker(data_root, BATCH_SIZE, NUM_RANKS, NUM_EPOCHS)
 
     def test_two_ranks_train_and_only_rank_zero_writes(self):
         data_root, _ = self._dataset([4000, 4000])

@@ -21,13 +21,13 @@ from absl.testing import parameterized
 
 from dataprep import synthetic
 from deepfm.runtime import trainer
-from input_pipeline import pipeline, schema
+from input_pipeline import schema
 from jobs import elastic
 from jobs.local import launcher as launch
 from planner import cost_model
 from strategies import cluster as cluster_lib
 from strategies import strategy_names
-from tests import command_line
+from tests import command_line, step_budget
 from tests.jobs.local import launch_testing
 
 FEATURE_SIZE = 1000
@@ -225,11 +225,6 @@ class CommandsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertIn("--num_ps must be >= 1, got 0", result.stderr)
 
 
-def flag_value(argv, flag):
-    """The value of the last `flag VALUE` in `argv` (the last one wins)."""
-    return argv[len(argv) - 1 - argv[::-1].index(flag) + 1]
-
-
 def shared_dataset(rows):
     """A synthetic dataset of `rows` rows, written once per test process and shared by its tests.
 
@@ -341,18 +336,10 @@ class FaultTestCase(tf.test.TestCase, parameterized.TestCase):
         return launch_testing.LaunchedJob(self, launch_args, job.log_dir + "_again", train_args)
 
     def steps_per_worker(self, workers):
-        """Each training process's step budget in a job of `workers` of them (the job's flags, its data).
-
-        The library's budget ("Step budget" in input_pipeline/pipeline.py): the smallest shard's full
-        batches, times the epochs. Ranks in lockstep end at that global step; asynchronous
-        parameter-server workers add theirs up.
-        """
-        builder = pipeline.DatasetBuilder(
-            sorted(glob.glob(os.path.join(self.data_dir, schema.TRAIN_SPLIT, "*.tfrecord"))),
-            pipeline.PipelineConfig(), batch_size=int(flag_value(TRAIN_FLAGS, "--batch_size")), num_epochs=None)
-        steps = {builder.steps_per_epoch(tf.distribute.InputContext(workers, index)) for index in range(workers)}
-        self.assertLen(steps, 1)
-        return steps.pop() * int(flag_value(FAULT_TRAIN_FLAGS + list(self.BUDGET_FLAGS), "--num_epochs"))
+        """Each training process's step budget in a job of `workers` of them (the job's flags, its data)."""
+        return step_budget.steps_per_worker(
+            self.data_dir, int(command_line.flag_value(TRAIN_FLAGS, "--batch_size")), workers,
+            int(command_line.flag_value(FAULT_TRAIN_FLAGS + list(self.BUDGET_FLAGS), "--num_epochs")))
 
 
 @pytest.mark.slow
